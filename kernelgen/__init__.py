@@ -1,0 +1,40 @@
+"""kernelgen: fused compute kernels for deep-learning operators, from DNNFusion mapping types.
+
+    import kernelgen as kg
+    x = kg.tensor("x", (1024, 1000))
+    b = kg.tensor("b", (1000,))
+    y = kg.softmax(kg.relu(kg.add(x, b)), axis=1)
+    kernel = kg.fuse(y.inputs[0].inputs[0], y.inputs[0], y).emit("opencl")
+    print(kernel.source); out = kernel(x_np, b_np)
+"""
+from . import api
+from .api import *  # noqa: F401,F403 - the generated snake_case constructors
+from .api import CONSTRUCTORS, snake
+from .dtypes import DType
+from .errors import (ArgumentError, AttributeError_, AxisError, BroadcastError, DtypeError,
+                     FusionError, KernelgenError, ShapeError, UnsupportedError)
+from .fuse import FusedOp, fuse
+from .graph import MathProperties, Op, Placeholder, Value, tensor
+from .interp import interpret
+from .ops import (cast_op as cast, clip, concat, depth_to_space, expand, flatten, gather,
+                  log_softmax, mod, pad, prelu, reshape, resize, slice_op as slice,
+                  softmax, space_to_depth, split, squeeze, transpose, unsqueeze, where)
+
+CONSTRUCTORS.update({
+    "Cast": cast, "Clip": clip, "Concat": concat, "DepthToSpace": depth_to_space,
+    "Expand": expand, "Flatten": flatten, "Gather": gather, "LogSoftmax": log_softmax,
+    "Mod": mod, "Pad": pad, "PRelu": prelu, "Reshape": reshape, "Resize": resize, "Slice": slice,
+    "Softmax": softmax, "SpaceToDepth": space_to_depth, "Split": split, "Squeeze": squeeze,
+    "Transpose": transpose, "Unsqueeze": unsqueeze, "Where": where,
+})
+
+__version__ = "0.1.0"
+
+__all__ = [
+    *api.__all__, "ArgumentError", "AttributeError_", "AxisError", "BroadcastError",
+    "CONSTRUCTORS", "DType", "DtypeError", "FusedOp", "FusionError", "KernelgenError",
+    "MathProperties", "Op", "Placeholder", "ShapeError", "UnsupportedError", "Value", "cast",
+    "clip", "concat", "depth_to_space", "expand", "flatten", "fuse", "gather", "interpret",
+    "log_softmax", "mod", "pad", "prelu", "reshape", "resize", "slice", "snake", "softmax",
+    "space_to_depth", "split", "squeeze", "tensor", "transpose", "unsqueeze", "where",
+]

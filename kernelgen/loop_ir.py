@@ -1,0 +1,275 @@
+"""The loop IR every backend emits from, and the lowering passes that build it.
+
+A ``LoopKernel`` is a parallel loop nest over ``domain`` (the shared output shape, after merging
+contiguous axes). At each domain point it stores one value per output. Values are scalar
+expressions whose leaves ``Load`` input buffers at flat offsets (SymPy, over the domain symbols and
+the symbols of enclosing ``Reduce`` nodes). ``hoisted`` lists the reductions that depend only on the
+``group`` axes of the domain: a backend computes each once per group point (cooperatively, e.g. one
+work-group per row), then computes the stores of the group's elements (single-kernel softmax).
+
+    PIPELINE: flatten -> hoist -> merge_axes
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import sympy
+
+from mapping_types import fresh_reduce_symbol, out_symbols, simplify_index
+from mapping_types.index_map import simplify_guard
+
+from .dtypes import DType
+from .expr import Expr, IndexCond, Load, Read, Reduce, free_index_symbols, transform, walk
+
+if TYPE_CHECKING:
+    from .fuse import FusedOp
+
+Axis = tuple[sympy.Symbol, int]
+
+
+@dataclass(frozen=True)
+class Buffer:
+    name: str
+    shape: tuple[int, ...]
+    dtype: DType
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+
+@dataclass(frozen=True)
+class Store:
+    buffer: str
+    value: Expr
+
+
+@dataclass(frozen=True)
+class LoopKernel:
+    """One kernel: parallel ``domain`` axes (outermost first), stores at each point, and the
+    reductions hoisted out of the per-element work."""
+
+    name: str
+    inputs: tuple[Buffer, ...]
+    outputs: tuple[Buffer, ...]
+    domain: tuple[Axis, ...]
+    stores: tuple[Store, ...]
+    hoisted: tuple[Reduce, ...] = ()
+    group: tuple[int, ...] = ()  # positions in ``domain`` that key the hoisted reductions
+    ranges: dict[sympy.Symbol, int] = field(default_factory=dict, compare=False)
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for _, e in self.domain:
+            n *= e
+        return n
+
+    @property
+    def store_offset(self) -> sympy.Expr:
+        """Flat row-major offset of the domain point in every output buffer."""
+        offset, stride = sympy.Integer(0), 1
+        for s, n in reversed(self.domain):
+            offset += stride * s
+            stride *= n
+        return offset
+
+    @property
+    def element_axes(self) -> tuple[int, ...]:
+        return tuple(k for k in range(len(self.domain)) if k not in self.group)
+
+    def loads(self) -> list[Load]:
+        return [n for st in self.stores for n in walk(st.value) if isinstance(n, Load)]
+
+    def bytes_moved(self) -> int:
+        """Each input read once and each output written once (the roofline's byte count)."""
+        return sum(b.numel * b.dtype.itemsize for b in self.inputs + self.outputs)
+
+    def flops(self) -> int:
+        """Arithmetic operations per kernel run, counted on the IR (reductions per element)."""
+        from .expr import Call
+
+        def count(node: Expr, seen: dict[int, int]) -> int:
+            if id(node) in seen:
+                return 0
+            seen[id(node)] = 1
+            own = 1 if isinstance(node, Call) else 0
+            if isinstance(node, Reduce):
+                n = 1
+                for _, e in node.axes:
+                    n *= e
+                return n * (count(node.body, {}) + 1)
+            return own + sum(count(c, seen) for c in node.children())
+
+        per_point = sum(count(st.value, {}) for st in self.stores)
+        per_group = sum(count(r, {}) for r in self.hoisted)
+        groups = 1
+        for k in self.group:
+            groups *= self.domain[k][1]
+        return self.numel * per_point + groups * per_group
+
+    def __str__(self) -> str:
+        from .printing import format_kernel
+        return format_kernel(self)
+
+
+def lower(fused: FusedOp, name: str) -> LoopKernel:
+    """Lower a fused operator to the loop IR through the named passes."""
+    kernel = flatten(fused, name)
+    for _, pass_fn in PIPELINE:
+        kernel = pass_fn(kernel)
+    return kernel
+
+
+# --- pass 1: Read -> Load at flat offsets ------------------------------------------------------
+
+def _strides(shape: tuple[int, ...]) -> list[int]:
+    strides, acc = [], 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= n
+    return strides[::-1]
+
+
+def flatten(fused: FusedOp, name: str) -> LoopKernel:
+    """Replace each Read by a Load of the input buffer at its flat row-major offset."""
+    inputs = tuple(Buffer(v.name, v.shape, v.dtype) for v in fused.inputs)
+    outputs = tuple(Buffer(o.name, o.shape, o.dtype) for o in fused.outputs)
+    ranges = dict(fused.ranges)
+    shape = fused.shape
+    # size-1 output axes are index 0 everywhere; they do not become loops
+    sub = {s: sympy.Integer(0) for s, n in zip(out_symbols(len(shape)), shape) if n == 1}
+    domain = tuple((s, n) for s, n in zip(out_symbols(len(shape)), shape) if n > 1)
+
+    def rewrite(node: Expr, recurse: Any) -> Expr | None:
+        if isinstance(node, Read):
+            buf = inputs[node.slot]
+            offset = sum((e.xreplace(sub) * st for e, st in zip(node.exprs, _strides(buf.shape))),
+                         sympy.Integer(0))
+            data = tuple((s, n, recurse(v)) for s, n, v in node.data)
+            return Load(node.dtype, buf.name, simplify_index(sympy.expand(offset), ranges),
+                        simplify_guard(node.guard.xreplace(sub), ranges), data)
+        if isinstance(node, IndexCond):
+            return IndexCond(node.dtype, simplify_guard(node.cond.xreplace(sub), ranges))
+        return None
+
+    stores = tuple(Store(o.name, transform(o.body, rewrite)) for o in fused.outputs)
+    return LoopKernel(name, inputs, outputs, domain, stores, ranges=ranges)
+
+
+# --- pass 2: hoist reductions that depend only on the group axes -----------------------------
+
+def hoist(kernel: LoopKernel) -> LoopKernel:
+    """Find reductions whose free symbols are all domain axes; they key the group axes."""
+    domain_syms = {s for s, _ in kernel.domain}
+    hoisted: list[Reduce] = []
+    for st in kernel.stores:
+        for node in walk(st.value):  # children first: inner reductions come before outer ones
+            if isinstance(node, Reduce) and free_index_symbols(node) <= domain_syms \
+                    and node not in hoisted:
+                hoisted.append(node)
+    keyed = set().union(*(free_index_symbols(r) for r in hoisted)) if hoisted else set()
+    group = tuple(k for k, (s, _) in enumerate(kernel.domain) if s in keyed)
+    return replace(kernel, hoisted=tuple(hoisted), group=group)
+
+
+# --- pass 3: merge contiguous axes -------------------------------------------------------------
+
+def _index_exprs(kernel: LoopKernel) -> Iterable[tuple[sympy.Basic, bool]]:
+    """(expression, is_offset) for every index expression in the kernel."""
+    for st in kernel.stores:
+        for node in walk(st.value):
+            if isinstance(node, Load):
+                yield node.offset, True
+                yield node.guard, False
+            elif isinstance(node, IndexCond):
+                yield node.cond, False
+
+
+def _linear(expr: sympy.Expr, a: sympy.Symbol, b: sympy.Symbol) -> tuple[Any, Any] | None:
+    """Coefficients of ``a`` and ``b`` if they occur only in linear terms, else None."""
+    ca = cb = sympy.Integer(0)
+    for term in sympy.Add.make_args(sympy.expand(expr)):
+        if not term.has(a) and not term.has(b):
+            continue
+        coeff, factor = term.as_coeff_Mul()
+        if factor == a:
+            ca += coeff
+        elif factor == b:
+            cb += coeff
+        else:
+            return None
+    return ca, cb
+
+
+def _mergeable(kernel: LoopKernel, a: Axis, b: Axis) -> bool:
+    for expr, is_offset in _index_exprs(kernel):
+        if not (expr.has(a[0]) or expr.has(b[0])):
+            continue
+        coeffs = _linear(expr, a[0], b[0]) if is_offset else None
+        if coeffs is None or coeffs[0] != b[1] * coeffs[1]:
+            return False
+    return True
+
+
+def _substitute_merge(kernel: LoopKernel, a: Axis, b: Axis, q: sympy.Symbol) -> Callable:
+    def fix(expr: sympy.Expr) -> sympy.Expr:
+        coeffs = _linear(expr, a[0], b[0])
+        if coeffs is None or coeffs == (0, 0):
+            return expr
+        return sympy.expand(expr - coeffs[0] * a[0] - coeffs[1] * b[0] + coeffs[1] * q)
+
+    def rewrite(node: Expr, recurse: Any) -> Expr | None:
+        if isinstance(node, Load):
+            data = tuple((s, n, recurse(v)) for s, n, v in node.data)
+            return Load(node.dtype, node.buffer, fix(node.offset), node.guard, data)
+        if isinstance(node, Reduce):
+            return Reduce(node.dtype, node.kind, recurse(node.body), node.axes)
+        return None
+
+    return rewrite
+
+
+def merge_axes(kernel: LoopKernel) -> LoopKernel:
+    """Merge adjacent domain axes of the same kind (group/element) wherever every load offset is
+    linear in both with matching strides, so kernels index with fewer divisions (PoCL stops
+    vectorising at the first integer division)."""
+    changed = True
+    while changed:
+        changed = False
+        for k in range(len(kernel.domain) - 1):
+            a, b = kernel.domain[k], kernel.domain[k + 1]
+            if (k in kernel.group) != (k + 1 in kernel.group) or not _mergeable(kernel, a, b):
+                continue
+            q = fresh_reduce_symbol("m")
+            rewrite = _substitute_merge(kernel, a, b, q)
+            reduce_map: dict[int, Reduce] = {}
+
+            def track(node: Expr, recurse: Any) -> Expr | None:
+                out = rewrite(node, recurse)
+                if isinstance(node, Reduce) and out is not None:
+                    reduce_map[id(node)] = out  # type: ignore[assignment]
+                return out
+
+            stores = tuple(Store(st.buffer, transform(st.value, track)) for st in kernel.stores)
+            hoisted = tuple(reduce_map.get(id(r), r) for r in kernel.hoisted)
+            domain = kernel.domain[:k] + ((q, a[1] * b[1]),) + kernel.domain[k + 2:]
+            group = tuple(g if g < k else (k if g in (k, k + 1) else g - 1)
+                          for g in kernel.group)
+            ranges = {**kernel.ranges, q: a[1] * b[1]}
+            kernel = replace(kernel, domain=domain, stores=stores, hoisted=hoisted,
+                             group=tuple(dict.fromkeys(group)), ranges=ranges)
+            changed = True
+            break
+    return kernel
+
+
+PIPELINE: tuple[tuple[str, Callable[[LoopKernel], LoopKernel]], ...] = (
+    ("hoist", hoist),
+    ("merge_axes", merge_axes),
+)

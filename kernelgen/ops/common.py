@@ -1,0 +1,84 @@
+"""Shared pieces of operator construction: axis checks, broadcasting maps, the Op factory."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import sympy
+
+from mapping_types import out_symbols
+
+from ..dtypes import DType
+from ..errors import AxisError, BroadcastError, DtypeError, KernelgenError
+from ..expr import Expr, Read
+from ..graph import MathProperties, Op, Value, new_name
+
+Shape = tuple[int, ...]
+
+
+def check_value(op: str, value: object, input: str) -> Value:
+    if not isinstance(value, Value):
+        raise KernelgenError(f"{op}: input '{input}' must be a kernelgen tensor or operator, "
+                             f"got {type(value).__name__}")
+    return value
+
+
+def normalize_axis(op: str, value: Value, axis: int, rank: int | None = None) -> int:
+    rank = value.rank if rank is None else rank
+    if not -rank <= axis < rank:
+        raise AxisError(op, value.name, axis, rank)
+    return axis % rank
+
+
+def normalize_axes(op: str, value: Value, axes: Sequence[int], rank: int | None = None
+                   ) -> tuple[int, ...]:
+    normalized = tuple(normalize_axis(op, value, a, rank) for a in axes)
+    if len(set(normalized)) != len(normalized):
+        raise AxisError(op, value.name, max(normalized, key=normalized.count),
+                        rank if rank is not None else value.rank)
+    return normalized
+
+
+def require_dtype(op: str, value: Value, allowed: frozenset[DType] | set[DType], what: str) -> None:
+    if value.dtype not in allowed:
+        raise DtypeError(op, value.name, what, str(value.dtype))
+
+
+def same_dtype(op: str, values: Sequence[Value]) -> DType:
+    first = values[0]
+    for v in values[1:]:
+        if v.dtype is not first.dtype:
+            raise DtypeError(op, v.name, f"{first.dtype} (the dtype of '{first.name}')",
+                             str(v.dtype))
+    return first.dtype
+
+
+def broadcast_shape(op: str, values: Sequence[Value]) -> Shape:
+    """NumPy/ONNX multidirectional broadcasting."""
+    rank = max(v.rank for v in values)
+    out: list[int] = []
+    for back in range(rank, 0, -1):
+        sizes = {v.shape[v.rank - back] for v in values if v.rank >= back} - {1}
+        if len(sizes) > 1:
+            raise BroadcastError(op, {v.name: v.shape for v in values}, back)
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
+
+
+def broadcast_exprs(in_shape: Shape, out_shape: Shape) -> tuple[sympy.Expr, ...]:
+    """Index of an input broadcast to ``out_shape``: size-1 axes read index 0."""
+    o = out_symbols(len(out_shape))
+    lead = len(out_shape) - len(in_shape)
+    return tuple(sympy.Integer(0) if n == 1 and out_shape[lead + k] != 1 else o[lead + k]
+                 for k, n in enumerate(in_shape))
+
+
+def broadcast_read(slot: int, value: Value, out_shape: Shape) -> Read:
+    return Read(value.dtype, slot, broadcast_exprs(value.shape, out_shape))
+
+
+def make_op(kind: str, inputs: Sequence[Value], shape: Shape, dtype: DType, body: Expr,
+            attrs: dict[str, Any] | None = None, properties: MathProperties = MathProperties(),
+            name: str | None = None) -> Op:
+    return Op(name or new_name(kind), tuple(shape), dtype, kind, tuple(inputs), body,
+              dict(attrs or {}), properties)

@@ -1,0 +1,1 @@
+"""Device runtimes: compile generated source and run it on NumPy arrays."""

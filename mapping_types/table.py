@@ -1,0 +1,101 @@
+"""DNNFusion's fusion table (Table 3, as reconstructed in ALGORITHMS.md §1.3), as data."""
+from __future__ import annotations
+
+import enum
+import itertools
+from dataclasses import dataclass
+
+from .types import MappingType
+
+OTO, OTM, MTM = MappingType.ONE_TO_ONE, MappingType.ONE_TO_MANY, MappingType.MANY_TO_MANY
+REORG, SHUF = MappingType.REORGANIZE, MappingType.SHUFFLE
+
+
+class Colour(enum.Enum):
+    """Whether fusing a (first -> second) pair pays off."""
+
+    GREEN = "green"    # always fuse
+    YELLOW = "yellow"  # fuse only where a measurement says it is faster
+    RED = "red"        # never fuse
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class FusionRule:
+    """One cell of the table: fusing ``first`` (the producer) into ``second`` (the consumer)."""
+
+    first: MappingType
+    second: MappingType
+    fused: MappingType | None  # None for red cells: there is no fused operator
+    colour: Colour
+    reason: str
+
+    def __str__(self) -> str:
+        fused = self.fused.value if self.fused else "not fused"
+        return f"{self.first} -> {self.second}: {self.colour} ({fused}): {self.reason}"
+
+
+_OTO_IDENTITY = "One-to-One is the identity of fusion: the pair takes the other operator's type"
+_RECOMPUTE = ("the producer's values are needed by several consumer windows, so fusing recomputes "
+              "or reloads them")
+_REORG_CHEAP = "a pure index remap folds into the other operator's index arithmetic for free"
+_LAYOUT = ("the remap changes which elements a many-to-many or one-to-many loop touches "
+           "together; whether locality survives must be measured")
+
+# (first, second) -> (fused type, colour, reason). Rows are producers, columns consumers.
+_TABLE: dict[tuple[MappingType, MappingType], tuple[MappingType | None, Colour, str]] = {
+    (OTO, OTO): (OTO, Colour.GREEN, _OTO_IDENTITY),
+    (OTO, OTM): (OTM, Colour.GREEN, _OTO_IDENTITY),
+    (OTO, MTM): (MTM, Colour.GREEN, _OTO_IDENTITY),
+    (OTO, REORG): (REORG, Colour.GREEN, _OTO_IDENTITY),
+    (OTO, SHUF): (SHUF, Colour.GREEN, _OTO_IDENTITY),
+    (OTM, OTO): (OTM, Colour.GREEN, _OTO_IDENTITY),
+    (OTM, OTM): (OTM, Colour.YELLOW, "two expansions compose, but the index arithmetic may cost "
+                 "more than the intermediate tensor saves"),
+    (OTM, MTM): (None, Colour.RED, "the expanded values would be recomputed or reloaded "
+                 "inside every reduction window"),
+    (OTM, REORG): (OTM, Colour.YELLOW, _LAYOUT),
+    (OTM, SHUF): (OTM, Colour.YELLOW, _LAYOUT),
+    (MTM, OTO): (MTM, Colour.GREEN, _OTO_IDENTITY),
+    (MTM, OTM): (MTM, Colour.YELLOW, "each reduced value feeds several outputs; fusing recomputes "
+                 "the reduction per output unless the schedule hoists it"),
+    (MTM, MTM): (None, Colour.RED, "two reductions/contractions: " + _RECOMPUTE
+                 + " (AGO's intensive fusion relaxes this cell under its tiling constraint)"),
+    (MTM, REORG): (MTM, Colour.YELLOW, _LAYOUT),
+    (MTM, SHUF): (MTM, Colour.YELLOW, _LAYOUT),
+    (REORG, OTO): (REORG, Colour.GREEN, _OTO_IDENTITY),
+    (REORG, OTM): (OTM, Colour.YELLOW, _LAYOUT),
+    (REORG, MTM): (MTM, Colour.YELLOW, _LAYOUT),
+    (REORG, REORG): (REORG, Colour.GREEN, _REORG_CHEAP),
+    (REORG, SHUF): (REORG, Colour.GREEN, _REORG_CHEAP),
+    (SHUF, OTO): (SHUF, Colour.GREEN, _OTO_IDENTITY),
+    (SHUF, OTM): (OTM, Colour.YELLOW, _LAYOUT),
+    (SHUF, MTM): (MTM, Colour.YELLOW, _LAYOUT),
+    (SHUF, REORG): (REORG, Colour.GREEN, _REORG_CHEAP),
+    (SHUF, SHUF): (SHUF, Colour.GREEN, _REORG_CHEAP),
+}
+
+_CONSERVATIVE_REASON = ("conservative switch: a One-to-One producer inlined into a heavy consumer "
+                        "is recomputed once per window (cheap for Relu, not for Exp/Erf), so measure")
+
+
+def fusion_rule(first: MappingType, second: MappingType, *,
+                conservative_oto_into_heavy: bool = False) -> FusionRule:
+    """The rule for fusing a ``first``-type producer into a ``second``-type consumer.
+
+    With ``conservative_oto_into_heavy`` the two contested cells One-to-One -> One-to-Many and
+    One-to-One -> Many-to-Many become yellow (the kkkeevvvin/tvm port's reading of the paper).
+    """
+    fused, colour, reason = _TABLE[(first, second)]
+    if conservative_oto_into_heavy and first is OTO and second in (OTM, MTM):
+        colour, reason = Colour.YELLOW, _CONSERVATIVE_REASON
+    return FusionRule(first, second, fused, colour, reason)
+
+
+def fusion_table(*, conservative_oto_into_heavy: bool = False) -> dict[
+        tuple[MappingType, MappingType], FusionRule]:
+    """All 25 cells."""
+    return {(a, b): fusion_rule(a, b, conservative_oto_into_heavy=conservative_oto_into_heavy)
+            for a, b in itertools.product(MappingType, MappingType)}

@@ -1,0 +1,23 @@
+"""Kernel skeletons with named holes, one folder per backend (``templates/<backend>/*.tmpl``).
+
+Templates hold only the fixed skeleton of a kernel; loops and arithmetic for the holes are
+rendered from the loop IR. ``string.Template.substitute`` raises on a missing hole.
+"""
+from __future__ import annotations
+
+import string
+from functools import cache
+from importlib import resources
+
+
+@cache
+def _text(backend: str, name: str) -> str:
+    return resources.files(__package__).joinpath(backend, f"{name}.tmpl").read_text()
+
+
+def render(backend: str, template: str, **holes: str) -> str:
+    """Fill ``templates/<backend>/<template>.tmpl``; every hole must be given."""
+    try:
+        return string.Template(_text(backend, template)).substitute(holes)
+    except KeyError as exc:
+        raise KeyError(f"template {backend}/{template}.tmpl needs hole {exc}") from None
