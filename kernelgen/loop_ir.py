@@ -21,7 +21,7 @@ from mapping_types import fresh_reduce_symbol, out_symbols, simplify_index
 from mapping_types.index_map import simplify_guard
 
 from .dtypes import DType
-from .expr import Expr, IndexCond, Load, Read, Reduce, free_index_symbols, transform, walk
+from .expr import Call, Expr, IndexCond, Load, Read, Reduce, free_index_symbols, transform, walk
 
 if TYPE_CHECKING:
     from .fuse import FusedOp
@@ -91,23 +91,24 @@ class LoopKernel:
         return sum(b.numel * b.dtype.itemsize for b in self.inputs + self.outputs)
 
     def flops(self) -> int:
-        """Arithmetic operations per kernel run, counted on the IR (reductions per element)."""
-        from .expr import Call
+        """Arithmetic operations per kernel run, counted on the IR: primitive calls and
+        reduction combines, with each hoisted reduction counted once per group point."""
+        hoisted = set(self.hoisted)
 
-        def count(node: Expr, seen: dict[int, int]) -> int:
-            if id(node) in seen:
+        def count(node: Expr, seen: set[int], stop: set[Reduce]) -> int:
+            if id(node) in seen or node in stop:
                 return 0
-            seen[id(node)] = 1
-            own = 1 if isinstance(node, Call) else 0
+            seen.add(id(node))
             if isinstance(node, Reduce):
                 n = 1
                 for _, e in node.axes:
                     n *= e
-                return n * (count(node.body, {}) + 1)
-            return own + sum(count(c, seen) for c in node.children())
+                return n * (count(node.body, set(), stop) + 1)
+            own = 1 if isinstance(node, Call) else 0
+            return own + sum(count(c, seen, stop) for c in node.children())
 
-        per_point = sum(count(st.value, {}) for st in self.stores)
-        per_group = sum(count(r, {}) for r in self.hoisted)
+        per_point = sum(count(st.value, set(), hoisted) for st in self.stores)
+        per_group = sum(count(r, set(), hoisted - {r}) for r in self.hoisted)
         groups = 1
         for k in self.group:
             groups *= self.domain[k][1]

@@ -59,6 +59,10 @@ class CEmitter:
         ("max", "int"): "max({a}, {b})", ("min", "int"): "min({a}, {b})",
     }
 
+    # Appended to every serial loop body; OpenCL puts a barrier there so PoCL makes its
+    # work-item loop the innermost one and vectorises across work-items.
+    loop_tail: str | None = None
+
     def __init__(self, kernel: LoopKernel) -> None:
         self.kernel = kernel
         self.counter = 0
@@ -246,6 +250,8 @@ class CEmitter:
             inner = inner.child()
         value = self.expr(node.body, inner)
         inner.add(f"{acc} = {self.combine(node.kind, node.dtype, acc, value)};")
+        if self.loop_tail:
+            inner.add(self.loop_tail)
         for depth in range(len(node.axes)):
             scope.lines.append(INDENT * (scope.depth + len(node.axes) - 1 - depth) + "}")
         scope.names[node] = acc

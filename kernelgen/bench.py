@@ -1,0 +1,132 @@
+"""One benchmark methodology for every kernel: device-resident buffers allocated once, warm-up
+launches (PoCL compiles lazily at the first enqueue), repeated timed launches, and the median with
+p20/p80. Throughput uses the loop IR's counts: bytes = each input read once plus each output
+written once, flops = arithmetic counted on the IR.
+
+A sequence of kernels (an unfused chain) is timed the same way, wired by buffer name, and credited
+with the bytes and flops of the useful work (its external inputs and final outputs), so fused and
+unfused report comparable effective GB/s.
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import ArgumentError
+from .fuse import fuse
+from .graph import Op
+from .kernel import Kernel
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Timing of repeated runs, in milliseconds, and the throughput at the median."""
+
+    median_ms: float
+    p20_ms: float
+    p80_ms: float
+    gbps: float
+    gflops: float
+    runs: int
+    bytes_moved: int
+    flops: int
+    loadavg: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        return (f"{self.median_ms:.3f} ms (p20 {self.p20_ms:.3f}, p80 {self.p80_ms:.3f}), "
+                f"{self.gbps:.1f} GB/s, {self.gflops:.2f} GFLOP/s")
+
+
+def pipeline_io(kernels: Sequence[Kernel]) -> tuple[list[Any], list[Any]]:
+    """External input buffers (in order of first use) and final output buffers of a chain."""
+    produced = {b.name for k in kernels for b in k.loop.outputs}
+    consumed = {b.name for k in kernels for b in k.loop.inputs}
+    inputs: dict[str, Any] = {}
+    for k in kernels:
+        for b in k.loop.inputs:
+            if b.name not in produced:
+                inputs.setdefault(b.name, b)
+    outputs = [b for k in kernels for b in k.loop.outputs if b.name not in consumed]
+    return list(inputs.values()), outputs
+
+
+def unfused(ops: Sequence[Op], backend: str = "opencl", **options: Any) -> list[Kernel]:
+    """One kernel per operator: the baseline a fused kernel is compared with."""
+    return [fuse(op).emit(backend, **options) for op in ops]
+
+
+def bench(kernels: Kernel | Sequence[Kernel], *inputs: np.ndarray, warmup: int = 3,
+          repeat: int = 20, min_time_s: float = 0.0) -> Measurement:
+    """Time ``kernels`` (one kernel, or a chain wired by buffer name) on ``inputs``.
+
+    Buffers live on the device for the whole measurement; each timed run launches every kernel
+    of the chain and waits for the last. At least ``repeat`` runs, more until ``min_time_s``.
+    """
+    chain = [kernels] if isinstance(kernels, Kernel) else list(kernels)
+    ins, outs = pipeline_io(chain)
+    if len(inputs) != len(ins):
+        raise ArgumentError(f"bench: the kernels take {len(ins)} inputs "
+                            f"({', '.join(b.name for b in ins)}), got {len(inputs)}")
+    backend = chain[0].backend
+    buffers = _device_buffers(backend, chain, ins, inputs)
+
+    def run_once() -> None:
+        event = None
+        for k in chain:
+            args = [buffers[b.name] for b in k.loop.inputs + k.loop.outputs]
+            event = k.launch(*args, wait=False)
+        event.wait()  # type: ignore[union-attr]
+
+    for _ in range(warmup):
+        run_once()
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < repeat or time.perf_counter() - start < min_time_s:
+        t0 = time.perf_counter()
+        run_once()
+        times.append((time.perf_counter() - t0) * 1e3)
+    n_bytes = sum(b.numel * b.dtype.itemsize for b in ins + outs)
+    n_flops = sum(k.loop.flops() for k in chain)
+    median = float(np.median(times))
+    return Measurement(median, float(np.percentile(times, 20)), float(np.percentile(times, 80)),
+                       n_bytes / median / 1e6, n_flops / median / 1e6, len(times), n_bytes,
+                       n_flops, os.getloadavg()[0])
+
+
+def _device_buffers(backend: str, chain: list[Kernel], ins: list[Any],
+                    arrays: Sequence[np.ndarray]) -> dict[str, Any]:
+    if backend != "opencl":
+        raise ArgumentError(f"bench: no device-buffer runner for backend '{backend}'")
+    import pyopencl as cl
+
+    from .runtime.opencl import device
+
+    dev = device()
+    mf = cl.mem_flags
+    buffers: dict[str, Any] = {}
+    for buf, arr in zip(ins, arrays):
+        arr = np.ascontiguousarray(arr, dtype=buf.dtype.numpy)
+        if arr.shape != buf.shape:
+            raise ArgumentError(f"bench: input '{buf.name}' expected shape {buf.shape}, "
+                                f"got {arr.shape}")
+        buffers[buf.name] = cl.Buffer(dev.context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=arr)
+    for k in chain:
+        for b in k.loop.outputs:
+            buffers[b.name] = cl.Buffer(dev.context, mf.READ_WRITE, max(b.numel * b.dtype.itemsize, 1))
+    return buffers
+
+
+def copy_kernel(shape: tuple[int, ...], dtype: str = "float32") -> Kernel:
+    """A plain copy (Identity) kernel: the bandwidth roofline of the same backend."""
+    from .api import identity  # type: ignore[attr-defined]
+    from .graph import tensor
+
+    return fuse(identity(tensor("src", shape, dtype))).emit("opencl")
