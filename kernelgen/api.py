@@ -13,7 +13,9 @@ from .graph import Op, Value
 from .ops import BINARY, UNARY, binary, reduce_op, unary, variadic
 from .ops.reduce import REDUCE_KINDS
 
-_SPECIAL = {"IsNaN": "isnan", "IsInf": "isinf", "ReduceL1": "reduce_l1", "ReduceL2": "reduce_l2"}
+# Python keywords (and, or, not) take NumPy's logical_* names.
+_SPECIAL = {"IsNaN": "isnan", "IsInf": "isinf", "ReduceL1": "reduce_l1", "ReduceL2": "reduce_l2",
+            "And": "logical_and", "Or": "logical_or", "Xor": "logical_xor", "Not": "logical_not"}
 
 
 def snake(kind: str) -> str:

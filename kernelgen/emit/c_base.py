@@ -66,7 +66,10 @@ class CEmitter:
     def __init__(self, kernel: LoopKernel) -> None:
         self.kernel = kernel
         self.counter = 0
-        self.symbol_names: dict[sympy.Symbol, str] = {}
+        # domain axes print by position; every other symbol gets an emitter-local name, so the
+        # source does not depend on global symbol counters
+        self.symbol_names: dict[sympy.Symbol, str] = {
+            s: f"o{k}" for k, (s, _) in enumerate(kernel.domain)}
         self.ranges: dict[sympy.Symbol, int] = dict(kernel.ranges)
         self.ranges.update(kernel.domain)
         wide = max([b.numel for b in kernel.inputs + kernel.outputs] + [kernel.numel]) >= 2**31
@@ -266,7 +269,7 @@ class CEmitter:
             stride *= n
         strides.reverse()
         for k, ((s, n), st) in enumerate(zip(axes, strides)):
-            name = self.symbol_names.setdefault(s, str(s))
+            name = self.symbol_names.setdefault(s, self.fresh("r"))
             value = flat if st == 1 else f"{flat} / {st}"
             if k > 0:
                 value = f"({value}) % {n}" if st != 1 else f"{flat} % {n}"

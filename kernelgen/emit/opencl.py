@@ -159,6 +159,8 @@ class OpenCLEmitter(CEmitter):
         Work-items past the end return early, or with ``clamp`` recompute the last point and set
         ``in_range`` to 0 (kernels with barriers must not return early)."""
         if not axes:
+            if clamp:
+                scope.add("const int in_range = 1;")
             return Launch((1,), (1,))
         dims = [[axes[-1]]] + ([[axes[-2]]] if len(axes) > 1 else [])
         if len(axes) > 2:
@@ -175,7 +177,7 @@ class OpenCLEmitter(CEmitter):
                 checks.append(f"{raw} >= {size}")
                 gid = f"min({raw}, ({self.index_t}){size - 1})"
             if len(d) == 1:
-                name = self.symbol_names.setdefault(d[0][0], str(d[0][0]))
+                name = self.symbol_names[d[0][0]]
                 scope.add(f"const {self.index_t} {name} = {gid};")
             else:
                 flat = self.fresh("flat")
@@ -210,7 +212,7 @@ class OpenCLEmitter(CEmitter):
         inner = body
         for e in k.element_axes:
             s, n = k.domain[e]
-            name = self.symbol_names.setdefault(s, str(s))
+            name = self.symbol_names[s]
             inner.add(f"for ({self.index_t} {name} = 0; {name} < {n}; ++{name}) {{")
             inner = inner.child()
         self._stores(inner, guard="in_range")
@@ -307,7 +309,7 @@ class OpenCLEmitter(CEmitter):
                 and all(b.dtype is DType.float32 for b in k.outputs)):
             inner = body
             for s, n in elems[:-1]:
-                name = self.symbol_names.setdefault(s, str(s))
+                name = self.symbol_names[s]
                 inner.add(f"for ({self.index_t} {name} = 0; {name} < {n}; ++{name}) {{")
                 inner = inner.child()
             self._vector_stores(elems[-1], inner)
@@ -316,7 +318,7 @@ class OpenCLEmitter(CEmitter):
         else:
             inner = body
             for s, n in elems:
-                name = self.symbol_names.setdefault(s, str(s))
+                name = self.symbol_names[s]
                 inner.add(f"for ({self.index_t} {name} = 0; {name} < {n}; ++{name}) {{")
                 inner = inner.child()
             self._stores(inner)
@@ -332,6 +334,7 @@ class OpenCLEmitter(CEmitter):
         (sym, n), w = node.axes[0], self.width
         t, vt = self.ctype(node.dtype), f"{self.ctype(node.dtype)}{w}"
         vacc, acc = self.fresh("vacc"), self.fresh("acc")
+        self._hoist_invariants(node.body, sym, scope)
         scope.add(f"{vt} {vacc} = ({vt})({self.reduce_init(node)});")
         base = self.fresh("i")
         scope.add(f"for ({self.index_t} {base} = 0; {base} < {n - n % w}; {base} += {w}) {{")
@@ -350,6 +353,17 @@ class OpenCLEmitter(CEmitter):
             scope.add("}")
         scope.names[node] = acc
 
+    def _hoist_invariants(self, root: Expr, sym: sympy.Symbol, scope: Scope) -> None:
+        """Emit, before a vector loop over ``sym``, every largest sub-expression of ``root`` that
+        does not depend on ``sym`` (the loop then broadcasts the scalar)."""
+        if isinstance(root, Const):
+            return
+        if sym not in free_index_symbols(root) or root in self.kernel.hoisted:
+            self.expr(root, scope)
+            return
+        for child in root.children():
+            self._hoist_invariants(child, sym, scope)
+
     def _horizontal(self, node: Reduce, vacc: str, scope: Scope) -> str:
         """Combine the lanes of a vector accumulator by halving (float8 -> 4 -> 2 -> 1)."""
         parts, width = vacc, self.width
@@ -365,6 +379,8 @@ class OpenCLEmitter(CEmitter):
     def _vector_stores(self, axis: Axis, scope: Scope) -> None:
         sym, n = axis
         w = self.width
+        for st in self.kernel.stores:
+            self._hoist_invariants(st.value, sym, scope)
         base = self.fresh("i")
         scope.add(f"for ({self.index_t} {base} = 0; {base} < {n - n % w}; {base} += {w}) {{")
         inner = scope.child()
@@ -375,7 +391,7 @@ class OpenCLEmitter(CEmitter):
                       f"{offset});")
         scope.add("}")
         if n % w:
-            name = self.symbol_names.setdefault(sym, str(sym))
+            name = self.symbol_names[sym]
             scope.add(f"for ({self.index_t} {name} = {n - n % w}; {name} < {n}; ++{name}) {{")
             tail = scope.child()
             self._stores(tail)
@@ -450,8 +466,7 @@ class _VectorPrinter:
             return self.names[node]
         if isinstance(node, Const) or self.sym not in free_index_symbols(node) \
                 or node in self.em.kernel.hoisted:
-            assert self.scope.parent is not None
-            scalar = self.em.expr(node, self.scope.parent)
+            scalar = self.em.expr(node, self.scope)  # named before the loop (_hoist_invariants)
             if node.dtype is DType.bool:
                 return f"(({self.vtype(node.dtype)})(-({scalar})))"
             return f"(({self.vtype(node.dtype)})({scalar}))"

@@ -1,0 +1,180 @@
+"""Fused blocks against the operator-by-operator ONNX reference: every operator with neighbours on
+both sides (a chain and a diamond), multi-output blocks, index-only operators leaving no buffer
+behind, and a Hypothesis property test over random chains and diamonds of 2-6 operators."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import assert_close, run
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from reference import evaluate_chain
+from test_ops import CASES, Case, data
+
+import kernelgen as kg
+
+# one case per operator kind keeps the matrix to a few seconds per backend
+_SEEN: set[str] = set()
+NEIGHBOUR_CASES: list[Case] = []
+for _case in CASES:
+    _kind = _case.name.split("(")[0].split("-")[0].rstrip("0123456789")
+    if _kind not in _SEEN and all(d == "float32" for d in _case.dtypes) \
+            and not _kind.startswith(("IsNaN", "IsInf", "Equal", "Less", "Greater")):
+        _SEEN.add(_kind)
+        NEIGHBOUR_CASES.append(_case)
+
+
+@pytest.mark.parametrize("case", NEIGHBOUR_CASES, ids=lambda c: c.name)
+def test_operator_with_neighbours(backend: str, case: Case) -> None:
+    """pre(x) -> op -> tanh -> add(tanh, op): a producer before and a diamond after."""
+    values, arrays = case.inputs()
+    if case.name.startswith("Gather"):
+        arrays[1][...] = np.abs(arrays[1]) % values[0].shape[1]
+    pre = kg.abs(values[0]) if case.kinds[0] in ("pos", "ge1") else kg.neg(values[0])
+    if case.kinds[0] == "ge1":
+        arrays[0] = np.abs(arrays[0]) + 1.0
+    op = case.build(pre, *values[1:])
+    if op.dtype.is_float:
+        post, combine = kg.tanh(op), kg.add
+    elif op.dtype is kg.DType.bool:
+        post, combine = kg.logical_not(op), kg.logical_xor
+    else:
+        post, combine = kg.abs(op), kg.add
+    out = combine(post, op)
+    ops = [pre, op, post, out]
+    fused = kg.fuse(*ops, force=True)
+    feeds = {v.name: a for v, a in zip(values, arrays)}
+    want = evaluate_chain(ops, feeds)[out.name]
+    (got,) = run(backend, fused, *(feeds[v.name] for v in fused.inputs))
+    assert_close(got, want.astype(got.dtype), scale=max(case.scale, 10))
+
+
+def test_index_only_ops_leave_no_buffer(backend: str) -> None:
+    """Transpose, Reshape and Slice inside a block are pure index arithmetic: the kernel reads
+    only the block's input and writes only its output."""
+    x = kg.tensor("x", (4, 6, 5))
+    t = kg.transpose(x, [2, 0, 1])
+    r = kg.reshape(t, [5, 24])
+    s = kg.slice(r, [1, 3], [5, 20], [0, 1], [2, 3])
+    e = kg.exp(s)
+    fused = kg.fuse(t, r, s, e)
+    loop = fused.lower()
+    assert [b.name for b in loop.inputs] == ["x"] and [b.name for b in loop.outputs] == [e.name]
+    X = data((4, 6, 5))
+    (got,) = run(backend, fused, X)
+    assert_close(got, np.exp(X.transpose(2, 0, 1).reshape(5, 24)[1:5:2, 3:20:3]))
+    composed = fused.index_maps[(e.name, "x")]  # x's index straight from e's output index
+    assert len(composed.exprs) == 3 and composed.out_shape == (2, 6)
+
+
+def test_multi_output_block(backend: str) -> None:
+    """A block whose intermediate is also an output, plus a second sink of the same shape."""
+    x, b = kg.tensor("x", (5, 7)), kg.tensor("b", (7,))
+    a = kg.add(x, b)
+    r = kg.relu(a)
+    s = kg.sigmoid(a)
+    fused = kg.fuse(a, r, s, outputs=[a])
+    assert [o.name for o in fused.outputs] == [a.name, r.name, s.name]
+    X, B = data((5, 7)), data((7,))
+    got = run(backend, fused, X, B)
+    assert_close(got[0], X + B)
+    assert_close(got[1], np.maximum(X + B, 0))
+    assert_close(got[2], 1 / (1 + np.exp(-(X + B))))
+
+
+def test_decomposed_layernorm(backend: str) -> None:
+    """The decomposed LayerNorm (two dependent row reductions, a diamond on x) as one kernel."""
+    x = kg.tensor("x", (6, 37))
+    mean = kg.reduce_mean(x, [1])
+    d = kg.sub(x, mean)
+    sq = kg.mul(d, d)
+    var = kg.reduce_mean(sq, [1])
+    y = kg.div(d, kg.sqrt(var))
+    ops = [mean, d, sq, var, y.inputs[1], y]
+    with pytest.raises(kg.FusionError, match="red"):
+        kg.fuse(*ops)  # Many-to-Many -> Many-to-Many is red in Table 3 ...
+    fused = kg.fuse(*ops, force=True)  # ... but the schedule hoists both reductions per row
+    X = data((6, 37))
+    (got,) = run(backend, fused, X)
+    dx = X - X.mean(1, keepdims=True)
+    assert_close(got, dx / np.sqrt((dx * dx).mean(1, keepdims=True)), scale=10)
+    assert fused.forced
+
+
+# --- Hypothesis: random chains and diamonds --------------------------------------------------
+
+UNARY = ["Relu", "Neg", "Tanh", "Sigmoid", "Abs", "Softsign", "Exp"]
+BINARY = ["Add", "Sub", "Mul", "Max", "Min"]
+
+
+@st.composite
+def chains(draw: st.DrawFn) -> tuple[list[kg.Value], list[kg.Op]]:
+    """A random block of 2-6 operators on one input; each op consumes the newest value (so the
+    last op is the only sink), binary ops may also take an older value (a diamond)."""
+    rank = draw(st.integers(1, 3))
+    shape = tuple(draw(st.lists(st.sampled_from([1, 2, 3, 5, 7]), min_size=rank, max_size=rank)))
+    x = kg.tensor("x", shape)
+    inputs: list[kg.Value] = [x]
+    values: list[kg.Value] = [x]
+    ops: list[kg.Op] = []
+    for _ in range(draw(st.integers(2, 6))):
+        v = values[-1]
+        choice = draw(st.sampled_from(["unary", "binary", "bias", "transpose", "reshape",
+                                       "reduce", "softmax", "slice", "pad", "concat"]))
+        if choice == "binary":
+            other = draw(st.sampled_from([w for w in values if w.shape == v.shape]))
+            op = kg.ops.binary(draw(st.sampled_from(["Add", "Sub", "Mul"])), v, other) \
+                if draw(st.booleans()) else kg.ops.variadic(draw(st.sampled_from(["Max", "Min"])), v, other)
+        elif choice == "bias":
+            b = kg.tensor(f"b{len(inputs)}", v.shape[-1:])
+            inputs.append(b)
+            op = kg.add(v, b)
+        elif choice == "transpose" and v.rank > 1:
+            op = kg.transpose(v, draw(st.permutations(range(v.rank))))
+        elif choice == "reshape":
+            op = kg.reshape(v, [v.numel]) if v.rank > 1 else kg.unsqueeze(v, [0])
+        elif choice == "reduce":
+            axis = draw(st.integers(0, v.rank - 1))
+            op = kg.ops.reduce_op(draw(st.sampled_from(["ReduceSum", "ReduceMax", "ReduceMean"])),
+                                  v, [axis], 1)
+        elif choice == "softmax":
+            op = kg.softmax(v, draw(st.integers(0, v.rank - 1)))
+        elif choice == "slice" and v.shape[-1] > 1:
+            op = kg.slice(v, [v.shape[-1] - 1], [-1000], [-1], [-draw(st.integers(1, 2))])
+        elif choice == "pad":
+            op = kg.pad(v, [0] * v.rank + [1] * v.rank, 0.25)
+        elif choice == "concat":
+            same = [w for w in values if w.shape[1:] == v.shape[1:]]
+            op = kg.concat([v, draw(st.sampled_from(same))], 0)
+        else:
+            op = kg.ops.unary(draw(st.sampled_from(UNARY)), v)
+        ops.append(op)
+        values.append(op)
+    return inputs, ops
+
+
+@settings(max_examples=220, deadline=None, suppress_health_check=list(HealthCheck))
+@given(chain=chains(), seed=st.integers(0, 2**16))
+def test_random_blocks_equal_sequential(chain: tuple[list[kg.Value], list[kg.Op]],
+                                        seed: int) -> None:
+    """The fused kernel equals evaluating the operators one by one (interpreter and OpenCL)."""
+    inputs, ops = chain
+    rng = np.random.default_rng(seed)
+    feeds = {v.name: rng.standard_normal(v.shape).astype(np.float32) for v in inputs}
+    for v in inputs:  # keep Exp chains finite
+        feeds[v.name] = np.clip(feeds[v.name], -2, 2)
+    want = evaluate_chain(ops, feeds)[ops[-1].name]
+    fused = kg.fuse(*ops, force=True)
+    arrays = [feeds[v.name] for v in fused.inputs]
+    for backend in _backends():
+        (got,) = run(backend, fused, *arrays)
+        assert_close(got, want, scale=50)
+
+
+def _backends() -> list[str]:
+    import os
+
+    from conftest import _opencl_problem
+    if _opencl_problem() and not os.environ.get("KERNELGEN_REQUIRE_OPENCL"):
+        return ["interp"]
+    return ["interp", "opencl"]
