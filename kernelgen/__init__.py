@@ -11,14 +11,43 @@ from . import api
 from .api import *  # noqa: F401,F403 - the generated snake_case constructors
 from .api import CONSTRUCTORS, snake
 from .dtypes import DType
-from .errors import (ArgumentError, AttributeError_, AxisError, BroadcastError, DtypeError,
-                     FusionError, KernelgenError, ShapeError, UnsupportedError)
+from .errors import (
+                     ArgumentError,
+                     AttributeError_,
+                     AxisError,
+                     BroadcastError,
+                     DtypeError,
+                     FusionError,
+                     KernelgenError,
+                     ShapeError,
+                     UnsupportedError,
+)
 from .fuse import FusedOp, fuse
 from .graph import MathProperties, Op, Placeholder, Value, tensor
 from .interp import interpret
-from .ops import (cast_op as cast, clip, concat, depth_to_space, expand, flatten, gather,
-                  log_softmax, mod, pad, prelu, reshape, resize, slice_op as slice,
-                  softmax, space_to_depth, split, squeeze, transpose, unsqueeze, where)
+from .ops import cast_op as cast
+from .ops import (
+                     clip,
+                     concat,
+                     depth_to_space,
+                     expand,
+                     flatten,
+                     gather,
+                     log_softmax,
+                     mod,
+                     pad,
+                     prelu,
+                     reshape,
+                     resize,
+                     softmax,
+                     space_to_depth,
+                     split,
+                     squeeze,
+                     transpose,
+                     unsqueeze,
+                     where,
+)
+from .ops import slice_op as slice
 
 CONSTRUCTORS.update({
     "Cast": cast, "Clip": clip, "Concat": concat, "DepthToSpace": depth_to_space,

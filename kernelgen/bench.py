@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -63,28 +63,37 @@ def unfused(ops: Sequence[Op], backend: str = "opencl", **options: Any) -> list[
     return [fuse(op).emit(backend, **options) for op in ops]
 
 
+def runner(kernels: Kernel | Sequence[Kernel], *inputs: np.ndarray) -> Callable[[], None]:
+    """A zero-argument callable that runs ``kernels`` (one kernel, or a chain wired by buffer
+    name) on device-resident copies of ``inputs`` and waits for the last one. Buffers are
+    allocated once, here; the first launch (PoCL compiles lazily) happens here too. This is the
+    callable to hand to pytest-benchmark's ``benchmark`` fixture."""
+    chain = [kernels] if isinstance(kernels, Kernel) else list(kernels)
+    ins, _ = pipeline_io(chain)
+    if len(inputs) != len(ins):
+        raise ArgumentError(f"bench: the kernels take {len(ins)} inputs "
+                            f"({', '.join(b.name for b in ins)}), got {len(inputs)}")
+    buffers = _device_buffers(chain[0].backend, chain, ins, inputs)
+    launches = [(k, [buffers[b.name] for b in k.loop.inputs + k.loop.outputs]) for k in chain]
+
+    def run_once() -> None:
+        event = None
+        for k, args in launches:
+            event = k.launch(*args, wait=False)
+        event.wait()  # type: ignore[union-attr]
+
+    run_once()
+    return run_once
+
+
 def bench(kernels: Kernel | Sequence[Kernel], *inputs: np.ndarray, warmup: int = 3,
           repeat: int = 20, min_time_s: float = 0.0) -> Measurement:
     """Time ``kernels`` (one kernel, or a chain wired by buffer name) on ``inputs``.
 
-    Buffers live on the device for the whole measurement; each timed run launches every kernel
-    of the chain and waits for the last. At least ``repeat`` runs, more until ``min_time_s``.
+    At least ``repeat`` timed runs after ``warmup`` untimed ones, more until ``min_time_s``.
     """
     chain = [kernels] if isinstance(kernels, Kernel) else list(kernels)
-    ins, outs = pipeline_io(chain)
-    if len(inputs) != len(ins):
-        raise ArgumentError(f"bench: the kernels take {len(ins)} inputs "
-                            f"({', '.join(b.name for b in ins)}), got {len(inputs)}")
-    backend = chain[0].backend
-    buffers = _device_buffers(backend, chain, ins, inputs)
-
-    def run_once() -> None:
-        event = None
-        for k in chain:
-            args = [buffers[b.name] for b in k.loop.inputs + k.loop.outputs]
-            event = k.launch(*args, wait=False)
-        event.wait()  # type: ignore[union-attr]
-
+    run_once = runner(chain, *inputs)
     for _ in range(warmup):
         run_once()
     times: list[float] = []
@@ -93,6 +102,7 @@ def bench(kernels: Kernel | Sequence[Kernel], *inputs: np.ndarray, warmup: int =
         t0 = time.perf_counter()
         run_once()
         times.append((time.perf_counter() - t0) * 1e3)
+    ins, outs = pipeline_io(chain)
     n_bytes = sum(b.numel * b.dtype.itemsize for b in ins + outs)
     n_flops = sum(k.loop.flops() for k in chain)
     median = float(np.median(times))
@@ -120,7 +130,8 @@ def _device_buffers(backend: str, chain: list[Kernel], ins: list[Any],
         buffers[buf.name] = cl.Buffer(dev.context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=arr)
     for k in chain:
         for b in k.loop.outputs:
-            buffers[b.name] = cl.Buffer(dev.context, mf.READ_WRITE, max(b.numel * b.dtype.itemsize, 1))
+            size = max(b.numel * b.dtype.itemsize, 1)
+            buffers[b.name] = cl.Buffer(dev.context, mf.READ_WRITE, size)
     return buffers
 
 

@@ -8,7 +8,7 @@ inputs through ``Read`` leaves; fusion replaces each ``Read`` by the producer's 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 
 import sympy

@@ -15,8 +15,17 @@ from typing import TYPE_CHECKING, Any
 
 import sympy
 
-from mapping_types import (Colour, FusionRule, IndexMap, MappingType, classify,
-                           fresh_reduce_symbol, fusion_rule, out_symbols, simplify_index)
+from mapping_types import (
+    Colour,
+    FusionRule,
+    IndexMap,
+    MappingType,
+    classify,
+    fresh_reduce_symbol,
+    fusion_rule,
+    out_symbols,
+    simplify_index,
+)
 from mapping_types.index_map import simplify_guard
 
 from .dtypes import DType
@@ -38,7 +47,11 @@ class EdgeRule:
     rule: FusionRule
 
     def __str__(self) -> str:
-        return f"{self.producer} -> {self.consumer}: {self.rule}"
+        r = self.rule
+        fused = r.fused.value if r.fused else "not fusible"
+        why = "" if r.colour is Colour.GREEN else f" ({r.reason})"
+        return (f"{self.producer} -> {self.consumer}: {r.first} -> {r.second} = {fused} "
+                f"[{r.colour}]{why}")
 
 
 @dataclass(frozen=True)
@@ -131,7 +144,8 @@ def fuse(*ops: Op, outputs: Iterable[Op] | None = None, force: bool = False,
     wanted = list(outputs or ())
     for extra in wanted:
         if not any(extra is op for op in block):
-            raise FusionError(f"output '{getattr(extra, 'name', extra)}' is not one of the fused ops")
+            name = getattr(extra, "name", extra)
+            raise FusionError(f"output '{name}' is not one of the fused operators")
     outs = [op for op in block if id(op) not in consumed or any(op is w for w in wanted)]
     shape = outs[0].shape
     for op in outs[1:]:
@@ -197,7 +211,7 @@ def _decide_edges(block: list[Op], force: bool, conservative: bool
     edges: list[EdgeRule] = []
     members = {id(op) for op in block}
     for op in block:
-        fused_types = [op.mapping_type]
+        fused_types = []  # the table's fused type along each in-block edge into op
         for slot, v in enumerate(op.inputs):
             if id(v) not in members:
                 continue
@@ -208,7 +222,7 @@ def _decide_edges(block: list[Op], force: bool, conservative: bool
                                   f"({op.kind}): {rule}. Pass force=True to fuse anyway.")
             edges.append(EdgeRule(v.name, op.name, rule))
             fused_types.append(rule.fused or MappingType.MANY_TO_MANY)
-        acc[id(op)] = max(fused_types, key=_DIRECTNESS.index)
+        acc[id(op)] = max(fused_types, key=_DIRECTNESS.index) if fused_types else op.mapping_type
     block_type = max((acc[id(op)] for op in block), key=_DIRECTNESS.index)
     return edges, block_type
 

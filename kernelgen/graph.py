@@ -13,7 +13,7 @@ from mapping_types import IndexMap, MappingType, classify
 
 from .dtypes import DType, as_dtype
 from .errors import ShapeError
-from .expr import Expr, Read, Reduce, walk
+from .expr import Expr, Read, Reduce
 
 Shape = tuple[int, ...]
 

@@ -74,8 +74,9 @@ class Kernel:
 
     def _run(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
         if self.backend == "opencl":
-            from .runtime import opencl as rt
             import pyopencl as cl
+
+            from .runtime import opencl as rt
 
             dev = rt.device()
             mf = cl.mem_flags

@@ -240,34 +240,29 @@ def merge_axes(kernel: LoopKernel) -> LoopKernel:
     """Merge adjacent domain axes of the same kind (group/element) wherever every load offset is
     linear in both with matching strides, so kernels index with fewer divisions (PoCL stops
     vectorising at the first integer division)."""
-    changed = True
-    while changed:
-        changed = False
-        for k in range(len(kernel.domain) - 1):
-            a, b = kernel.domain[k], kernel.domain[k + 1]
-            if (k in kernel.group) != (k + 1 in kernel.group) or not _mergeable(kernel, a, b):
-                continue
-            q = fresh_reduce_symbol("m")
-            rewrite = _substitute_merge(kernel, a, b, q)
-            reduce_map: dict[int, Reduce] = {}
-
-            def track(node: Expr, recurse: Any) -> Expr | None:
-                out = rewrite(node, recurse)
-                if isinstance(node, Reduce) and out is not None:
-                    reduce_map[id(node)] = out  # type: ignore[assignment]
-                return out
-
-            stores = tuple(Store(st.buffer, transform(st.value, track)) for st in kernel.stores)
-            hoisted = tuple(reduce_map.get(id(r), r) for r in kernel.hoisted)
-            domain = kernel.domain[:k] + ((q, a[1] * b[1]),) + kernel.domain[k + 2:]
-            group = tuple(g if g < k else (k if g in (k, k + 1) else g - 1)
-                          for g in kernel.group)
-            ranges = {**kernel.ranges, q: a[1] * b[1]}
-            kernel = replace(kernel, domain=domain, stores=stores, hoisted=hoisted,
-                             group=tuple(dict.fromkeys(group)), ranges=ranges)
-            changed = True
-            break
+    k = 0
+    while k < len(kernel.domain) - 1:
+        a, b = kernel.domain[k], kernel.domain[k + 1]
+        if (k in kernel.group) == (k + 1 in kernel.group) and _mergeable(kernel, a, b):
+            kernel = _merge_pair(kernel, k)
+            k = 0
+        else:
+            k += 1
     return kernel
+
+
+def _merge_pair(kernel: LoopKernel, k: int) -> LoopKernel:
+    """Replace domain axes ``k`` and ``k+1`` by one axis of their combined extent."""
+    a, b = kernel.domain[k], kernel.domain[k + 1]
+    q = fresh_reduce_symbol("m")
+    rewrite = _substitute_merge(kernel, a, b, q)
+    stores = tuple(Store(st.buffer, transform(st.value, rewrite)) for st in kernel.stores)
+    # rewriting is deterministic, so each hoisted reduction equals its copy inside the stores
+    hoisted = tuple(transform(r, rewrite) for r in kernel.hoisted)
+    domain = kernel.domain[:k] + ((q, a[1] * b[1]),) + kernel.domain[k + 2:]
+    group = tuple(dict.fromkeys(g if g <= k else g - 1 for g in kernel.group))
+    return replace(kernel, domain=domain, stores=stores, hoisted=hoisted,  # type: ignore[arg-type]
+                   group=group, ranges={**kernel.ranges, q: a[1] * b[1]})
 
 
 PIPELINE: tuple[tuple[str, Callable[[LoopKernel], LoopKernel]], ...] = (

@@ -74,7 +74,8 @@ def _keeps_linear_order(m: IndexMap, offsets: np.ndarray) -> bool:
     """True if input offset == output offset at every sampled point (a pure reshape)."""
     points = _sample_points(m.out_shape)
     strides = np.cumprod((1,) + tuple(reversed(m.out_shape[1:])))[::-1]
-    out_offsets = sum((p * int(s) for p, s in zip(points, strides)), np.zeros(offsets.size, np.int64))
+    out_offsets = sum((p * int(s) for p, s in zip(points, strides)),
+                      np.zeros(offsets.size, np.int64))
     return bool(np.array_equal(offsets, out_offsets))
 
 

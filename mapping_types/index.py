@@ -3,8 +3,8 @@
 # Note: floor vs. truncating division
 C's ``/`` and ``%`` truncate toward zero, SymPy and Python floor. Index maps use ``FloorDiv`` and
 ``FloorMod`` (both floor, divisor a positive integer constant since shapes are concrete). Emitters
-print C ``/``/``%`` only where ``is_provably_nonnegative`` holds for the numerator, and a floor helper
-otherwise.
+print C ``/``/``%`` only where ``is_provably_nonnegative`` holds for the numerator, and a floor
+helper otherwise.
 """
 from __future__ import annotations
 
@@ -128,32 +128,84 @@ def _split_multiples(a: sympy.Expr, d: int) -> tuple[sympy.Expr, sympy.Expr]:
     return q, rest
 
 
+def _factor_stride(func: type, a: sympy.Expr, d: int, ranges: Mapping[sympy.Symbol, int]
+                   ) -> sympy.Expr | None:
+    """With ``a == g*big + small``, ``0 <= small < g`` and ``g`` dividing ``d``:
+    ``FloorDiv(a, d) == FloorDiv(big, d/g)`` and ``FloorMod(a, d) == g*FloorMod(big, d/g) + small``.
+    (A reshape of a reshape leaves such strides behind.)"""
+    terms = sympy.Add.make_args(a)
+    for g in sorted((g for g in range(2, d + 1) if d % g == 0), reverse=True):
+        big = [t for t in terms if (c := t.as_coeff_Mul()[0]).is_Integer and int(c) % g == 0]
+        small = sympy.Add(*(t for t in terms if t not in big))
+        if not big or not small.free_symbols and small == 0:
+            continue
+        b = bounds(small, ranges)
+        if b is None or b[0] < 0 or b[1] >= g:
+            continue
+        inner = sympy.expand(sympy.Add(*big) / g)
+        if func is FloorDiv:
+            return _simplify(FloorDiv(inner, d // g), ranges)
+        return sympy.expand(g * _simplify(FloorMod(inner, d // g), ranges) + small)
+    return None
+
+
+def _fold_div_mod(total: sympy.Add) -> sympy.Expr:
+    """``c*d*FloorDiv(x, d) + c*FloorMod(x, d) -> c*x`` inside a sum."""
+    terms = list(sympy.Add.make_args(total))
+    for t in list(terms):
+        c, f = t.as_coeff_Mul()
+        if not isinstance(f, FloorMod) or t not in terms:
+            continue
+        x, d = f.args
+        partner = c * int(d) * FloorDiv(x, d)
+        if partner in terms:
+            terms.remove(t)
+            terms.remove(partner)
+            terms.append(c * x)
+    return sympy.expand(sympy.Add(*terms))
+
+
 def simplify_index(expr: sympy.Expr, ranges: Mapping[sympy.Symbol, int]) -> sympy.Expr:
+    """Simplify an index expression with ``_simplify``, then fold ``d*FloorDiv(x, d) +
+    FloorMod(x, d)`` pairs back into ``x`` wherever they meet in a sum."""
+    out = _simplify(expr, ranges)
+    if isinstance(out, sympy.Basic) and out.has(FloorMod):
+        out = out.replace(lambda e: isinstance(e, sympy.Add), _fold_div_mod)
+    return out
+
+
+def _simplify(expr: sympy.Expr, ranges: Mapping[sympy.Symbol, int]) -> sympy.Expr:
     """Simplify an index expression using the symbol ranges (Inductor's simplify_with_ranges idea).
 
     Rules, applied bottom-up: ``FloorDiv(d*q + r, d) -> q + FloorDiv(r, d)``; ``FloorMod(d*q + r, d)
     -> FloorMod(r, d)``; ``FloorDiv(r, d) -> 0`` and ``FloorMod(r, d) -> r`` when ``0 <= r < d``;
-    ``FloorDiv(FloorDiv(a, b), c) -> FloorDiv(a, b*c)``; ``FloorMod(FloorMod(a, m), d) -> FloorMod(a, d)``
-    when ``d`` divides ``m``.
+    ``FloorDiv(FloorDiv(a, b), c) -> FloorDiv(a, b*c)``; ``FloorMod(FloorMod(a, m), d) ->
+    FloorMod(a, d)`` when ``d`` divides ``m``; a stride ``g`` dividing ``d`` is factored out when
+    the rest of the numerator stays in ``[0, g)`` (``_factor_stride``).
     """
     if not isinstance(expr, sympy.Basic) or expr.is_Atom:
         return expr
-    args = [simplify_index(a, ranges) for a in expr.args]
+    args = [_simplify(a, ranges) for a in expr.args]
     if isinstance(expr, (FloorDiv, FloorMod)):
         a, d = args[0], int(args[1])
         if isinstance(expr, FloorDiv) and isinstance(a, FloorDiv):
-            return simplify_index(FloorDiv(a.args[0], d * int(a.args[1])), ranges)
+            return _simplify(FloorDiv(a.args[0], d * int(a.args[1])), ranges)
         if isinstance(expr, FloorMod) and isinstance(a, FloorMod) and int(a.args[1]) % d == 0:
-            return simplify_index(FloorMod(a.args[0], d), ranges)
+            return _simplify(FloorMod(a.args[0], d), ranges)
         q, rest = _split_multiples(a, d)
         b = bounds(rest, ranges)
         in_range = b is not None and 0 <= b[0] and b[1] < d
         if isinstance(expr, FloorDiv):
             if q != 0:  # floor((d*q + r)/d) == q + floor(r/d) for any integer q
                 return sympy.expand(q + (0 if in_range else FloorDiv(rest, d)))
-            return sympy.Integer(0) if in_range else FloorDiv(sympy.expand(a), d)
-        if in_range:
+            if in_range:
+                return sympy.Integer(0)
+        elif in_range:
             return rest
-        return FloorMod(rest if q != 0 else sympy.expand(a), d)
+        a = rest if q != 0 else sympy.expand(a)
+        if (factored := _factor_stride(expr.func, a, d, ranges)) is not None:
+            return factored
+        return expr.func(a, d)
+    rebuilt = expr.func(*args)
     rebuilt = expr.func(*args)
     return sympy.expand(rebuilt) if isinstance(rebuilt, (sympy.Add, sympy.Mul)) else rebuilt

@@ -94,8 +94,10 @@ def fusion_rule(first: MappingType, second: MappingType, *,
     return FusionRule(first, second, fused, colour, reason)
 
 
-def fusion_table(*, conservative_oto_into_heavy: bool = False) -> dict[
-        tuple[MappingType, MappingType], FusionRule]:
+Cell = tuple[MappingType, MappingType]
+
+
+def fusion_table(*, conservative_oto_into_heavy: bool = False) -> dict[Cell, FusionRule]:
     """All 25 cells."""
     return {(a, b): fusion_rule(a, b, conservative_oto_into_heavy=conservative_oto_into_heavy)
             for a, b in itertools.product(MappingType, MappingType)}

@@ -143,12 +143,17 @@ class CEmitter:
         ops = {sympy.StrictLessThan: "<", sympy.LessThan: "<=", sympy.StrictGreaterThan: ">",
                sympy.GreaterThan: ">=", sympy.Equality: "==", sympy.Unequality: "!="}
         if type(e) in ops:
-            return f"{self.index(e.lhs)} {ops[type(e)]} {self.index(e.rhs)}"
+            lhs, rhs = e.lhs, e.rhs
+            const = sum((t for t in sympy.Add.make_args(lhs) if t.is_Integer), sympy.Integer(0))
+            if rhs.is_Integer and const != 0:  # o1 - 8 < 0  ->  o1 < 8
+                lhs, rhs = lhs - const, rhs - const
+            return f"{self.index(lhs)} {ops[type(e)]} {self.index(rhs)}"
         raise TypeError(f"cannot print index expression {e}")
 
     def _atom(self, e: sympy.Basic) -> str:
         text = self.index(e)
-        simple = e.is_Symbol or (e.is_Integer and int(e) >= 0) or isinstance(e, (sympy.Max, sympy.Min))
+        simple = e.is_Symbol or (e.is_Integer and int(e) >= 0) or \
+            isinstance(e, (sympy.Max, sympy.Min))
         return text if simple else f"({text})"
 
     # --- scalar expressions -----------------------------------------------------------------

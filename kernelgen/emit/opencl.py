@@ -15,11 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import templates
-
 import sympy
 
+import templates
+
 from ..dtypes import DType
+from ..errors import UnsupportedError
 from ..expr import Call, Const, Expr, Load, Reduce, Select, free_index_symbols
 from ..loop_ir import Axis, Buffer, LoopKernel
 from .c_base import CEmitter, Scope
@@ -92,6 +93,10 @@ class OpenCLEmitter(CEmitter):
                  capabilities: Capabilities = CAPABILITIES) -> None:
         super().__init__(kernel)
         self.caps = capabilities
+        for b in kernel.inputs + kernel.outputs:
+            if b.dtype not in capabilities.dtypes:
+                raise UnsupportedError(self.backend, f"dtype {b.dtype}", f"buffer '{b.name}' of "
+                                       f"kernel '{kernel.name}'")
         self.width = capabilities.vector_width
         self.local = local_size or DEFAULT_LOCAL
         self.strategy = self._strategy(reduce_strategy)
@@ -238,12 +243,15 @@ class OpenCLEmitter(CEmitter):
             self._cooperative_reduce(r, body, local)
         elems = [k.domain[e] for e in k.element_axes]
         count = _prod(n for _, n in elems)
-        pos = self._uniform_loop(count, local, body)
-        inner = body.child()
-        self.decompose(pos, elems, inner)
-        self._stores(inner, guard=f"{pos}_ok")
-        inner.add(_BARRIER)
-        body.add("}")
+        if count == 1:  # a plain reduction: one value per group
+            self._stores(body, guard="lid == 0")
+        else:
+            pos = self._uniform_loop(count, local, body)
+            inner = body.child()
+            self.decompose(pos, elems, inner)
+            self._stores(inner, guard=f"{pos}_ok")
+            inner.add(_BARRIER)
+            body.add("}")
         src = templates.render("opencl", "group_reduce.cl", name=k.name, params=self.params(),
                                local=str(local), index_t=self.index_t, scratch=scratch,
                                index="\n".join(index.lines), body="\n".join(body.lines))
@@ -497,7 +505,12 @@ def _version() -> str:
 
 def emit_opencl(kernel: LoopKernel, **options: Any) -> tuple[str, Launch, dict[str, Any]]:
     """Source, launch geometry and tunables for ``kernel``."""
-    emitter = OpenCLEmitter(kernel, options.get("local_size"), options.get("reduce_strategy"))
+    unknown = set(options) - {"local_size", "reduce_strategy", "capabilities"}
+    if unknown:
+        raise TypeError(f"unknown OpenCL emit options {sorted(unknown)}; expected local_size, "
+                        "reduce_strategy, capabilities")
+    emitter = OpenCLEmitter(kernel, options.get("local_size"), options.get("reduce_strategy"),
+                            options.get("capabilities", CAPABILITIES))
     source, launch = emitter.emit()
     tunables = {"local_size": emitter.local, "reduce_strategy": emitter.strategy,
                 "index_type": emitter.index_t}

@@ -9,7 +9,7 @@ import sympy
 from mapping_types import out_symbols
 
 from ..dtypes import DType
-from ..errors import AxisError, BroadcastError, DtypeError, KernelgenError
+from ..errors import AttributeError_, AxisError, BroadcastError, DtypeError, KernelgenError
 from ..expr import Expr, Read
 from ..graph import MathProperties, Op, Value, new_name
 
@@ -30,12 +30,12 @@ def normalize_axis(op: str, value: Value, axis: int, rank: int | None = None) ->
     return axis % rank
 
 
-def normalize_axes(op: str, value: Value, axes: Sequence[int], rank: int | None = None
-                   ) -> tuple[int, ...]:
+def normalize_axes(op: str, value: Value, axes: Sequence[int], rank: int | None = None,
+                   attribute: str = "axes") -> tuple[int, ...]:
+    """Axes in [0, rank); an axis out of range raises AxisError, a repeated one AttributeError_."""
     normalized = tuple(normalize_axis(op, value, a, rank) for a in axes)
     if len(set(normalized)) != len(normalized):
-        raise AxisError(op, value.name, max(normalized, key=normalized.count),
-                        rank if rank is not None else value.rank)
+        raise AttributeError_(op, attribute, "distinct axes", list(axes))
     return normalized
 
 
@@ -78,7 +78,7 @@ def broadcast_read(slot: int, value: Value, out_shape: Shape) -> Read:
 
 
 def make_op(kind: str, inputs: Sequence[Value], shape: Shape, dtype: DType, body: Expr,
-            attrs: dict[str, Any] | None = None, properties: MathProperties = MathProperties(),
+            attrs: dict[str, Any] | None = None, properties: MathProperties | None = None,
             name: str | None = None) -> Op:
     return Op(name or new_name(kind), tuple(shape), dtype, kind, tuple(inputs), body,
-              dict(attrs or {}), properties)
+              dict(attrs or {}), properties or MathProperties())

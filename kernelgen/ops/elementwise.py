@@ -11,8 +11,7 @@ from ..dtypes import FLOATS, NUMERIC, DType, as_dtype
 from ..errors import AttributeError_, DtypeError
 from ..expr import Expr, call, cast, const, select
 from ..graph import MathProperties, Op, Value
-from .common import (broadcast_read, broadcast_shape, check_value, make_op, require_dtype,
-                     same_dtype)
+from .common import broadcast_read, broadcast_shape, check_value, make_op, require_dtype, same_dtype
 
 E = Expr
 
@@ -21,14 +20,20 @@ def _c(x: E, v: float) -> E:
     return const(v, x.dtype)
 
 
+def _primitive(fn: str) -> Callable[[E], E]:
+    return lambda x: call(fn, x)
+
+
 def _softplus(x: E) -> E:  # log(1 + exp(x)) without overflow
-    return call("add", call("max", x, _c(x, 0)), call("log1p", call("exp", call("neg", call("abs", x)))))
+    tail = call("log1p", call("exp", call("neg", call("abs", x))))
+    return call("add", call("max", x, _c(x, 0)), tail)
 
 
 def _gelu(x: E, approximate: str = "none") -> E:
     if approximate == "tanh":
         inner = call("mul", _c(x, math.sqrt(2 / math.pi)),
-                     call("add", x, call("mul", _c(x, 0.044715), call("mul", x, call("mul", x, x)))))
+                     call("add", x, call("mul", _c(x, 0.044715), call("mul", x, call("mul", x, x))))
+                     )
         return call("mul", call("mul", _c(x, 0.5), x), call("add", _c(x, 1), call("tanh", inner)))
     if approximate != "none":
         raise AttributeError_("Gelu", "approximate", "'none' or 'tanh'", approximate)
@@ -68,7 +73,7 @@ UNARY: dict[str, tuple[Callable[..., E], frozenset[DType]]] = {
     "Sign": (lambda x: call("sign", x), NUMERIC),
     "Identity": (lambda x: x, NUMERIC | {DType.bool}),
     "Reciprocal": (lambda x: call("div", _c(x, 1), x), FLOATS),
-    **{k: ((lambda f: lambda x: call(f, x))(f), FLOATS) for k, f in [
+    **{k: (_primitive(f), FLOATS) for k, f in [
         ("Exp", "exp"), ("Log", "log"), ("Sqrt", "sqrt"), ("Sin", "sin"), ("Cos", "cos"),
         ("Tan", "tan"), ("Asin", "asin"), ("Acos", "acos"), ("Atan", "atan"), ("Sinh", "sinh"),
         ("Cosh", "cosh"), ("Asinh", "asinh"), ("Acosh", "acosh"), ("Atanh", "atanh"),
@@ -216,4 +221,5 @@ def clip(x: Value, min: float | Value | None = None, max: float | Value | None =
 def cast_op(x: Value, to: DType | str) -> Op:
     """ONNX Cast between float32/float16/float64/int32/int64/bool."""
     to = as_dtype(to)
-    return make_op("Cast", [x], x.shape, to, cast(broadcast_read(0, x, x.shape), to), {"to": str(to)})
+    body = cast(broadcast_read(0, x, x.shape), to)
+    return make_op("Cast", [x], x.shape, to, body, {"to": str(to)})

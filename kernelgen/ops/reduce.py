@@ -19,7 +19,8 @@ E = Expr
 def _reduced_read(x: Value, axes: tuple[int, ...], keepdims: bool
                   ) -> tuple[Read, tuple[tuple[sympy.Symbol, int], ...], tuple[int, ...]]:
     """Read ``x`` with fresh reduction symbols on ``axes``; other axes follow the output index."""
-    out_shape = tuple(1 if a in axes else n for a, n in enumerate(x.shape) if keepdims or a not in axes)
+    out_shape = tuple(1 if a in axes else n for a, n in enumerate(x.shape)
+                      if keepdims or a not in axes)
     o = iter(out_symbols(len(out_shape)))
     exprs: list[sympy.Expr] = []
     red: list[tuple[sympy.Symbol, int]] = []

@@ -15,8 +15,16 @@ from ..dtypes import INTS, DType
 from ..errors import AttributeError_, ShapeError
 from ..expr import IndexCond, Read, call, const, select
 from ..graph import Op, Value
-from .common import (broadcast_exprs, broadcast_shape, check_value, make_op, normalize_axes,
-                     normalize_axis, require_dtype, same_dtype)
+from .common import (
+    broadcast_exprs,
+    broadcast_shape,
+    check_value,
+    make_op,
+    normalize_axes,
+    normalize_axis,
+    require_dtype,
+    same_dtype,
+)
 
 Shape = tuple[int, ...]
 
@@ -49,8 +57,9 @@ def transpose(x: Value, perm: Sequence[int] | None = None) -> Op:
     """ONNX Transpose; ``perm`` defaults to reversing the axes."""
     x = check_value("Transpose", x, "data")
     perm = tuple(range(x.rank))[::-1] if perm is None else tuple(perm)
-    if sorted(normalize_axes("Transpose", x, perm)) != list(range(x.rank)) or len(perm) != x.rank:
+    if len(perm) != x.rank:
         raise AttributeError_("Transpose", "perm", f"a permutation of 0..{x.rank - 1}", perm)
+    normalize_axes("Transpose", x, perm, attribute="perm")
     perm = tuple(p % x.rank for p in perm)
     o = out_symbols(x.rank)
     exprs = [o[perm.index(a)] for a in range(x.rank)]

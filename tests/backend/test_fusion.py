@@ -123,8 +123,10 @@ def chains(draw: st.DrawFn) -> tuple[list[kg.Value], list[kg.Op]]:
                                        "reduce", "softmax", "slice", "pad", "concat"]))
         if choice == "binary":
             other = draw(st.sampled_from([w for w in values if w.shape == v.shape]))
-            op = kg.ops.binary(draw(st.sampled_from(["Add", "Sub", "Mul"])), v, other) \
-                if draw(st.booleans()) else kg.ops.variadic(draw(st.sampled_from(["Max", "Min"])), v, other)
+            if draw(st.booleans()):
+                op = kg.ops.binary(draw(st.sampled_from(["Add", "Sub", "Mul"])), v, other)
+            else:
+                op = kg.ops.variadic(draw(st.sampled_from(["Max", "Min"])), v, other)
         elif choice == "bias":
             b = kg.tensor(f"b{len(inputs)}", v.shape[-1:])
             inputs.append(b)

@@ -1,0 +1,72 @@
+"""Golden emitted sources: a change to the OpenCL emitter shows up as a reviewable diff.
+
+Regenerate after an intended change with
+``KERNELGEN_UPDATE_GOLDEN=1 pytest tests/backend/test_golden.py`` and review tests/golden/.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import kernelgen as kg
+
+GOLDEN = Path(__file__).parent.parent / "golden"
+
+
+def _named(op: kg.Op, name: str) -> kg.Op:
+    op.name = name  # stable buffer names in the source
+    return op
+
+
+def bias_gelu() -> kg.FusedOp:
+    x, b = kg.tensor("x", (129, 257)), kg.tensor("b", (257,))
+    a = _named(kg.add(x, b), "a")
+    return kg.fuse(a, _named(kg.gelu(a), "y"))
+
+
+def transpose_reshape_exp() -> kg.FusedOp:
+    x = kg.tensor("x", (3, 5, 7))
+    t = _named(kg.transpose(x, [2, 0, 1]), "t")
+    r = _named(kg.reshape(t, [7, 15]), "r")
+    return kg.fuse(t, r, _named(kg.exp(r), "y"))
+
+
+def pad_concat() -> kg.FusedOp:
+    x, y = kg.tensor("x", (4, 5)), kg.tensor("y", (4, 3))
+    p = _named(kg.pad(x, [0, 1, 0, 2], 0.5), "p")
+    return kg.fuse(p, _named(kg.concat([p, y], 1), "c"))
+
+
+def row_softmax() -> kg.FusedOp:
+    x = kg.tensor("x", (64, 1000))
+    return kg.fuse(_named(kg.softmax(x, 1), "y"))
+
+
+def column_sum_group() -> kg.FusedOp:
+    x = kg.tensor("x", (4096, 3))
+    return kg.fuse(_named(kg.reduce_sum(x, [0], 0), "y"))
+
+
+def gather_rows() -> kg.FusedOp:
+    d, i = kg.tensor("d", (10, 6)), kg.tensor("i", (7,), "int64")
+    g = _named(kg.gather(d, i, 0), "g")
+    return kg.fuse(g, _named(kg.relu(g), "y"))
+
+
+CASES: dict[str, Callable[[], kg.FusedOp]] = {
+    f.__name__: f for f in (bias_gelu, transpose_reshape_exp, pad_concat, row_softmax,
+                            column_sum_group, gather_rows)}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_golden_opencl(name: str) -> None:
+    source = CASES[name]().emit("opencl").source
+    path = GOLDEN / "opencl" / f"{name}.cl"
+    if os.environ.get("KERNELGEN_UPDATE_GOLDEN"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source)
+    assert path.exists(), f"missing golden file {path}; run with KERNELGEN_UPDATE_GOLDEN=1"
+    assert source == path.read_text(), f"emitted source for {name} changed; review and update"

@@ -1,0 +1,281 @@
+"""Typed errors: each names the operator, the input and the axis at fault (shape, broadcast, dtype,
+axis and attribute errors at construction; red and non-convex fusion; backend capabilities; and
+kernel argument checks, which run before any OpenCL device is touched)."""
+import numpy as np
+import pytest
+
+import kernelgen as kg
+from kernelgen import DType
+from kernelgen.emit.opencl import Capabilities, OpenCLEmitter
+from mapping_types import Colour
+
+
+def _raises(exc_type, fn, *args, **kwargs):
+    with pytest.raises(exc_type) as info:
+        fn(*args, **kwargs)
+    return info.value
+
+
+def test_all_errors_share_the_base_class():
+    for cls in (kg.ShapeError, kg.BroadcastError, kg.DtypeError, kg.AxisError,
+                kg.AttributeError_, kg.FusionError, kg.UnsupportedError, kg.ArgumentError):
+        assert issubclass(cls, kg.KernelgenError)
+    assert issubclass(kg.BroadcastError, kg.ShapeError)
+
+
+# --- shapes --------------------------------------------------------------------------------
+
+def test_reshape_to_wrong_element_count():
+    x = kg.tensor("activations", (2, 3))
+    err = _raises(kg.ShapeError, kg.reshape, x, (4, 2))
+    assert isinstance(err, ValueError)
+    assert err.op == "Reshape" and err.input == "activations"
+    msg = str(err)
+    assert "Reshape" in msg and "'activations'" in msg
+    assert "6 elements" in msg and "(4, 2)" in msg
+
+
+def test_reshape_with_indivisible_inferred_dim():
+    err = _raises(kg.ShapeError, kg.reshape, kg.tensor("x", (2, 3)), (-1, 4))
+    assert "Reshape" in str(err) and "'x'" in str(err)
+
+
+def test_squeeze_of_a_non_unit_axis_names_the_axis():
+    err = _raises(kg.ShapeError, kg.squeeze, kg.tensor("x", (1, 3)), [1])
+    assert err.axis == 1
+    assert "Squeeze" in str(err) and "'x'" in str(err) and "axis 1" in str(err)
+
+
+def test_concat_mismatch_names_the_input_and_axis():
+    a, b = kg.tensor("left", (2, 3)), kg.tensor("right", (4, 5))
+    err = _raises(kg.ShapeError, kg.concat, [a, b], 1)
+    assert err.op == "Concat" and err.input == "right" and err.axis == 0
+
+
+def test_tensor_with_an_empty_dimension():
+    err = _raises(kg.ShapeError, kg.tensor, "x", (3, 0))
+    assert err.axis == 1 and "'x'" in str(err)
+
+
+def test_unbroadcastable_add_names_both_inputs():
+    lhs, rhs = kg.tensor("lhs", (2, 3)), kg.tensor("rhs", (4,))
+    err = _raises(kg.BroadcastError, kg.add, lhs, rhs)
+    assert isinstance(err, kg.ShapeError)
+    assert err.op == "Add"
+    msg = str(err)
+    assert "Add" in msg
+    assert "'lhs' (2, 3)" in msg and "'rhs' (4,)" in msg
+
+
+# --- dtypes --------------------------------------------------------------------------------
+
+def test_dtype_mismatch_add():
+    f, i = kg.tensor("f", (2, 3), "float32"), kg.tensor("i", (2, 3), "int32")
+    err = _raises(kg.DtypeError, kg.add, f, i)
+    assert isinstance(err, TypeError)
+    assert err.op == "Add" and err.input == "i"
+    msg = str(err)
+    assert "Add" in msg and "'i'" in msg and "int32" in msg and "float32" in msg
+
+
+def test_dtype_not_accepted_by_the_operator():
+    err = _raises(kg.DtypeError, kg.softmax, kg.tensor("ints", (2, 3), "int32"))
+    assert err.op == "Softmax" and err.input == "ints"
+    err = _raises(kg.DtypeError, kg.gather, kg.tensor("d", (4,)), kg.tensor("idx", (2,)))
+    assert err.op == "Gather" and err.input == "idx"
+
+
+# --- axes ----------------------------------------------------------------------------------
+
+def test_softmax_axis_out_of_range():
+    x = kg.tensor("logits", (2, 3))
+    err = _raises(kg.AxisError, kg.softmax, x, axis=5)
+    assert isinstance(err, IndexError)
+    assert err.axis == 5 and err.rank == 2
+    assert err.op == "Softmax" and err.input == "logits"
+    assert "Softmax" in str(err) and "'logits'" in str(err) and "5" in str(err)
+
+
+def test_negative_axes_are_accepted_and_too_negative_ones_rejected():
+    x = kg.tensor("x", (2, 3))
+    assert kg.softmax(x, axis=-2).shape == (2, 3)
+    err = _raises(kg.AxisError, kg.softmax, x, axis=-3)
+    assert err.axis == -3
+
+
+def test_reduce_axis_out_of_range():
+    err = _raises(kg.AxisError, kg.reduce_sum, kg.tensor("x", (2, 3)), [0, 2])
+    assert err.axis == 2 and err.op == "ReduceSum"
+
+
+# --- attributes ----------------------------------------------------------------------------
+
+def test_transpose_with_a_perm_of_the_wrong_length():
+    err = _raises(kg.AttributeError_, kg.transpose, kg.tensor("x", (2, 3, 4)), (1, 0))
+    assert err.op == "Transpose" and err.attribute == "perm"
+    assert "Transpose" in str(err) and "perm" in str(err)
+
+
+def test_transpose_with_an_out_of_range_perm_entry():
+    err = _raises(kg.AxisError, kg.transpose, kg.tensor("x", (2, 3)), (0, 5))
+    assert err.op == "Transpose" and err.axis == 5
+
+
+def test_transpose_with_a_repeated_axis():
+    err = _raises(kg.KernelgenError, kg.transpose, kg.tensor("x", (2, 3)), (0, 0))
+    assert isinstance(err, kg.AttributeError_) and err.attribute == "perm"
+    assert "out of range" not in str(err)
+
+
+def test_bad_mode_attributes():
+    err = _raises(kg.AttributeError_, kg.pad, kg.tensor("x", (2, 3)), [0, 0, 1, 1],
+                  mode="reflect")
+    assert err.op == "Pad" and err.attribute == "mode" and err.got == "reflect"
+    err = _raises(kg.AttributeError_, kg.gelu, kg.tensor("x", (2,)), approximate="erf")
+    assert err.op == "Gelu"
+
+
+# --- fusion --------------------------------------------------------------------------------
+
+def test_red_fusion_is_refused_quoting_the_rule():
+    e = kg.expand(kg.tensor("v", (1, 3)), (4, 3))
+    r = kg.reduce_sum(e, [0])
+    err = _raises(kg.FusionError, kg.fuse, e, r)
+    msg = str(err)
+    assert "red" in msg
+    assert e.name in msg and r.name in msg and "Expand" in msg and "ReduceSum" in msg
+    assert "One-to-Many -> Many-to-Many" in msg
+    assert "force=True" in msg
+
+
+def test_red_fusion_with_force():
+    e = kg.expand(kg.tensor("v", (1, 3)), (4, 3))
+    r = kg.reduce_sum(e, [0])
+    fused = kg.fuse(e, r, force=True)
+    assert fused.forced
+    assert all(edge.rule.colour is Colour.RED for edge in fused.forced)
+    assert (fused.forced[0].producer, fused.forced[0].consumer) == (e.name, r.name)
+    assert "red" in fused.report()
+
+
+def test_green_fusion_has_nothing_forced():
+    a = kg.relu(kg.tensor("x", (4, 3)))
+    fused = kg.fuse(a, kg.exp(a))
+    assert fused.forced == ()
+    assert not fused.needs_measurement
+
+
+def test_non_convex_block_names_the_missing_operator():
+    a = kg.relu(kg.tensor("x", (4, 3)))
+    b = kg.exp(a)
+    c = kg.neg(b)
+    err = _raises(kg.FusionError, kg.fuse, a, c)
+    msg = str(err)
+    assert f"'{b.name}'" in msg and "Exp" in msg
+    assert "outside the block" in msg
+    kg.fuse(a, b, c)  # including it is fine
+
+
+def test_fuse_rejects_inputs_and_empty_blocks():
+    x = kg.tensor("x", (4,))
+    err = _raises(kg.FusionError, kg.fuse, x)
+    assert "'x'" in str(err)
+    _raises(kg.FusionError, kg.fuse)
+
+
+# --- backend capabilities ------------------------------------------------------------------
+
+def _float64_loop():
+    y = kg.relu(kg.tensor("x64", (4, 8), "float64"))
+    return kg.fuse(y).lower()
+
+
+def test_emitter_rejects_a_dtype_its_capabilities_lack():
+    caps = Capabilities(dtypes=frozenset({DType.float32}))
+    try:
+        OpenCLEmitter(_float64_loop(), capabilities=caps).emit()
+    except kg.UnsupportedError as err:
+        assert "float64" in str(err) and "opencl" in str(err)
+        return
+    raise AssertionError("float64 kernel emitted for a float32-only backend")
+
+
+def test_emitter_without_a_scalar_type_raises_unsupported():
+    # the mechanism that does work today: a backend without a C type for the dtype
+    class NoDouble(OpenCLEmitter):
+        scalar_types = {k: v for k, v in OpenCLEmitter.scalar_types.items()
+                        if k is not DType.float64}
+
+    err = _raises(kg.UnsupportedError, NoDouble, _float64_loop())
+    assert err.backend == "opencl" and "float64" in err.capability
+    assert "x64" in err.needed_by
+
+
+def test_unknown_backend():
+    fused = kg.fuse(kg.relu(kg.tensor("x", (4,))))
+    err = _raises(kg.UnsupportedError, fused.emit, "cuda")
+    assert err.backend == "cuda"
+
+
+# --- kernel arguments ----------------------------------------------------------------------
+
+@pytest.fixture
+def kernel(monkeypatch):
+    """An emitted add kernel whose device run is replaced by a sentinel: argument checks must
+    raise before it (so no OpenCL device is needed)."""
+    a, b = kg.tensor("a", (4, 8)), kg.tensor("b", (8,))
+    k = kg.fuse(kg.add(a, b)).emit("opencl")
+
+    class DeviceUsed(Exception):
+        pass
+
+    def no_device(*args, **kwargs):
+        raise DeviceUsed
+
+    monkeypatch.setattr(k, "_run", no_device)
+    monkeypatch.setattr(k, "launch", no_device)
+    k.DeviceUsed = DeviceUsed
+    return k
+
+
+def _arrays(*shapes, dtype=np.float32):
+    return [np.zeros(s, dtype) for s in shapes]
+
+
+def test_valid_arguments_reach_the_device(kernel):
+    with pytest.raises(kernel.DeviceUsed):
+        kernel(*_arrays((4, 8), (8,)))
+
+
+def test_wrong_number_of_arrays(kernel):
+    err = _raises(kg.ArgumentError, kernel, *_arrays((4, 8)))
+    msg = str(err)
+    assert "takes 2 inputs" in msg and "got 1" in msg and "a, b" in msg
+    err = _raises(kg.ArgumentError, kernel, *_arrays((4, 8), (8,), (8,)))
+    assert "got 3" in str(err)
+
+
+def test_wrong_shape(kernel):
+    err = _raises(kg.ArgumentError, kernel, *_arrays((4, 8), (7,)))
+    msg = str(err)
+    assert "'b'" in msg and "(8,)" in msg and "(7,)" in msg
+
+
+def test_wrong_dtype(kernel):
+    a, = _arrays((4, 8))
+    b, = _arrays((8,), dtype=np.float64)
+    err = _raises(kg.ArgumentError, kernel, a, b)
+    msg = str(err)
+    assert "'b'" in msg and "float32" in msg and "float64" in msg
+
+
+def test_wrong_output_array(kernel):
+    a, b = _arrays((4, 8), (8,))
+    out_name = kernel.loop.outputs[0].name
+    err = _raises(kg.ArgumentError, kernel, a, b, out=np.zeros((4, 7), np.float32))
+    assert f"'{out_name}'" in str(err) and "(4, 7)" in str(err)
+    err = _raises(kg.ArgumentError, kernel, a, b, out=(np.zeros((4, 8), np.float32),) * 2)
+    assert "1 outputs" in str(err)
+    non_contiguous = np.zeros((8, 4), np.float32).T
+    err = _raises(kg.ArgumentError, kernel, a, b, out=non_contiguous)
+    assert "C-contiguous" in str(err)
