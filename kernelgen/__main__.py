@@ -36,8 +36,8 @@ def run(path: str, force: bool, repeat: int) -> int:
     separate = unfused(chain.ops)
     values = dict(by_name)
     for k in separate:
-        values[k.loop.outputs[0].name] = k(*(values[b.name] for b in k.loop.inputs))
-    got = kernel(*(by_name[b.name] for b in kernel.loop.inputs))
+        values[k.loop.outputs[0].name] = np.asarray(k(*(values[b.name] for b in k.loop.inputs)))
+    got = np.asarray(kernel(*(by_name[b.name] for b in kernel.loop.inputs)))
     err = float(np.max(np.abs(got - values[chain.ops[-1].name])))
     print(f"max |fused - unfused| = {err:.3g}")
 

@@ -52,7 +52,8 @@ def _reduce_fn(kind: str) -> Callable[..., Op]:
     return fn
 
 
-CONSTRUCTORS: dict[str, Callable[..., Op]] = {}
+# ONNX op type -> constructor (Split returns a tuple of operators, so Any)
+CONSTRUCTORS: dict[str, Callable[..., Any]] = {}
 for _kind in UNARY:
     CONSTRUCTORS[_kind] = _unary_fn(_kind)
 for _kind in BINARY:

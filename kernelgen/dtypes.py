@@ -1,6 +1,7 @@
 """The dtypes kernelgen computes in, and the promotions it applies."""
 from __future__ import annotations
 
+import builtins
 import enum
 
 import numpy as np
@@ -24,11 +25,11 @@ class DType(enum.Enum):
         return np.dtype(self.value)
 
     @property
-    def is_float(self) -> bool:
+    def is_float(self) -> builtins.bool:
         return self in (DType.float32, DType.float16, DType.float64)
 
     @property
-    def is_int(self) -> bool:
+    def is_int(self) -> builtins.bool:
         return self in (DType.int32, DType.int64)
 
     @property

@@ -218,7 +218,8 @@ def _decide_edges(block: list[Op], force: bool, conservative: bool
             rule = fusion_rule(acc[id(v)], op.input_mapping_types[slot],
                                conservative_oto_into_heavy=conservative)
             if rule.colour is Colour.RED and not force:
-                raise FusionError(f"refusing to fuse '{v.name}' ({v.kind}) into '{op.name}' "
+                kind = getattr(v, "kind", "")
+                raise FusionError(f"refusing to fuse '{v.name}' ({kind}) into '{op.name}' "
                                   f"({op.kind}): {rule}. Pass force=True to fuse anyway.")
             edges.append(EdgeRule(v.name, op.name, rule))
             fused_types.append(rule.fused or MappingType.MANY_TO_MANY)

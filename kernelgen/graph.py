@@ -14,6 +14,7 @@ from mapping_types import IndexMap, MappingType, classify
 from .dtypes import DType, as_dtype
 from .errors import ShapeError
 from .expr import Expr, Read, Reduce
+from .shapes import prod
 
 Shape = tuple[int, ...]
 
@@ -48,10 +49,7 @@ class Value:
 
     @property
     def numel(self) -> int:
-        n = 1
-        for s in self.shape:
-            n *= s
-        return n
+        return prod(self.shape)
 
 
 @dataclass(eq=False)

@@ -49,7 +49,8 @@ NUMPY_PRIMITIVES: dict[str, Callable[..., Any]] = {
     "isinf": np.isinf, "and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor,
     "not": np.logical_not,
 }
-_REDUCERS = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}
+_REDUCERS: dict[str, Callable[..., Any]] = {"sum": np.sum, "prod": np.prod, "max": np.max,
+                                            "min": np.min}
 
 
 def _np(dtype: DType) -> np.dtype:

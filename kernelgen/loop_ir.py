@@ -22,6 +22,7 @@ from mapping_types.index_map import simplify_guard
 
 from .dtypes import DType
 from .expr import Call, Expr, IndexCond, Load, Read, Reduce, free_index_symbols, transform, walk
+from .shapes import prod, row_major_strides
 
 if TYPE_CHECKING:
     from .fuse import FusedOp
@@ -37,10 +38,7 @@ class Buffer:
 
     @property
     def numel(self) -> int:
-        n = 1
-        for s in self.shape:
-            n *= s
-        return n
+        return prod(self.shape)
 
 
 @dataclass(frozen=True)
@@ -65,10 +63,7 @@ class LoopKernel:
 
     @property
     def numel(self) -> int:
-        n = 1
-        for _, e in self.domain:
-            n *= e
-        return n
+        return prod(e for _, e in self.domain)
 
     @property
     def store_offset(self) -> sympy.Expr:
@@ -100,18 +95,13 @@ class LoopKernel:
                 return 0
             seen.add(id(node))
             if isinstance(node, Reduce):
-                n = 1
-                for _, e in node.axes:
-                    n *= e
-                return n * (count(node.body, set(), stop) + 1)
+                return prod(e for _, e in node.axes) * (count(node.body, set(), stop) + 1)
             own = 1 if isinstance(node, Call) else 0
             return own + sum(count(c, seen, stop) for c in node.children())
 
         per_point = sum(count(st.value, set(), hoisted) for st in self.stores)
         per_group = sum(count(r, set(), hoisted - {r}) for r in self.hoisted)
-        groups = 1
-        for k in self.group:
-            groups *= self.domain[k][1]
+        groups = prod(self.domain[k][1] for k in self.group)
         return self.numel * per_point + groups * per_group
 
     def __str__(self) -> str:
@@ -129,14 +119,6 @@ def lower(fused: FusedOp, name: str) -> LoopKernel:
 
 # --- pass 1: Read -> Load at flat offsets ------------------------------------------------------
 
-def _strides(shape: tuple[int, ...]) -> list[int]:
-    strides, acc = [], 1
-    for n in reversed(shape):
-        strides.append(acc)
-        acc *= n
-    return strides[::-1]
-
-
 def flatten(fused: FusedOp, name: str) -> LoopKernel:
     """Replace each Read by a Load of the input buffer at its flat row-major offset."""
     inputs = tuple(Buffer(v.name, v.shape, v.dtype) for v in fused.inputs)
@@ -150,7 +132,8 @@ def flatten(fused: FusedOp, name: str) -> LoopKernel:
     def rewrite(node: Expr, recurse: Any) -> Expr | None:
         if isinstance(node, Read):
             buf = inputs[node.slot]
-            offset = sum((e.xreplace(sub) * st for e, st in zip(node.exprs, _strides(buf.shape))),
+            strides = row_major_strides(buf.shape)
+            offset = sum((e.xreplace(sub) * st for e, st in zip(node.exprs, strides)),
                          sympy.Integer(0))
             data = tuple((s, n, recurse(v)) for s, n, v in node.data)
             return Load(node.dtype, buf.name, simplify_index(sympy.expand(offset), ranges),

@@ -29,6 +29,7 @@ _OPTIONAL = Opaque("optional type: operates on optional values, not tensor eleme
 _STRING = Opaque("string op: no numeric element index map")
 _RANDOM = Opaque("random: no deterministic index map")
 _DATA_SHAPE = Opaque("data-dependent output shape")
+_VALUE_SHAPE = Opaque("generator: output shape comes from input values, not shapes")
 _METADATA = Opaque("metadata: output derives from the input's shape, not its elements")
 
 ONNX_MAPPING: dict[str, MappingType | Opaque] = {
@@ -130,12 +131,6 @@ ONNX_MAPPING: dict[str, MappingType | Opaque] = {
     "Resize": _1TOM,
     "Tile": _1TOM,
     "Upsample": _1TOM,  # deprecated, superseded by Resize
-    # ---- ONE_TO_MANY: generators whose scalar inputs feed every output ----
-    "BlackmanWindow": _1TOM,
-    "HammingWindow": _1TOM,
-    "HannWindow": _1TOM,
-    "MelWeightMatrix": _1TOM,
-    "Range": _1TOM,
     # ---- MANY_TO_MANY: convolutions and contractions ----
     "AffineGrid": _MTOM,  # theta times the base grid
     "CausalConvWithState": _MTOM,
@@ -250,6 +245,11 @@ ONNX_MAPPING: dict[str, MappingType | Opaque] = {
     "Compress": _DATA_SHAPE,
     "ImageDecoder": Opaque("data-dependent output shape: decoded from encoded image bytes"),
     "NonMaxSuppression": _DATA_SHAPE,
+    "BlackmanWindow": _VALUE_SHAPE,
+    "HammingWindow": _VALUE_SHAPE,
+    "HannWindow": _VALUE_SHAPE,
+    "MelWeightMatrix": _VALUE_SHAPE,
+    "Range": _VALUE_SHAPE,
     "NonZero": _DATA_SHAPE,
     "Unique": _DATA_SHAPE,
     # ---- Opaque: constants, fills and shape/metadata producers ----

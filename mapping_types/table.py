@@ -78,7 +78,8 @@ _TABLE: dict[tuple[MappingType, MappingType], tuple[MappingType | None, Colour, 
 }
 
 _CONSERVATIVE_REASON = ("conservative switch: a One-to-One producer inlined into a heavy consumer "
-                        "is recomputed once per window (cheap for Relu, not for Exp/Erf), so measure")
+                        "is recomputed once per window (cheap for Relu, not for Exp/Erf), "
+                        "so measure")
 
 
 def fusion_rule(first: MappingType, second: MappingType, *,

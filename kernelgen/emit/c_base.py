@@ -250,11 +250,19 @@ class CEmitter:
         """A reduction as nested C loops inside the current scope; returns its accumulator."""
         acc = self.fresh("acc")
         scope.add(f"{self.ctype(node.dtype)} {acc} = {self.reduce_init(node)};")
+        self.reduce_loops(node, scope, acc)
+        scope.names[node] = acc
+        return acc
+
+    def reduce_loops(self, node: Reduce, scope: Scope, acc: str, start: int = 0) -> None:
+        """Nested loops combining ``node.body`` into ``acc``; the first axis starts at ``start``
+        (a vector loop may have covered the positions before it)."""
         inner = scope
-        for s, n in node.axes:
+        for k, (s, n) in enumerate(node.axes):
             name = self.fresh("r")
             self.symbol_names[s] = name
-            inner.add(f"for ({self.index_t} {name} = 0; {name} < {n}; ++{name}) {{")
+            begin = start if k == 0 else 0
+            inner.add(f"for ({self.index_t} {name} = {begin}; {name} < {n}; ++{name}) {{")
             inner = inner.child()
         value = self.expr(node.body, inner)
         inner.add(f"{acc} = {self.combine(node.kind, node.dtype, acc, value)};")
@@ -262,8 +270,6 @@ class CEmitter:
             inner.add(self.loop_tail)
         for depth in range(len(node.axes)):
             scope.lines.append(INDENT * (scope.depth + len(node.axes) - 1 - depth) + "}")
-        scope.names[node] = acc
-        return acc
 
     def decompose(self, flat: str, axes: list[tuple[sympy.Symbol, int]], scope: Scope) -> None:
         """Declare each axis symbol from a flat row-major position ``flat`` over ``axes``."""

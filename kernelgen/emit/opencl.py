@@ -23,6 +23,7 @@ from ..dtypes import DType
 from ..errors import UnsupportedError
 from ..expr import Call, Const, Expr, Load, Reduce, Select, free_index_symbols
 from ..loop_ir import Axis, Buffer, LoopKernel
+from ..shapes import prod
 from .c_base import CEmitter, Scope
 
 _FLOAT = {
@@ -114,7 +115,7 @@ class OpenCLEmitter(CEmitter):
         if self.caps.simd_within_work_item and self._row_vectorizable():
             return "row"
         longest = max(_extent(r) for r in self.kernel.hoisted)
-        groups = _prod(self.kernel.domain[g][1] for g in self.kernel.group)
+        groups = prod(self.kernel.domain[g][1] for g in self.kernel.group)
         few_groups = groups < GROUP_FEW
         return "group" if longest >= GROUP_REDUCE_MIN or few_groups else "item"
 
@@ -170,7 +171,7 @@ class OpenCLEmitter(CEmitter):
         dims = [[axes[-1]]] + ([[axes[-2]]] if len(axes) > 1 else [])
         if len(axes) > 2:
             dims.append(list(axes[:-2]))
-        sizes = [_prod(n for _, n in d) for d in dims]
+        sizes = [prod(n for _, n in d) for d in dims]
         local = _local_shape(sizes, self.local)
         global_ = tuple(-(-s // l) * l for s, l in zip(sizes, local))
         checks = []
@@ -242,7 +243,7 @@ class OpenCLEmitter(CEmitter):
         for r in k.hoisted:
             self._cooperative_reduce(r, body, local)
         elems = [k.domain[e] for e in k.element_axes]
-        count = _prod(n for _, n in elems)
+        count = prod(n for _, n in elems)
         if count == 1:  # a plain reduction: one value per group
             self._stores(body, guard="lid == 0")
         else:
@@ -255,7 +256,7 @@ class OpenCLEmitter(CEmitter):
         src = templates.render("opencl", "group_reduce.cl", name=k.name, params=self.params(),
                                local=str(local), index_t=self.index_t, scratch=scratch,
                                index="\n".join(index.lines), body="\n".join(body.lines))
-        groups = _prod(n for _, n in group_axes)
+        groups = prod(n for _, n in group_axes)
         return src, Launch((groups * local,), (local,))
 
     def _uniform_loop(self, count: int, local: int, scope: Scope) -> str:
@@ -352,13 +353,7 @@ class OpenCLEmitter(CEmitter):
         scope.add("}")
         scope.add(f"{t} {acc} = {self._horizontal(node, vacc, scope)};")
         if n % w:
-            name = self.fresh("r")
-            self.symbol_names[sym] = name
-            scope.add(f"for ({self.index_t} {name} = {n - n % w}; {name} < {n}; ++{name}) {{")
-            tail = scope.child()
-            value = self.expr(node.body, tail)
-            tail.add(f"{acc} = {self.combine(node.kind, node.dtype, acc, value)};")
-            scope.add("}")
+            self.reduce_loops(node, scope, acc, start=n - n % w)
         scope.names[node] = acc
 
     def _hoist_invariants(self, root: Expr, sym: sympy.Symbol, scope: Scope) -> None:
@@ -408,14 +403,7 @@ class OpenCLEmitter(CEmitter):
 
 
 def _extent(r: Reduce) -> int:
-    return _prod(n for _, n in r.axes)
-
-
-def _prod(values: Any) -> int:
-    out = 1
-    for v in values:
-        out *= int(v)
-    return out
+    return prod(n for _, n in r.axes)
 
 
 def _pow2_floor(n: int) -> int:

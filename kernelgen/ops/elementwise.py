@@ -181,7 +181,7 @@ def variadic(kind: str, *values: Value) -> Op:
     require_dtype(kind, values[0], NUMERIC, "a numeric dtype")
     shape = broadcast_shape(kind, values)
     reads = [broadcast_read(k, v, shape) for k, v in enumerate(values)]
-    body = reads[0]
+    body: Expr = reads[0]
     for r in reads[1:]:
         body = call(prim, body, r)
     if kind == "Mean":
@@ -202,7 +202,8 @@ def where(condition: Value, x: Value, y: Value) -> Op:
 def clip(x: Value, min: float | Value | None = None, max: float | Value | None = None) -> Op:
     """ONNX Clip; bounds are numbers or tensors broadcast to ``x``."""
     require_dtype("Clip", x, NUMERIC, "a numeric dtype")
-    inputs, body = [x], broadcast_read(0, x, x.shape)
+    inputs: list[Value] = [x]
+    body: Expr = broadcast_read(0, x, x.shape)
     for fn, bound in (("max", min), ("min", max)):
         if bound is None:
             continue

@@ -13,8 +13,9 @@ from mapping_types import FloorDiv, FloorMod, fresh_reduce_symbol, out_symbols, 
 
 from ..dtypes import INTS, DType
 from ..errors import AttributeError_, ShapeError
-from ..expr import IndexCond, Read, call, const, select
+from ..expr import Expr, IndexCond, Read, call, const, select
 from ..graph import Op, Value
+from ..shapes import prod, row_major_strides
 from .common import (
     broadcast_exprs,
     broadcast_shape,
@@ -29,14 +30,6 @@ from .common import (
 Shape = tuple[int, ...]
 
 
-def _strides(shape: Sequence[int]) -> list[int]:
-    strides, acc = [], 1
-    for n in reversed(shape):
-        strides.append(acc)
-        acc *= n
-    return strides[::-1]
-
-
 def _move(kind: str, x: Value, shape: Shape, exprs: Sequence[sympy.Expr], attrs: dict,
           guard: sympy.Basic = sympy.true) -> Op:
     ranges = dict(zip(out_symbols(len(shape)), shape))
@@ -46,10 +39,11 @@ def _move(kind: str, x: Value, shape: Shape, exprs: Sequence[sympy.Expr], attrs:
 
 def _reshape_to(kind: str, x: Value, shape: Shape, attrs: dict) -> Op:
     """Any reshape: the flat row-major offset is kept, each input axis is recovered from it."""
-    if int(np.prod(shape)) != x.numel:
+    if prod(shape) != x.numel:
         raise ShapeError(kind, x.name, f"a shape with {x.numel} elements", shape)
-    flat = sum((o * s for o, s in zip(out_symbols(len(shape)), _strides(shape))), sympy.Integer(0))
-    exprs = [FloorMod(FloorDiv(flat, s), n) for s, n in zip(_strides(x.shape), x.shape)]
+    out_strides = zip(out_symbols(len(shape)), row_major_strides(shape))
+    flat = sum((o * s for o, s in out_strides), sympy.Integer(0))
+    exprs = [FloorMod(FloorDiv(flat, s), n) for s, n in zip(row_major_strides(x.shape), x.shape)]
     return _move(kind, x, shape, exprs, attrs)
 
 
@@ -74,7 +68,7 @@ def reshape(x: Value, shape: Sequence[int], allowzero: int = 0) -> Op:
     if dims.count(-1) > 1 or any(d < -1 or d == 0 for d in dims):
         raise AttributeError_("Reshape", "shape", "positive sizes, at most one -1", list(shape))
     if -1 in dims:
-        known = int(np.prod([d for d in dims if d != -1]))
+        known = prod(d for d in dims if d != -1)
         if x.numel % known:
             raise ShapeError("Reshape", x.name, f"a shape whose known sizes divide {x.numel}",
                              tuple(shape))
@@ -88,7 +82,7 @@ def flatten(x: Value, axis: int = 1) -> Op:
     if not -x.rank <= axis <= x.rank:
         raise ShapeError("Flatten", x.name, f"-{x.rank} <= axis <= {x.rank}", str(axis))
     axis %= x.rank + 1 if axis < 0 else x.rank + 1
-    shape = (int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:])))
+    shape = (prod(x.shape[:axis]), prod(x.shape[axis:]))
     return _reshape_to("Flatten", x, shape, {"axis": axis})
 
 
@@ -156,7 +150,7 @@ def concat(values: Sequence[Value], axis: int) -> Op:
     shape = list(first.shape)
     shape[axis] = sum(v.shape[axis] for v in values)
     o = out_symbols(first.rank)
-    body = None
+    body: Expr | None = None
     offset = shape[axis]
     for k in reversed(range(len(values))):  # build the select chain from the last input back
         offset -= values[k].shape[axis]
@@ -304,7 +298,8 @@ def resize(x: Value, scales: Sequence[float] | None = None, sizes: Sequence[int]
     if nearest_mode not in _NEAREST_MODES:
         raise AttributeError_("Resize", "nearest_mode", str(_NEAREST_MODES), nearest_mode)
     if (scales is None) == (sizes is None) or len(scales or sizes or ()) != x.rank:
-        raise AttributeError_("Resize", "scales/sizes", f"exactly one of them, with {x.rank} values",
+        raise AttributeError_("Resize", "scales/sizes",
+                              f"exactly one of them, with {x.rank} values",
                               (scales, sizes))
     if sizes is not None:
         out = tuple(int(s) for s in sizes)
@@ -335,7 +330,8 @@ def _nearest_axis(o: sympy.Symbol, n: int, m: int, s: Fraction, true_scale: floa
     elif coord == "tf_half_pixel_for_nn":
         num, den = (2 * o + 1) * q, sympy.Integer(2 * p)
     elif coord == "align_corners":
-        num, den = (o * (n - 1), sympy.Integer(m - 1)) if m > 1 else (sympy.Integer(0), sympy.Integer(1))
+        num, den = (o * (n - 1), sympy.Integer(m - 1)) if m > 1 else \
+            (sympy.Integer(0), sympy.Integer(1))
     elif coord == "pytorch_half_pixel" and m == 1:
         num, den = sympy.Integer(0), sympy.Integer(1)
     else:  # half_pixel: (o + 1/2)/s - 1/2

@@ -70,3 +70,13 @@ def test_golden_opencl(name: str) -> None:
         path.write_text(source)
     assert path.exists(), f"missing golden file {path}; run with KERNELGEN_UPDATE_GOLDEN=1"
     assert source == path.read_text(), f"emitted source for {name} changed; review and update"
+
+
+def test_index_width_follows_tensor_size() -> None:
+    """int indices while every buffer fits in 2**31 elements, long beyond (source only: 2**32
+    floats would need 16 GiB to run)."""
+    small = kg.fuse(kg.relu(kg.tensor("x", (2**15, 2**15)))).emit("opencl")
+    big = kg.fuse(kg.relu(kg.tensor("x", (2**16, 2**16)))).emit("opencl")
+    assert small.metadata["tunables"]["index_type"] == "int"
+    assert big.metadata["tunables"]["index_type"] == "long"
+    assert "const long o0 = (long)get_global_id(0);" in big.source
