@@ -1,162 +1,126 @@
-"""What every C-family emitter shares: printing index arithmetic and scalar expressions as C
-statements with common subexpressions named once. Backends (OpenCL here, NEON C later) subclass
-``CEmitter`` and fill its tables; schedules (how loops map to hardware) stay in the subclasses."""
+"""The C family (OpenCL C, NEON C): C statements, types and literals, explicit vector loops driven
+by a per-backend ``VectorSyntax`` table, and the per-group body both backends share: hoisted
+reductions, then the loops over the group's elements with their stores."""
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import sympy
 
-from mapping_types import FloorDiv, FloorMod
-from mapping_types.index import is_provably_nonnegative
-
 from ..dtypes import DType
 from ..errors import UnsupportedError
-from ..expr import Call, Cast, Const, Expr, IndexCond, Load, Reduce, Select
-from ..loop_ir import Buffer, LoopKernel
-
-INDENT = "    "
-
-
-@dataclass
-class Scope:
-    """A block of C statements and the expressions already named in it (inherited inward)."""
-
-    lines: list[str]
-    depth: int
-    names: dict[Expr, str] = field(default_factory=dict)
-    parent: Scope | None = None
-
-    def lookup(self, node: Expr) -> str | None:
-        scope: Scope | None = self
-        while scope is not None:
-            if node in scope.names:
-                return scope.names[node]
-            scope = scope.parent
-        return None
-
-    def child(self) -> Scope:
-        return Scope(self.lines, self.depth + 1, parent=self)
-
-    def add(self, line: str) -> None:
-        self.lines.append(INDENT * self.depth + line)
+from ..expr import Call, Cast, Const, Expr, Load, Reduce, Select, free_index_symbols
+from ..loop_ir import Axis, Buffer, LoopKernel
+from ..shapes import prod
+from .base import Capabilities, Emitter, Scope
 
 
-class CEmitter:
-    """Prints the loop IR's expressions as C. Subclasses set the tables below."""
+@dataclass(frozen=True)
+class VectorSyntax:
+    """How a backend writes ``width``-lane float32 code. Formats take ``{0}``, ``{1}`` operands;
+    ``functions`` maps primitives to vector expressions (absent: no vector form)."""
 
-    backend = "c"
-    # compute type of each dtype, and how a buffer of that dtype is declared
-    scalar_types: Mapping[DType, str] = {}
-    # primitive -> C format; '{0}' etc. are the argument expressions. Keys: (name, 'float'|'int')
-    float_formats: Mapping[str, str] = {}
+    width: int
+    vtype: str                      # float8, float32x4_t
+    mtype: str                      # the mask type comparisons return
+    load: str                       # {ptr}, {off}
+    store: str                      # {ptr}, {off}, {v}
+    broadcast: str                  # scalar float -> vector
+    broadcast_mask: str             # scalar bool -> mask
+    select: str                     # {0} mask, {1} if true, {2} if false
+    functions: Mapping[str, str]
+    combine: Mapping[str, str]      # reduction kind -> vector combine of {a}, {b}
+    horizontal: Mapping[str, str]   # reduction kind -> scalar from vector {v} ('' = halving)
+
+
+def vectorizable(root: Expr, sym: sympy.Symbol, syntax: VectorSyntax,
+                 hoisted: frozenset[Reduce] = frozenset()) -> bool:
+    """Whether ``root`` can run as float32 vectors along ``sym``: primitives with a vector form,
+    selects and comparisons; loads contiguous (stride 1) or invariant in ``sym``; index
+    conditions and gathered indices free of ``sym``."""
+
+    def ok(node: Expr) -> bool:
+        if node in hoisted or sym not in free_index_symbols(node):
+            return True  # computed once, outside the vector loop
+        if isinstance(node, Load):
+            offset = sympy.expand(node.offset)
+            coeff = offset.coeff(sym)
+            rest = sympy.expand(offset - coeff * sym)
+            return (node.dtype is DType.float32 and coeff == 1 and sym not in rest.free_symbols
+                    and sym not in node.guard.free_symbols and not node.data)
+        if isinstance(node, Call):
+            lanes_ok = node.dtype in (DType.float32, DType.bool) and all(
+                a.dtype in (DType.float32, DType.bool) for a in node.args)
+            return lanes_ok and node.fn in syntax.functions and all(ok(c) for c in node.args)
+        if isinstance(node, Select):
+            return node.dtype in (DType.float32, DType.bool) and all(
+                ok(c) for c in node.children())
+        return False  # casts, index conditions on sym, nested reductions: scalar code
+
+    return ok(root)
+
+
+class CEmitter(Emitter):
+    """C statements. Subclasses set the type tables, the primitive formats and ``vector``."""
+
+    scalar_types: Mapping[DType, str] = {}   # compute type of each dtype
+    buffer_types: Mapping[DType, str] = {}   # element type of buffers
+    float_formats: Mapping[str, Mapping[DType, str] | str] = {}
     int_formats: Mapping[str, str] = {}
-    reduce_combine: Mapping[tuple[str, str], str] = {
+    float_suffix = {DType.float32: "f", DType.float16: "f", DType.float64: ""}
+    vector: VectorSyntax | None = None
+    reduce_combine = {
         ("sum", "any"): "{a} + {b}", ("prod", "any"): "{a} * {b}",
         ("max", "float"): "fmax({a}, {b})", ("min", "float"): "fmin({a}, {b})",
         ("max", "int"): "max({a}, {b})", ("min", "int"): "min({a}, {b})",
     }
 
-    # Appended to every serial loop body; OpenCL puts a barrier there so PoCL makes its
-    # work-item loop the innermost one and vectorises across work-items.
-    loop_tail: str | None = None
-
-    def __init__(self, kernel: LoopKernel) -> None:
-        self.kernel = kernel
-        self.counter = 0
-        # domain axes print by position; every other symbol gets an emitter-local name, so the
-        # source does not depend on global symbol counters
-        self.symbol_names: dict[sympy.Symbol, str] = {
-            s: f"o{k}" for k, (s, _) in enumerate(kernel.domain)}
-        self.ranges: dict[sympy.Symbol, int] = dict(kernel.ranges)
-        self.ranges.update(kernel.domain)
-        wide = max([b.numel for b in kernel.inputs + kernel.outputs] + [kernel.numel]) >= 2**31
-        self.index_t = "long" if wide else "int"
-        self.buffers = {b.name: b for b in kernel.inputs + kernel.outputs}
-        self.arg_names = {b.name: f"{_c_ident(b.name)}" for b in kernel.inputs + kernel.outputs}
-        self._check_dtypes()
-
-    # --- capabilities ---------------------------------------------------------------------
-
-    def _check_dtypes(self) -> None:
-        for b in self.kernel.inputs + self.kernel.outputs:
+    def __init__(self, kernel: LoopKernel, capabilities: Capabilities) -> None:
+        super().__init__(kernel, capabilities)
+        for b in kernel.inputs + kernel.outputs:
             if b.dtype not in self.scalar_types:
                 raise UnsupportedError(self.backend, f"dtype {b.dtype}", f"buffer '{b.name}'")
+        self.arg_names = {b.name: _c_ident(b.name) for b in kernel.inputs + kernel.outputs}
 
-    def fresh(self, prefix: str = "t") -> str:
-        self.counter += 1
-        return f"{prefix}{self.counter}"
+    @property
+    def index_t(self) -> str:
+        return self.long_t if self.wide else "int"
+
+    long_t = "long"
 
     def ctype(self, dtype: DType) -> str:
         return self.scalar_types[dtype.compute]
 
-    # --- index arithmetic -----------------------------------------------------------------
+    def int_literal(self, v: int) -> str:
+        return f"{v}L" if self.wide and abs(v) >= 2**31 else str(v)
 
-    def index(self, expr: sympy.Basic) -> str:
-        """C text of an integer index expression or guard (floor semantics preserved)."""
-        e = expr
-        if e is sympy.true:
-            return "1"
-        if e is sympy.false:
-            return "0"
-        if e.is_Integer:
-            v = int(e)
-            return f"{v}L" if self.index_t == "long" and abs(v) >= 2**31 else str(v)
-        if e.is_Symbol:
-            return self.symbol_names.get(e, str(e))
-        if e.is_Add:
-            terms = sorted(e.args, key=lambda t: (t.is_Integer, str(t)))
-            out = self.index(terms[0])
-            for t in terms[1:]:
-                coeff, rest = t.as_coeff_Mul()
-                if coeff.is_Integer and int(coeff) < 0:
-                    neg = -t
-                    out += f" - {self._atom(neg)}"
-                else:
-                    out += f" + {self.index(t)}"
-            return out
-        if e.is_Mul:
-            return " * ".join(self._atom(a) for a in e.args)
-        if e.is_Pow and e.exp.is_Integer and int(e.exp) > 0:
-            return " * ".join([self._atom(e.base)] * int(e.exp))
-        if isinstance(e, (FloorDiv, FloorMod)):
-            a, d = e.args
-            if is_provably_nonnegative(a, self.ranges):
-                op = "/" if isinstance(e, FloorDiv) else "%"
-                return f"{self._atom(a)} {op} {self.index(d)}"
-            macro = "KG_FLOORDIV" if isinstance(e, FloorDiv) else "KG_FLOORMOD"
-            return f"{macro}({self.index(a)}, {self.index(d)})"
-        if isinstance(e, (sympy.Max, sympy.Min)):
-            fn = "max" if isinstance(e, sympy.Max) else "min"
-            out = self.index(e.args[0])
-            for a in e.args[1:]:
-                out = f"{fn}(({self.index_t})({out}), ({self.index_t})({self.index(a)}))"
-            return out
-        if isinstance(e, sympy.And):
-            return " && ".join(self._atom(a) for a in e.args)
-        if isinstance(e, sympy.Or):
-            return " || ".join(self._atom(a) for a in e.args)
-        if isinstance(e, sympy.Not):
-            return f"!{self._atom(e.args[0])}"
-        ops = {sympy.StrictLessThan: "<", sympy.LessThan: "<=", sympy.StrictGreaterThan: ">",
-               sympy.GreaterThan: ">=", sympy.Equality: "==", sympy.Unequality: "!="}
-        if type(e) in ops:
-            lhs, rhs = e.lhs, e.rhs
-            const = sum((t for t in sympy.Add.make_args(lhs) if t.is_Integer), sympy.Integer(0))
-            if rhs.is_Integer and const != 0:  # o1 - 8 < 0  ->  o1 < 8
-                lhs, rhs = lhs - const, rhs - const
-            return f"{self.index(lhs)} {ops[type(e)]} {self.index(rhs)}"
-        raise TypeError(f"cannot print index expression {e}")
+    # --- statements --------------------------------------------------------------------------
 
-    def _atom(self, e: sympy.Basic) -> str:
-        text = self.index(e)
-        simple = e.is_Symbol or (e.is_Integer and int(e) >= 0) or \
-            isinstance(e, (sympy.Max, sympy.Min))
-        return text if simple else f"({text})"
+    def statement(self, text: str) -> str:
+        return text + ";"
 
-    # --- scalar expressions -----------------------------------------------------------------
+    def declare(self, scope: Scope, name: str, dtype: DType, text: str) -> None:
+        scope.add(f"const {self.ctype(dtype)} {name} = {text};")
+
+    def to_index(self, value: str) -> str:
+        return f"({self.index_t})({value})"
+
+    def declare_index(self, scope: Scope, name: str, text: str) -> None:
+        scope.add(f"const {self.index_t} {name} = {text};")
+
+    def declare_acc(self, scope: Scope, name: str, node: Reduce) -> None:
+        scope.add(f"{self.ctype(node.dtype)} {name} = {self.reduce_init(node)};")
+
+    def open_loop(self, scope: Scope, var: str, start: str, stop: str) -> Scope:
+        scope.add(f"for ({self.index_t} {var} = {start}; {var} < {stop}; ++{var}) {{")
+        return scope.child()
+
+    def close_loop(self, scope: Scope) -> None:
+        scope.add("}")
+
+    # --- literals and expressions --------------------------------------------------------------
 
     def literal(self, value: float | int | bool, dtype: DType) -> str:
         if dtype is DType.bool:
@@ -164,129 +128,217 @@ class CEmitter:
         if dtype.is_int:
             return f"{int(value)}L" if dtype is DType.int64 else str(int(value))
         v = float(value)
-        suffix = "" if dtype is DType.float64 else "f"
         if math.isnan(v):
             return "NAN"
         if math.isinf(v):
             return "INFINITY" if v > 0 else "(-INFINITY)"
         text = repr(v)
-        return f"{text}{suffix}" if ("." in text or "e" in text) else f"{text}.0{suffix}"
+        text = text if ("." in text or "e" in text) else f"{text}.0"
+        return text + self.float_suffix[dtype]
 
-    def expr(self, node: Expr, scope: Scope) -> str:
-        """Emit the statements ``node`` needs into ``scope``; return the C expression for it."""
-        if isinstance(node, Const):
-            return self.literal(node.value, node.dtype)
-        named = scope.lookup(node)
-        if named is not None:
-            return named
-        text = self._expr_text(node, scope)
-        if isinstance(node, Reduce):
-            return text  # already a named accumulator
-        name = self.fresh()
-        scope.add(f"const {self.ctype(node.dtype)} {name} = {text};")
-        scope.names[node] = name
-        return name
+    def int_limit(self, dtype: DType, largest: bool) -> str:
+        big = "9223372036854775807L" if dtype is DType.int64 else "2147483647"
+        return big if largest else f"(-{big} - 1)"
 
-    def _expr_text(self, node: Expr, scope: Scope) -> str:
-        if isinstance(node, Load):
-            return self.load(node, scope)
-        if isinstance(node, IndexCond):
-            return self.index(node.cond)
-        if isinstance(node, Call):
-            args = [self.expr(a, scope) for a in node.args]
-            kind = "float" if node.args[0].dtype.is_float else "int"
-            table = self.float_formats if kind == "float" else self.int_formats
-            if node.fn not in table:
-                raise UnsupportedError(self.backend, f"function '{node.fn}' on {kind} values",
-                                       f"kernel '{self.kernel.name}'")
-            return table[node.fn].format(*args)
-        if isinstance(node, Select):
-            c, a, b = (self.expr(x, scope) for x in (node.cond, node.if_true, node.if_false))
-            return f"{c} ? {a} : {b}"
-        if isinstance(node, Cast):
-            v = self.expr(node.value, scope)
-            if node.dtype is DType.bool:
-                return f"({v} != 0)"
-            return f"({self.ctype(node.dtype)})({v})"
-        if isinstance(node, Reduce):
-            return self.serial_reduce(node, scope)
-        raise TypeError(f"cannot emit {type(node).__name__}")
+    def call_text(self, node: Call, args: list[str]) -> str:
+        operand = node.args[0].dtype
+        table = self.float_formats if operand.is_float else self.int_formats
+        fmt = table.get(node.fn)
+        if isinstance(fmt, Mapping):  # per-dtype spelling (expf vs exp)
+            fmt = fmt.get(operand.compute)
+        if fmt is None:
+            kind = "float" if operand.is_float else "integer"
+            raise UnsupportedError(self.backend, f"function '{node.fn}' on {kind} values",
+                                   f"kernel '{self.kernel.name}'")
+        return fmt.format(*args)
 
-    def load(self, node: Load, scope: Scope) -> str:
-        for s, _, v in node.data:
-            self.symbol_names[s] = self.fresh("ix")
-            scope.add(f"const {self.index_t} {self.symbol_names[s]} = "
-                      f"({self.index_t})({self.expr(v, scope)});")
-            self.ranges[s] = dict((x, n) for x, n, _ in node.data)[s]
-        value = self.load_text(self.buffers[node.buffer], self.index(node.offset))
+    def select_text(self, cond: str, a: str, b: str) -> str:
+        return f"{cond} ? {a} : {b}"
+
+    def cast_text(self, node: Cast, value: str) -> str:
+        if node.dtype is DType.bool:
+            return f"({value} != 0)"
+        return f"({self.ctype(node.dtype)})({value})"
+
+    def load_text(self, node: Load) -> str:
+        value = self.buffer_load(self.buffers[node.buffer], self.index(node.offset))
         if node.guard is sympy.true:
             return value
         return f"({self.index(node.guard)}) ? {value} : {self.literal(0, node.dtype)}"
 
-    def load_text(self, buf: Buffer, offset: str) -> str:
+    def buffer_load(self, buf: Buffer, offset: str) -> str:
         return f"{self.arg_names[buf.name]}[{offset}]"
 
-    def store_text(self, buf: Buffer, offset: str, value: str) -> str:
+    def buffer_store(self, buf: Buffer, offset: str, value: str) -> str:
         return f"{self.arg_names[buf.name]}[{offset}] = {value};"
 
-    # --- reductions -------------------------------------------------------------------------
+    def stores(self, scope: Scope, guard: str | None = None) -> None:
+        offset = self.index(self.kernel.store_offset)
+        for buf, st in zip(self.kernel.outputs, self.kernel.stores):
+            store = self.buffer_store(buf, offset, self.expr(st.value, scope))
+            scope.add(f"if ({guard}) {store}" if guard else store)
 
-    def reduce_init(self, node: Reduce) -> str:
-        if node.kind == "sum":
-            return self.literal(0, node.dtype)
-        if node.kind == "prod":
-            return self.literal(1, node.dtype)
-        if node.dtype.is_float:
-            return self.literal(-math.inf if node.kind == "max" else math.inf, node.dtype)
-        big = "9223372036854775807L" if node.dtype is DType.int64 else "2147483647"
-        return big if node.kind == "min" else f"(-{big} - 1)"
+    # --- the body run once per group point -------------------------------------------------------
 
-    def combine(self, kind: str, dtype: DType, a: str, b: str) -> str:
-        fmt = self.reduce_combine.get((kind, "any")) or \
-            self.reduce_combine[(kind, "float" if dtype.is_float else "int")]
-        return fmt.format(a=a, b=b)
-
-    def serial_reduce(self, node: Reduce, scope: Scope) -> str:
-        """A reduction as nested C loops inside the current scope; returns its accumulator."""
-        acc = self.fresh("acc")
-        scope.add(f"{self.ctype(node.dtype)} {acc} = {self.reduce_init(node)};")
-        self.reduce_loops(node, scope, acc)
-        scope.names[node] = acc
-        return acc
-
-    def reduce_loops(self, node: Reduce, scope: Scope, acc: str, start: int = 0) -> None:
-        """Nested loops combining ``node.body`` into ``acc``; the first axis starts at ``start``
-        (a vector loop may have covered the positions before it)."""
+    def group_body(self, scope: Scope, *, vectorize: bool, guard: str | None = None,
+                   element_range: tuple[str, str] | None = None) -> None:
+        """Hoisted reductions, then every element of the group with its stores. Assumes the
+        group axes are bound. With ``element_range`` the single element axis runs over
+        ``[start, stop)`` only (a thread's chunk of a 1-D domain)."""
+        k = self.kernel
+        for r in k.hoisted:
+            if vectorize and self._vector_reduction_ok(r):
+                self._vector_reduce(r, scope)
+            else:
+                self.serial_reduce(r, scope)
+        elems = [k.domain[e] for e in k.element_axes]
+        vector_last = vectorize and self._vector_elements_ok(elems)
+        opened: list[Scope] = []
         inner = scope
-        for k, (s, n) in enumerate(node.axes):
-            name = self.fresh("r")
-            self.symbol_names[s] = name
-            begin = start if k == 0 else 0
-            inner.add(f"for ({self.index_t} {name} = {begin}; {name} < {n}; ++{name}) {{")
-            inner = inner.child()
-        value = self.expr(node.body, inner)
-        inner.add(f"{acc} = {self.combine(node.kind, node.dtype, acc, value)};")
-        if self.loop_tail:
-            inner.add(self.loop_tail)
-        for depth in range(len(node.axes)):
-            scope.lines.append(INDENT * (scope.depth + len(node.axes) - 1 - depth) + "}")
+        loops = elems[:-1] if vector_last else elems
+        for s, n in loops:
+            opened.append(inner)
+            inner = self.open_loop(inner, self.symbol_names[s], "0", self.int_literal(n))
+        if vector_last:
+            start, stop = element_range or ("0", self.int_literal(elems[-1][1]))
+            self._vector_stores(elems[-1], inner, start, stop, guard)
+        else:
+            self.stores(inner, guard)
+            if elems:
+                self.loop_tail(inner)
+        for outer in reversed(opened):
+            self.close_loop(outer)
 
-    def decompose(self, flat: str, axes: list[tuple[sympy.Symbol, int]], scope: Scope) -> None:
-        """Declare each axis symbol from a flat row-major position ``flat`` over ``axes``."""
-        stride = 1
-        strides = []
-        for _, n in reversed(axes):
-            strides.append(stride)
-            stride *= n
-        strides.reverse()
-        for k, ((s, n), st) in enumerate(zip(axes, strides)):
-            name = self.symbol_names.setdefault(s, self.fresh("r"))
-            value = flat if st == 1 else f"{flat} / {st}"
-            if k > 0:
-                value = f"({value}) % {n}" if st != 1 else f"{flat} % {n}"
-            scope.add(f"const {self.index_t} {name} = {value};")
+    def _vector_reduction_ok(self, r: Reduce) -> bool:
+        v = self.vector
+        return v is not None and len(r.axes) == 1 and r.axes[0][1] >= 2 * v.width \
+            and r.dtype is DType.float32 and vectorizable(r.body, r.axes[0][0], v)
+
+    def _vector_elements_ok(self, elems: list[Axis]) -> bool:
+        v, k = self.vector, self.kernel
+        if v is None or not elems or k.element_axes[-1] != len(k.domain) - 1:
+            return False
+        sym, n = elems[-1]
+        hoisted = frozenset(k.hoisted)
+        return n >= 2 * v.width and all(b.dtype is DType.float32 for b in k.outputs) and all(
+            vectorizable(st.value, sym, v, hoisted) for st in k.stores)
+
+    # --- explicit vector loops ------------------------------------------------------------------
+
+    def _hoist_invariants(self, root: Expr, sym: sympy.Symbol, scope: Scope) -> None:
+        """Emit, before a vector loop over ``sym``, every largest sub-expression of ``root`` that
+        does not depend on ``sym`` (the loop broadcasts the scalar)."""
+        if isinstance(root, Const):
+            return
+        if sym not in free_index_symbols(root) or root in self.kernel.hoisted:
+            self.expr(root, scope)
+            return
+        for child in root.children():
+            self._hoist_invariants(child, sym, scope)
+
+    def _vector_reduce(self, node: Reduce, scope: Scope) -> None:
+        """``node`` as a vector loop over its axis and a scalar tail; names the result."""
+        assert self.vector is not None
+        v = self.vector
+        (sym, n) = node.axes[0]
+        vacc, acc, i = self.fresh("vacc"), self.fresh("acc"), self.fresh("i")
+        self._hoist_invariants(node.body, sym, scope)
+        scope.add(f"{v.vtype} {vacc} = {v.broadcast.format(self.reduce_init(node))};")
+        scope.add(f"{self.index_t} {i} = 0;")
+        scope.add(f"for (; {i} + {v.width} <= {n}; {i} += {v.width}) {{")
+        inner = scope.child()
+        value = _VectorPrinter(self, sym, i, inner).expr(node.body)
+        inner.add(f"{vacc} = {v.combine[node.kind].format(a=vacc, b=value)};")
+        scope.add("}")
+        scope.add(f"{self.ctype(node.dtype)} {acc} = {self._horizontal(node, vacc, scope)};")
+        if n % v.width:
+            self.symbol_names[sym] = i
+            scope.add(f"for (; {i} < {n}; ++{i}) {{")
+            tail = scope.child()
+            self.accumulate(tail, acc, node, self.expr(node.body, tail))
+            scope.add("}")
+        scope.names[node] = acc
+
+    def _horizontal(self, node: Reduce, vacc: str, scope: Scope) -> str:
+        assert self.vector is not None
+        fmt = self.vector.horizontal[node.kind]
+        if fmt:
+            return fmt.format(v=vacc)
+        parts, width = vacc, self.vector.width  # OpenCL vectors: halve with .lo/.hi
+        while width > 1:
+            width //= 2
+            half = self.fresh("h")
+            vt = self.ctype(node.dtype) + (str(width) if width > 1 else "")
+            combined = self.combine(node.kind, node.dtype, f"{parts}.lo", f"{parts}.hi")
+            scope.add(f"const {vt} {half} = {combined};")
+            parts = half
+        return parts
+
+    def _vector_stores(self, axis: Axis, scope: Scope, start: str, stop: str,
+                       guard: str | None) -> None:
+        assert self.vector is not None
+        v = self.vector
+        sym, _ = axis
+        for st in self.kernel.stores:
+            self._hoist_invariants(st.value, sym, scope)
+        i = self.symbol_names[sym]
+        scope.add(f"{self.index_t} {i} = {start};")
+        scope.add(f"for (; {i} + {v.width} <= {stop}; {i} += {v.width}) {{")
+        inner = scope.child()
+        printer = _VectorPrinter(self, sym, i, inner)
+        offset = self.index(self.kernel.store_offset)
+        for buf, st in zip(self.kernel.outputs, self.kernel.stores):
+            value = printer.expr(st.value)
+            store = v.store.format(ptr=self.arg_names[buf.name], off=offset, v=value)
+            inner.add(f"if ({guard}) {store}" if guard else store)
+        scope.add("}")
+        if not (start == "0" and stop.isdigit() and int(stop) % v.width == 0):
+            scope.add(f"for (; {i} < {stop}; ++{i}) {{")
+            self.stores(scope.child(), guard)
+            scope.add("}")
+
+
+class _VectorPrinter:
+    """Prints an expression as vector code for lanes ``base .. base+width-1`` of ``sym``.
+    Sub-expressions that do not depend on ``sym`` were named before the loop and broadcast."""
+
+    def __init__(self, emitter: CEmitter, sym: sympy.Symbol, base: str, scope: Scope) -> None:
+        assert emitter.vector is not None
+        self.em, self.v, self.sym, self.scope = emitter, emitter.vector, sym, scope
+        self.base = base
+        self.names: dict[Expr, str] = {}
+
+    def expr(self, node: Expr) -> str:
+        if node in self.names:
+            return self.names[node]
+        if isinstance(node, Const) or self.sym not in free_index_symbols(node) \
+                or node in self.em.kernel.hoisted:
+            scalar = self.em.expr(node, self.scope)
+            fmt = self.v.broadcast_mask if node.dtype is DType.bool else self.v.broadcast
+            return fmt.format(scalar)
+        text = self._text(node)
+        name = self.em.fresh("v")
+        vtype = self.v.mtype if node.dtype is DType.bool else self.v.vtype
+        self.scope.add(f"const {vtype} {name} = {text};")
+        self.names[node] = name
+        return name
+
+    def _text(self, node: Expr) -> str:
+        if isinstance(node, Load):
+            offset = self.em.index(node.offset.xreplace({self.sym: sympy.Symbol(self.base)}))
+            return self.v.load.format(ptr=self.em.arg_names[node.buffer], off=offset)
+        if isinstance(node, Call):
+            return self.v.functions[node.fn].format(*(self.expr(a) for a in node.args))
+        if isinstance(node, Select):
+            c, a, b = (self.expr(x) for x in (node.cond, node.if_true, node.if_false))
+            return self.v.select.format(c, a, b)
+        raise TypeError(f"cannot vectorise {type(node).__name__}")
 
 
 def _c_ident(name: str) -> str:
     ident = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
     return ident if ident and not ident[0].isdigit() else f"v_{ident}"
+
+
+def extent(r: Reduce) -> int:
+    return prod(n for _, n in r.axes)

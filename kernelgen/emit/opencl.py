@@ -15,36 +15,43 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import sympy
-
 import templates
 
 from ..dtypes import DType
-from ..errors import UnsupportedError
-from ..expr import Call, Const, Expr, Load, Reduce, Select, free_index_symbols
+from ..expr import Reduce
 from ..loop_ir import Axis, Buffer, LoopKernel
 from ..shapes import prod
-from .c_base import CEmitter, Scope
+from .base import Capabilities, Scope
+from .c_base import CEmitter, VectorSyntax, extent
 
+_MATH = ("exp", "expm1", "log", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "asin", "acos",
+         "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "floor", "ceil", "rint")
+_COMPARE = {"lt": "{0} < {1}", "le": "{0} <= {1}", "gt": "{0} > {1}", "ge": "{0} >= {1}",
+            "eq": "{0} == {1}", "ne": "{0} != {1}"}
+_LOGIC = {"and": "{0} && {1}", "or": "{0} || {1}", "xor": "{0} != {1}", "not": "!{0}"}
+# OpenCL builtins are overloaded for scalars and vectors alike, so one table serves both.
 _FLOAT = {
     "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / {1}",
     "neg": "-{0}", "abs": "fabs({0})", "max": "fmax({0}, {1})", "min": "fmin({0}, {1})",
     "pow": "pow({0}, {1})", "fmod": "fmod({0}, {1})", "sign": "sign({0})",
-    **{f: f"{f}({{0}})" for f in (
-        "exp", "expm1", "log", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "asin", "acos",
-        "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "floor", "ceil",
-        "rint", "isnan", "isinf")},
-    "lt": "{0} < {1}", "le": "{0} <= {1}", "gt": "{0} > {1}", "ge": "{0} >= {1}",
-    "eq": "{0} == {1}", "ne": "{0} != {1}",
+    "isnan": "isnan({0})", "isinf": "isinf({0})",
+    **{f: f"{f}({{0}})" for f in _MATH}, **_COMPARE,
 }
 _INT = {
     "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / {1}",
     "neg": "-{0}", "abs": "({0} < 0 ? -{0} : {0})", "max": "max({0}, {1})",
     "min": "min({0}, {1})", "mod": "KG_FLOORMOD({0}, {1})", "sign": "(({0} > 0) - ({0} < 0))",
-    "lt": "{0} < {1}", "le": "{0} <= {1}", "gt": "{0} > {1}", "ge": "{0} >= {1}",
-    "eq": "{0} == {1}", "ne": "{0} != {1}",
-    "and": "{0} && {1}", "or": "{0} || {1}", "xor": "{0} != {1}", "not": "!{0}",
+    **_COMPARE, **_LOGIC,
 }
+VECTOR = VectorSyntax(
+    width=8, vtype="float8", mtype="int8", load="vload8(0, {ptr} + {off})",
+    store="vstore8({v}, 0, {ptr} + {off});", broadcast="((float8)({0}))",
+    broadcast_mask="((int8)(-({0})))", select="select({2}, {1}, {0})",
+    functions={**{k: v for k, v in _FLOAT.items() if k != "sign"}, **_LOGIC},
+    combine={"sum": "{a} + {b}", "prod": "{a} * {b}", "max": "fmax({a}, {b})",
+             "min": "fmin({a}, {b})"},
+    horizontal={"sum": "", "prod": "", "max": "", "min": ""},  # halving with .lo/.hi
+)
 
 _BARRIER = "barrier(CLK_LOCAL_MEM_FENCE);"
 STRATEGIES = ("group", "item", "row")
@@ -56,22 +63,11 @@ DEFAULT_LOCAL = 256
 GROUP_REDUCE_MIN = 512  # reductions at least this long use the cooperative 'group' schedule
 GROUP_FEW = 64  # with fewer groups than this, 'item' would leave most SIMD lanes idle
 
-
-@dataclass(frozen=True)
-class Capabilities:
-    """What the OpenCL backend offers, as data (shared code never asks which backend it is)."""
-
-    name: str = "opencl"
-    dtypes: frozenset[DType] = frozenset(DType)  # f16 as storage via vload_half/vstore_half
-    vector_width: int = 8  # float lanes of the explicit vector loops (float8 = one AVX register)
-    has_local_memory: bool = True
-    max_work_group: int = 4096
+CAPABILITIES = Capabilities(
+    name="opencl", vector_width=VECTOR.width, has_local_memory=True, max_work_group=4096,
     # A CPU device runs a work-group on one core: rows reduce fastest as one work-item with
     # explicit vector loops (measured 2.4 ms vs 13 ms for a 1024x4096 softmax on PoCL).
-    simd_within_work_item: bool = True
-
-
-CAPABILITIES = Capabilities()
+    simd_within_work_item=True, multithreaded=True)
 
 
 @dataclass(frozen=True)
@@ -88,22 +84,19 @@ class OpenCLEmitter(CEmitter):
                     DType.int64: "long", DType.bool: "uchar", DType.float16: "half"}
     float_formats = _FLOAT
     int_formats = _INT  # also bool, whose logic ops live here
+    vector = VECTOR
 
     def __init__(self, kernel: LoopKernel, local_size: int | None = None,
                  reduce_strategy: str | None = None,
                  capabilities: Capabilities = CAPABILITIES) -> None:
-        super().__init__(kernel)
-        self.caps = capabilities
-        for b in kernel.inputs + kernel.outputs:
-            if b.dtype not in capabilities.dtypes:
-                raise UnsupportedError(self.backend, f"dtype {b.dtype}", f"buffer '{b.name}' of "
-                                       f"kernel '{kernel.name}'")
-        self.width = capabilities.vector_width
+        super().__init__(kernel, capabilities)
         self.local = local_size or DEFAULT_LOCAL
+        self._barrier_loops = False
         self.strategy = self._strategy(reduce_strategy)
 
     def _strategy(self, requested: str | None) -> str:
-        if not self.kernel.hoisted:
+        k = self.kernel
+        if not k.hoisted:
             return "elementwise"
         if requested is not None:
             if requested not in STRATEGIES:
@@ -114,10 +107,16 @@ class OpenCLEmitter(CEmitter):
             return requested
         if self.caps.simd_within_work_item and self._row_vectorizable():
             return "row"
-        longest = max(_extent(r) for r in self.kernel.hoisted)
-        groups = prod(self.kernel.domain[g][1] for g in self.kernel.group)
-        few_groups = groups < GROUP_FEW
+        longest = max(extent(r) for r in k.hoisted)
+        few_groups = prod(k.domain[g][1] for g in k.group) < GROUP_FEW
         return "group" if longest >= GROUP_REDUCE_MIN or few_groups else "item"
+
+    def _row_vectorizable(self) -> bool:
+        return all(self._vector_reduction_ok(r) for r in self.kernel.hoisted)
+
+    def loop_tail(self, scope: Scope) -> None:
+        if self._barrier_loops:
+            scope.add(_BARRIER)
 
     # --- buffers ----------------------------------------------------------------------------
 
@@ -129,17 +128,17 @@ class OpenCLEmitter(CEmitter):
                 for b in k.outputs]
         return ",\n        ".join(ins + outs)
 
-    def load_text(self, buf: Buffer, offset: str) -> str:
+    def buffer_load(self, buf: Buffer, offset: str) -> str:
         if buf.dtype is DType.float16:
             return f"vload_half({offset}, {self.arg_names[buf.name]})"
-        return super().load_text(buf, offset)
+        return super().buffer_load(buf, offset)
 
-    def store_text(self, buf: Buffer, offset: str, value: str) -> str:
+    def buffer_store(self, buf: Buffer, offset: str, value: str) -> str:
         if buf.dtype is DType.float16:
             return f"vstore_half_rte({value}, {offset}, {self.arg_names[buf.name]});"
         if buf.dtype is DType.bool:
             value = f"(uchar)({value})"
-        return super().store_text(buf, offset, value)
+        return super().buffer_store(buf, offset, value)
 
     # --- schedules ----------------------------------------------------------------------------
 
@@ -152,12 +151,6 @@ class OpenCLEmitter(CEmitter):
         body, launch = {"elementwise": self._elementwise, "group": self._group,
                         "item": self._item, "row": self._row}[self.strategy]()
         return head + "\n" + body, launch
-
-    def _stores(self, scope: Scope, guard: str | None = None) -> None:
-        offset = self.index(self.kernel.store_offset)
-        for buf, st in zip(self.kernel.outputs, self.kernel.stores):
-            store = self.store_text(buf, offset, self.expr(st.value, scope))
-            scope.add(f"if ({guard}) {store}" if guard else store)
 
     def _ndrange(self, axes: list[Axis], scope: Scope, clamp: bool = False) -> Launch:
         """Map ``axes`` (outermost first) to NDRange dims: innermost -> 0, next -> 1, rest -> 2.
@@ -202,7 +195,7 @@ class OpenCLEmitter(CEmitter):
         index, body = Scope([], 1), Scope([], 1)
         launch = self._ndrange(list(self.kernel.domain), index)
         body.parent = None
-        self._stores(body)
+        self.stores(body)
         src = templates.render("opencl", "elementwise.cl", name=self.kernel.name,
                                params=self.params(), index="\n".join(index.lines),
                                body="\n".join(body.lines))
@@ -212,27 +205,15 @@ class OpenCLEmitter(CEmitter):
         k = self.kernel
         index, body = Scope([], 1), Scope([], 1)
         launch = self._ndrange([k.domain[g] for g in k.group], index, clamp=True)
-        self.loop_tail = _BARRIER
-        for r in k.hoisted:
-            self.expr(r, body)
-        inner = body
-        for e in k.element_axes:
-            s, n = k.domain[e]
-            name = self.symbol_names[s]
-            inner.add(f"for ({self.index_t} {name} = 0; {name} < {n}; ++{name}) {{")
-            inner = inner.child()
-        self._stores(inner, guard="in_range")
-        if k.element_axes:
-            inner.add(_BARRIER)
-        for depth in reversed(range(len(k.element_axes))):
-            body.lines.append("    " * (depth + 1) + "}")
+        self._barrier_loops = True
+        self.group_body(body, vectorize=False, guard="in_range")
         src = templates.render("opencl", "item_reduce.cl", name=k.name, params=self.params(),
                                index="\n".join(index.lines), body="\n".join(body.lines))
         return src, launch
 
     def _group(self) -> tuple[str, Launch]:
         k = self.kernel
-        local = _pow2_floor(min(self.local, max(_extent(r) for r in k.hoisted)))
+        local = _pow2_floor(min(self.local, max(extent(r) for r in k.hoisted)))
         local = max(local, 1)
         index, body = Scope([], 1), Scope([], 1)
         group_axes = [k.domain[g] for g in k.group]
@@ -245,12 +226,12 @@ class OpenCLEmitter(CEmitter):
         elems = [k.domain[e] for e in k.element_axes]
         count = prod(n for _, n in elems)
         if count == 1:  # a plain reduction: one value per group
-            self._stores(body, guard="lid == 0")
+            self.stores(body, guard="lid == 0")
         else:
             pos = self._uniform_loop(count, local, body)
             inner = body.child()
             self.decompose(pos, elems, inner)
-            self._stores(inner, guard=f"{pos}_ok")
+            self.stores(inner, guard=f"{pos}_ok")
             inner.add(_BARRIER)
             body.add("}")
         src = templates.render("opencl", "group_reduce.cl", name=k.name, params=self.params(),
@@ -274,7 +255,7 @@ class OpenCLEmitter(CEmitter):
         t = self.ctype(node.dtype)
         acc = self.fresh("acc")
         scope.add(f"{t} {acc} = {self.reduce_init(node)};")
-        pos = self._uniform_loop(_extent(node), local, scope)
+        pos = self._uniform_loop(extent(node), local, scope)
         inner = scope.child()
         self.decompose(pos, list(node.axes), inner)
         value = self.expr(node.body, inner)
@@ -295,115 +276,18 @@ class OpenCLEmitter(CEmitter):
         scope.add("barrier(CLK_LOCAL_MEM_FENCE);  // scratch is reused by the next reduction")
         scope.names[node] = result
 
-    # --- 'row': one work-item per group point, explicit vector loops --------------------------
-
-    def _row_vectorizable(self) -> bool:
-        k = self.kernel
-        return bool(k.hoisted) and all(
-            len(r.axes) == 1 and _extent(r) >= 2 * self.width
-            and vectorizable(r.body, r.axes[0][0]) for r in k.hoisted)
+    # --- 'row': one work-item per group point, explicit vector loops ---------------------------
 
     def _row(self) -> tuple[str, Launch]:
         k = self.kernel
         index, body = Scope([], 1), Scope([], 1)
         launch = self._ndrange([k.domain[g] for g in k.group], index)
         launch = Launch(launch.global_size, tuple(1 for _ in launch.global_size))
-        for r in k.hoisted:
-            self._vector_reduce(r, body)
-        elems = [k.domain[e] for e in k.element_axes]
-        last = k.element_axes[-1] if elems else None
-        values = [st.value for st in k.stores]
-        if (elems and last == len(k.domain) - 1 and elems[-1][1] >= 2 * self.width and all(
-                vectorizable(v, elems[-1][0], hoisted=set(k.hoisted)) for v in values)
-                and all(b.dtype is DType.float32 for b in k.outputs)):
-            inner = body
-            for s, n in elems[:-1]:
-                name = self.symbol_names[s]
-                inner.add(f"for ({self.index_t} {name} = 0; {name} < {n}; ++{name}) {{")
-                inner = inner.child()
-            self._vector_stores(elems[-1], inner)
-            for depth in reversed(range(len(elems) - 1)):
-                body.lines.append("    " * (depth + 1) + "}")
-        else:
-            inner = body
-            for s, n in elems:
-                name = self.symbol_names[s]
-                inner.add(f"for ({self.index_t} {name} = 0; {name} < {n}; ++{name}) {{")
-                inner = inner.child()
-            self._stores(inner)
-            for depth in reversed(range(len(elems))):
-                body.lines.append("    " * (depth + 1) + "}")
+        self.group_body(body, vectorize=True)
         src = templates.render("opencl", "row_reduce.cl", name=k.name, params=self.params(),
-                               width=str(self.width), index="\n".join(index.lines),
+                               width=str(VECTOR.width), index="\n".join(index.lines),
                                body="\n".join(body.lines))
         return src, launch
-
-    def _vector_reduce(self, node: Reduce, scope: Scope) -> None:
-        """``node`` as a vector loop over its axis plus a scalar tail; names the result."""
-        (sym, n), w = node.axes[0], self.width
-        t, vt = self.ctype(node.dtype), f"{self.ctype(node.dtype)}{w}"
-        vacc, acc = self.fresh("vacc"), self.fresh("acc")
-        self._hoist_invariants(node.body, sym, scope)
-        scope.add(f"{vt} {vacc} = ({vt})({self.reduce_init(node)});")
-        base = self.fresh("i")
-        scope.add(f"for ({self.index_t} {base} = 0; {base} < {n - n % w}; {base} += {w}) {{")
-        inner = scope.child()
-        v = _VectorPrinter(self, sym, base, inner).expr(node.body)
-        inner.add(f"{vacc} = {self.combine(node.kind, node.dtype, vacc, v)};")
-        scope.add("}")
-        scope.add(f"{t} {acc} = {self._horizontal(node, vacc, scope)};")
-        if n % w:
-            self.reduce_loops(node, scope, acc, start=n - n % w)
-        scope.names[node] = acc
-
-    def _hoist_invariants(self, root: Expr, sym: sympy.Symbol, scope: Scope) -> None:
-        """Emit, before a vector loop over ``sym``, every largest sub-expression of ``root`` that
-        does not depend on ``sym`` (the loop then broadcasts the scalar)."""
-        if isinstance(root, Const):
-            return
-        if sym not in free_index_symbols(root) or root in self.kernel.hoisted:
-            self.expr(root, scope)
-            return
-        for child in root.children():
-            self._hoist_invariants(child, sym, scope)
-
-    def _horizontal(self, node: Reduce, vacc: str, scope: Scope) -> str:
-        """Combine the lanes of a vector accumulator by halving (float8 -> 4 -> 2 -> 1)."""
-        parts, width = vacc, self.width
-        while width > 1:
-            width //= 2
-            half = self.fresh("h")
-            vt = self.ctype(node.dtype) + (str(width) if width > 1 else "")
-            scope.add(f"const {vt} {half} = "
-                      f"{self.combine(node.kind, node.dtype, f'{parts}.lo', f'{parts}.hi')};")
-            parts = half
-        return parts
-
-    def _vector_stores(self, axis: Axis, scope: Scope) -> None:
-        sym, n = axis
-        w = self.width
-        for st in self.kernel.stores:
-            self._hoist_invariants(st.value, sym, scope)
-        base = self.fresh("i")
-        scope.add(f"for ({self.index_t} {base} = 0; {base} < {n - n % w}; {base} += {w}) {{")
-        inner = scope.child()
-        printer = _VectorPrinter(self, sym, base, inner)
-        offset = self.index(self.kernel.store_offset.xreplace({sym: sympy.Symbol(base)}))
-        for buf, st in zip(self.kernel.outputs, self.kernel.stores):
-            inner.add(f"vstore{w}({printer.expr(st.value)}, 0, {self.arg_names[buf.name]} + "
-                      f"{offset});")
-        scope.add("}")
-        if n % w:
-            name = self.symbol_names[sym]
-            scope.add(f"for ({self.index_t} {name} = {n - n % w}; {name} < {n}; ++{name}) {{")
-            tail = scope.child()
-            self._stores(tail)
-            scope.add("}")
-
-
-
-def _extent(r: Reduce) -> int:
-    return prod(n for _, n in r.axes)
 
 
 def _pow2_floor(n: int) -> int:
@@ -421,69 +305,6 @@ def _local_shape(sizes: list[int], target: int) -> tuple[int, ...]:
         local.append(take)
         budget = max(1, budget // take)
     return tuple(local)
-
-
-def vectorizable(root: Expr, sym: sympy.Symbol, hoisted: set[Reduce] | None = None) -> bool:
-    """Whether ``root`` can run as float vectors along ``sym``: float32 arithmetic, selects and
-    comparisons only; loads contiguous (stride 1) or invariant in ``sym``; index conditions and
-    gathered indices free of ``sym``."""
-    hoisted = hoisted or set()
-
-    def ok(node: Expr) -> bool:
-        if node in hoisted or sym not in free_index_symbols(node):
-            return True  # computed once outside the vector loop
-        if isinstance(node, Load):
-            coeff = sympy.expand(node.offset).coeff(sym)
-            rest = sympy.expand(node.offset - coeff * sym)
-            return (node.dtype is DType.float32 and coeff == 1 and sym not in rest.free_symbols
-                    and sym not in node.guard.free_symbols and not node.data)
-        if isinstance(node, (Call, Select)):
-            return node.dtype in (DType.float32, DType.bool) and all(ok(c) for c in node.children())
-        return False  # Cast, IndexCond on sym, nested reductions: scalar code
-
-    return ok(root)
-
-
-class _VectorPrinter:
-    """Prints an expression as ``float8`` code for positions ``base .. base+7`` of ``sym``.
-    Sub-expressions that do not depend on ``sym`` are computed once, as scalars, before the loop
-    (in the enclosing scope) and broadcast."""
-
-    def __init__(self, emitter: OpenCLEmitter, sym: sympy.Symbol, base: str, scope: Scope) -> None:
-        self.em, self.sym, self.base, self.scope = emitter, sym, base, scope
-        self.names: dict[Expr, str] = {}
-        self.w = emitter.width
-
-    def vtype(self, dtype: DType) -> str:
-        return f"int{self.w}" if dtype is DType.bool else f"float{self.w}"
-
-    def expr(self, node: Expr) -> str:
-        if node in self.names:
-            return self.names[node]
-        if isinstance(node, Const) or self.sym not in free_index_symbols(node) \
-                or node in self.em.kernel.hoisted:
-            scalar = self.em.expr(node, self.scope)  # named before the loop (_hoist_invariants)
-            if node.dtype is DType.bool:
-                return f"(({self.vtype(node.dtype)})(-({scalar})))"
-            return f"(({self.vtype(node.dtype)})({scalar}))"
-        text = self._text(node)
-        name = self.em.fresh("v")
-        self.scope.add(f"const {self.vtype(node.dtype)} {name} = {text};")
-        self.names[node] = name
-        return name
-
-    def _text(self, node: Expr) -> str:
-        if isinstance(node, Load):
-            offset = self.em.index(node.offset.xreplace({self.sym: sympy.Symbol(self.base)}))
-            return f"vload{self.w}(0, {self.em.arg_names[node.buffer]} + {offset})"
-        if isinstance(node, Call):
-            args = [self.expr(a) for a in node.args]
-            table = self.em.float_formats if node.args[0].dtype.is_float else self.em.int_formats
-            return table[node.fn].format(*args)
-        if isinstance(node, Select):
-            c, a, b = (self.expr(x) for x in (node.cond, node.if_true, node.if_false))
-            return f"select({b}, {a}, {c})"
-        raise TypeError(f"cannot vectorise {type(node).__name__}")
 
 
 def _version() -> str:

@@ -9,8 +9,9 @@ __kernel void fused_softmax(__global const float* restrict x,
         __global float* restrict y)
 {
     const int o0 = (int)get_global_id(0);
-    float8 vacc1 = (float8)((-INFINITY));
-    for (int i3 = 0; i3 < 1000; i3 += 8) {
+    float8 vacc1 = ((float8)((-INFINITY)));
+    int i3 = 0;
+    for (; i3 + 8 <= 1000; i3 += 8) {
         const float8 v4 = vload8(0, x + 1000 * o0 + i3);
         vacc1 = fmax(vacc1, v4);
     }
@@ -18,8 +19,9 @@ __kernel void fused_softmax(__global const float* restrict x,
     const float2 h6 = fmax(h5.lo, h5.hi);
     const float h7 = fmax(h6.lo, h6.hi);
     float acc2 = h7;
-    float8 vacc8 = (float8)(0.0f);
-    for (int i10 = 0; i10 < 1000; i10 += 8) {
+    float8 vacc8 = ((float8)(0.0f));
+    int i10 = 0;
+    for (; i10 + 8 <= 1000; i10 += 8) {
         const float8 v11 = vload8(0, x + 1000 * o0 + i10);
         const float8 v12 = v11 - ((float8)(acc2));
         const float8 v13 = exp(v12);
@@ -29,11 +31,12 @@ __kernel void fused_softmax(__global const float* restrict x,
     const float2 h15 = h14.lo + h14.hi;
     const float h16 = h15.lo + h15.hi;
     float acc9 = h16;
-    for (int i17 = 0; i17 < 1000; i17 += 8) {
-        const float8 v18 = vload8(0, x + 1000 * o0 + i17);
-        const float8 v19 = v18 - ((float8)(acc2));
-        const float8 v20 = exp(v19);
-        const float8 v21 = v20 / ((float8)(acc9));
-        vstore8(v21, 0, y + 1000 * o0 + i17);
+    int o1 = 0;
+    for (; o1 + 8 <= 1000; o1 += 8) {
+        const float8 v17 = vload8(0, x + 1000 * o0 + o1);
+        const float8 v18 = v17 - ((float8)(acc2));
+        const float8 v19 = exp(v18);
+        const float8 v20 = v19 / ((float8)(acc9));
+        vstore8(v20, 0, y + 1000 * o0 + o1);
     }
 }
