@@ -66,21 +66,32 @@ def unfused(ops: Sequence[Op], backend: str = "opencl", **options: Any) -> list[
 def runner(kernels: Kernel | Sequence[Kernel], *inputs: np.ndarray) -> Callable[[], None]:
     """A zero-argument callable that runs ``kernels`` (one kernel, or a chain wired by buffer
     name) on device-resident copies of ``inputs`` and waits for the last one. Buffers are
-    allocated once, here; the first launch (PoCL compiles lazily) happens here too. This is the
+    allocated once, here; the first launch (compilation happens there) too. This is the
     callable to hand to pytest-benchmark's ``benchmark`` fixture."""
     chain = [kernels] if isinstance(kernels, Kernel) else list(kernels)
+    if len({k.backend for k in chain}) != 1:
+        raise ArgumentError("bench: every kernel of a chain must come from the same backend")
     ins, _ = pipeline_io(chain)
     if len(inputs) != len(ins):
         raise ArgumentError(f"bench: the kernels take {len(ins)} inputs "
                             f"({', '.join(b.name for b in ins)}), got {len(inputs)}")
-    buffers = _device_buffers(chain[0].backend, chain, ins, inputs)
-    launches = [(k, [buffers[b.name] for b in k.loop.inputs + k.loop.outputs]) for k in chain]
+    runtime = chain[0].runtime
+    handles: dict[str, Any] = {}
+    for buf, arr in zip(ins, inputs):
+        arr = np.ascontiguousarray(arr, dtype=buf.dtype.numpy)
+        if arr.shape != buf.shape:
+            raise ArgumentError(f"bench: input '{buf.name}' expected shape {buf.shape}, "
+                                f"got {arr.shape}")
+        handles[buf.name] = runtime.device_array(arr)
+    for k in chain:
+        for b in k.loop.outputs:
+            handles[b.name] = runtime.device_empty(b)
+    launches = [(k, [handles[b.name] for b in k.loop.inputs + k.loop.outputs]) for k in chain]
 
     def run_once() -> None:
-        event = None
         for k, args in launches:
-            event = k.launch(*args, wait=False)
-        event.wait()  # type: ignore[union-attr]
+            k.launch(*args, wait=False)
+        runtime.sync()
 
     run_once()
     return run_once
@@ -111,33 +122,10 @@ def bench(kernels: Kernel | Sequence[Kernel], *inputs: np.ndarray, warmup: int =
                        n_flops, os.getloadavg()[0])
 
 
-def _device_buffers(backend: str, chain: list[Kernel], ins: list[Any],
-                    arrays: Sequence[np.ndarray]) -> dict[str, Any]:
-    if backend != "opencl":
-        raise ArgumentError(f"bench: no device-buffer runner for backend '{backend}'")
-    import pyopencl as cl
-
-    from .runtime.opencl import device
-
-    dev = device()
-    mf = cl.mem_flags
-    buffers: dict[str, Any] = {}
-    for buf, arr in zip(ins, arrays):
-        arr = np.ascontiguousarray(arr, dtype=buf.dtype.numpy)
-        if arr.shape != buf.shape:
-            raise ArgumentError(f"bench: input '{buf.name}' expected shape {buf.shape}, "
-                                f"got {arr.shape}")
-        buffers[buf.name] = cl.Buffer(dev.context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=arr)
-    for k in chain:
-        for b in k.loop.outputs:
-            size = max(b.numel * b.dtype.itemsize, 1)
-            buffers[b.name] = cl.Buffer(dev.context, mf.READ_WRITE, size)
-    return buffers
-
-
-def copy_kernel(shape: tuple[int, ...], dtype: str = "float32") -> Kernel:
+def copy_kernel(shape: tuple[int, ...], dtype: str = "float32", backend: str = "opencl"
+                ) -> Kernel:
     """A plain copy (Identity) kernel: the bandwidth roofline of the same backend."""
     from .api import identity  # type: ignore[attr-defined]
     from .graph import tensor
 
-    return fuse(identity(tensor("src", shape, dtype))).emit("opencl")
+    return fuse(identity(tensor("src", shape, dtype))).emit(backend)

@@ -1,31 +1,41 @@
-"""The kernel object every backend returns: source, JSON-serialisable metadata, and a call."""
+"""The kernel object every backend returns: source, JSON-serialisable metadata, and a call.
+
+Each backend supplies a runtime with one small interface (``run`` on host arrays, and the
+device-buffer trio ``device_array``/``device_empty``/``launch`` plus ``sync`` that benchmarks
+use), so this module and ``bench`` never ask which backend they hold.
+"""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
 from .errors import ArgumentError, UnsupportedError
 from .loop_ir import Buffer, LoopKernel
 
-BACKENDS = ("opencl",)
+
+class Runtime(Protocol):
+    def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None: ...
+    def device_array(self, array: np.ndarray) -> Any: ...
+    def device_empty(self, buffer: Buffer) -> Any: ...
+    def launch(self, handles: Sequence[Any]) -> None: ...
+    def sync(self) -> None: ...
 
 
 class Kernel:
     """A generated kernel. ``kernel(*arrays)`` runs it on NumPy arrays and returns the output
-    array (a tuple when the kernel has several outputs). ``metadata`` holds everything a host
-    program needs to launch ``source`` itself: argument order, dtypes, shapes, launch geometry."""
+    array (a tuple when the kernel has several outputs). ``metadata`` holds what a host program
+    needs to launch ``source`` itself: argument order, dtypes, shapes, launch geometry."""
 
     def __init__(self, loop: LoopKernel, backend: str, source: str, metadata: dict[str, Any],
-                 launch: Any) -> None:
+                 runtime: Runtime) -> None:
         self.loop = loop
         self.backend = backend
         self.source = source
         self.metadata = metadata
-        self._launch = launch
-        self._compiled: Any = None
+        self.runtime = runtime
 
     @property
     def name(self) -> str:
@@ -33,8 +43,6 @@ class Kernel:
 
     def __repr__(self) -> str:
         return f"<Kernel {self.name} on {self.backend}, schedule {self.metadata['schedule']}>"
-
-    # --- argument checking ------------------------------------------------------------------
 
     def _check_inputs(self, arrays: Sequence[Any]) -> list[np.ndarray]:
         params = self.loop.inputs
@@ -63,49 +71,19 @@ class Kernel:
                                     f"C-contiguous")
         return outs
 
-    # --- running ------------------------------------------------------------------------------
-
     def __call__(self, *inputs: Any, out: Any = None) -> np.ndarray | tuple[np.ndarray, ...]:
         """Run on NumPy arrays; ``out`` may pass preallocated output arrays."""
         arrays = self._check_inputs(inputs)
         outs = self._outputs(out)
-        self._run(arrays, outs)
+        self.runtime.run(arrays, outs)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
-    def _run(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
-        if self.backend == "opencl":
-            import pyopencl as cl
-
-            from .runtime import opencl as rt
-
-            dev = rt.device()
-            mf = cl.mem_flags
-            bufs = [cl.Buffer(dev.context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a)
-                    for a in inputs]
-            out_bufs = [cl.Buffer(dev.context, mf.WRITE_ONLY, max(o.nbytes, 1)) for o in outputs]
-            self.launch(*bufs, *out_bufs)
-            for o, b in zip(outputs, out_bufs):
-                cl.enqueue_copy(dev.queue, o, b)
-            dev.queue.finish()
-            return
-        raise UnsupportedError(self.backend, "a runtime", self.name)
-
-    def launch(self, *buffers: Any, wait: bool = True) -> Any:
-        """Enqueue on device buffers (inputs then outputs) without host copies; returns the
-        event. Benchmarks use this to time the kernel alone."""
-        from .runtime import opencl as rt
-
-        if self._compiled is None:
-            self._compiled = rt.build(self.source, self.name)
-        dev = rt.device()
-        self._compiled.set_args(*buffers)
-        import pyopencl as cl
-
-        event = cl.enqueue_nd_range_kernel(dev.queue, self._compiled, self._launch.global_size,
-                                           self._launch.local_size)
+    def launch(self, *handles: Any, wait: bool = True) -> None:
+        """Run on device buffers (inputs then outputs, from ``runtime.device_array`` /
+        ``device_empty``) without host copies. Benchmarks time this."""
+        self.runtime.launch(handles)
         if wait:
-            event.wait()
-        return event
+            self.runtime.sync()
 
 
 def _check_array(kernel: str, buf: Buffer, arr: np.ndarray, role: str) -> None:
@@ -117,28 +95,59 @@ def _check_array(kernel: str, buf: Buffer, arr: np.ndarray, role: str) -> None:
                             f"got {arr.dtype}")
 
 
-def metadata(loop: LoopKernel, backend: str, launch: Any, extra: dict[str, Any]) -> dict[str, Any]:
-    """The backend-independent metadata schema (JSON-serialisable)."""
+def metadata(loop: LoopKernel, backend: str, launch: dict[str, Any] | None,
+             extra: dict[str, Any]) -> dict[str, Any]:
+    """The metadata schema, the same for every backend (JSON-serialisable)."""
     from . import __version__
 
     args = [{"name": b.name, "role": role, "dtype": str(b.dtype), "shape": list(b.shape)}
             for role, bufs in (("input", loop.inputs), ("output", loop.outputs)) for b in bufs]
     meta = {
         "name": loop.name, "backend": backend, "kernelgen_version": __version__, "args": args,
-        "launch": {"global_size": list(launch.global_size),
-                   "local_size": list(launch.local_size) if launch.local_size else None},
-        "bytes_moved": loop.bytes_moved(), "flops": loop.flops(),
+        "launch": launch, "bytes_moved": loop.bytes_moved(), "flops": loop.flops(),
         "domain": [n for _, n in loop.domain], **extra,
     }
     json.dumps(meta)  # the schema promises JSON; fail here rather than in a caller
     return meta
 
 
-def emit(loop: LoopKernel, backend: str = "opencl", **options: Any) -> Kernel:
-    """Generate a kernel for ``backend`` ('opencl'). Options are the backend's tunables."""
-    if backend == "opencl":
-        from .emit.opencl import emit_opencl
+def _emit_opencl(loop: LoopKernel, **options: Any) -> Kernel:
+    from .emit.opencl import emit_opencl
+    from .runtime.opencl import OpenCLRuntime
 
-        source, launch, extra = emit_opencl(loop, **options)
-        return Kernel(loop, backend, source, metadata(loop, backend, launch, extra), launch)
-    raise UnsupportedError(backend, "an emitter", f"kernel '{loop.name}' (backends: {BACKENDS})")
+    source, launch, extra = emit_opencl(loop, **options)
+    geometry = {"global_size": list(launch.global_size),
+                "local_size": list(launch.local_size) if launch.local_size else None}
+    runtime = OpenCLRuntime(source, loop.name, launch)
+    return Kernel(loop, "opencl", source, metadata(loop, "opencl", geometry, extra), runtime)
+
+
+def _emit_neon(loop: LoopKernel, **options: Any) -> Kernel:
+    from .emit.neon import emit_neon
+    from .runtime.neon import NeonRuntime
+
+    source, extra = emit_neon(loop, **options)
+    runtime = NeonRuntime(source, len(loop.inputs) + len(loop.outputs))
+    return Kernel(loop, "neon", source.text, metadata(loop, "neon", None, extra), runtime)
+
+
+def _emit_triton(loop: LoopKernel, **options: Any) -> Kernel:
+    from .emit.triton import emit_triton
+    from .runtime.triton import TritonRuntime
+
+    source, launch, extra = emit_triton(loop, **options)
+    runtime = TritonRuntime(source, loop, launch)
+    return Kernel(loop, "triton", source.text, metadata(loop, "triton", launch, extra), runtime)
+
+
+BACKENDS: dict[str, Callable[..., Kernel]] = {
+    "opencl": _emit_opencl, "neon": _emit_neon, "triton": _emit_triton}
+
+
+def emit(loop: LoopKernel, backend: str = "opencl", **options: Any) -> Kernel:
+    """Generate a kernel for ``backend`` ('opencl', 'neon', 'triton'). Options are the
+    backend's tunables (see each emitter)."""
+    if backend not in BACKENDS:
+        raise UnsupportedError(backend, "an emitter",
+                               f"kernel '{loop.name}' (backends: {', '.join(BACKENDS)})")
+    return BACKENDS[backend](loop, **options)

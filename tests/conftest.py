@@ -8,11 +8,16 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 _cache = os.environ.get("KERNELGEN_TEST_CACHE") or tempfile.mkdtemp(prefix="kernelgen-test-")
 os.environ.setdefault("XDG_CACHE_HOME", _cache)
 os.environ.setdefault("POCL_CACHE_DIR", str(Path(_cache) / "pocl"))
+# Triton runs on CPU tensors through its interpreter in this process; the ahead-of-time CUDA
+# compile check runs in a subprocess without it (one Triton mode per process, TOOLCHAIN.md §2).
+os.environ.setdefault("TRITON_INTERPRET", "1")
+os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
 sys.path.insert(0, str(Path(__file__).parent))
 
 import numpy as np  # noqa: E402
@@ -20,7 +25,7 @@ import pytest  # noqa: E402
 
 import kernelgen as kg  # noqa: E402
 
-BACKENDS = ("interp", "opencl")
+BACKENDS = ("interp", "opencl", "neon", "triton")
 
 
 def _opencl_problem() -> str | None:
@@ -32,17 +37,74 @@ def _opencl_problem() -> str | None:
     return None
 
 
+def _neon_problem() -> str | None:
+    try:
+        from kernelgen.runtime.neon import toolchain
+        toolchain()
+    except Exception as exc:  # noqa: BLE001
+        return f"NEON C unavailable (needs gcc, and SIMDe off ARM: pip install cmeel-simde): {exc}"
+    return None
+
+
+def _triton_problem() -> str | None:
+    try:
+        import torch  # noqa: F401
+        import triton  # noqa: F401
+    except ImportError as exc:
+        return f"Triton unavailable (pip install triton torch==2.13.0): {exc}"
+    return None
+
+
+PROBLEMS = {"opencl": _opencl_problem, "neon": _neon_problem, "triton": _triton_problem}
+
+
+def backend_problem(name: str) -> str | None:
+    """Why ``name`` cannot run here, or None. Cached per process."""
+    if name not in _problem_cache:
+        _problem_cache[name] = PROBLEMS[name]() if name in PROBLEMS else None
+    return _problem_cache[name]
+
+
+_problem_cache: dict[str, str | None] = {}
+
+
+def require(name: str) -> None:
+    """Skip (or, in CI with KERNELGEN_REQUIRE_BACKENDS=1, fail) when a backend's tool is
+    missing; the message names the tool."""
+    problem = backend_problem(name)
+    if problem:
+        if os.environ.get("KERNELGEN_REQUIRE_BACKENDS"):
+            pytest.fail(problem)
+        pytest.skip(problem)
+
+
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
-    """Every kernel test runs on the IR interpreter and on OpenCL. CI sets
-    KERNELGEN_REQUIRE_OPENCL=1 so a missing device fails instead of skipping."""
-    if request.param == "opencl":
-        problem = _opencl_problem()
-        if problem:
-            if os.environ.get("KERNELGEN_REQUIRE_OPENCL"):
-                pytest.fail(problem)
-            pytest.skip(problem)
+    """Every kernel test runs on the IR interpreter, OpenCL, NEON C and Triton."""
+    require(request.param)
     return request.param
+
+
+def prebuild_neon(request: pytest.FixtureRequest, blocks: Callable[[], list[kg.FusedOp]]
+                  ) -> None:
+    """Batch-compile the NEON kernels a module's tests will build, when NEON tests of that
+    module are selected: one SIMDe parse per 80 kernels instead of one per kernel."""
+    module = request.node.nodeid
+    if backend_problem("neon") or not any(
+            item.nodeid.startswith(module) and "neon" in item.nodeid
+            for item in request.session.items):
+        return
+    from kernelgen.emit.neon import emit_neon
+    from kernelgen.runtime.neon import build_kernels
+
+    sources = []
+    for block in blocks():
+        try:
+            sources.append(emit_neon(block.lower())[0])
+        except kg.KernelgenError:
+            continue  # the test itself reports it
+    for start in range(0, len(sources), 80):
+        build_kernels(sources[start:start + 80])
 
 
 def run(backend: str, fused: kg.FusedOp, *arrays: np.ndarray, **options) -> tuple[np.ndarray, ...]:

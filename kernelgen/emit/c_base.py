@@ -196,9 +196,12 @@ class CEmitter(Emitter):
         opened: list[Scope] = []
         inner = scope
         loops = elems[:-1] if vector_last else elems
-        for s, n in loops:
+        for pos, (s, n) in enumerate(loops):
+            start, stop = "0", self.int_literal(n)
+            if element_range and pos == len(elems) - 1:
+                start, stop = element_range
             opened.append(inner)
-            inner = self.open_loop(inner, self.symbol_names[s], "0", self.int_literal(n))
+            inner = self.open_loop(inner, self.symbol_names[s], start, stop)
         if vector_last:
             start, stop = element_range or ("0", self.int_literal(elems[-1][1]))
             self._vector_stores(elems[-1], inner, start, stop, guard)

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from ..errors import KernelgenError
 
@@ -93,3 +96,49 @@ def build(source: str, name: str) -> Any:
         with _lock:
             _programs[source] = program
     return cl.Kernel(program, name)
+
+
+class OpenCLRuntime:
+    """Runs one generated kernel: builds it at first use, then enqueues it."""
+
+    def __init__(self, source: str, name: str, launch: Any) -> None:
+        self.source, self.name, self.geometry = source, name, launch
+        self._kernel: Any = None
+        self._event: Any = None
+
+    def _compiled(self) -> Any:
+        if self._kernel is None:
+            self._kernel = build(self.source, self.name)
+        return self._kernel
+
+    def device_array(self, array: np.ndarray) -> Any:
+        cl = _import_cl()
+        mf = cl.mem_flags
+        return cl.Buffer(device().context, mf.READ_ONLY | mf.COPY_HOST_PTR,
+                         hostbuf=np.ascontiguousarray(array))
+
+    def device_empty(self, buffer: Any) -> Any:
+        cl = _import_cl()
+        size = max(buffer.numel * buffer.dtype.itemsize, 1)
+        return cl.Buffer(device().context, cl.mem_flags.READ_WRITE, size)
+
+    def launch(self, handles: Sequence[Any]) -> None:
+        cl = _import_cl()
+        kernel = self._compiled()
+        kernel.set_args(*handles)
+        self._event = cl.enqueue_nd_range_kernel(device().queue, kernel,
+                                                 self.geometry.global_size,
+                                                 self.geometry.local_size)
+
+    def sync(self) -> None:
+        device().queue.finish()
+
+    def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
+        cl = _import_cl()
+        handles = [self.device_array(a) for a in inputs]
+        out_handles = [cl.Buffer(device().context, cl.mem_flags.WRITE_ONLY, max(o.nbytes, 1))
+                       for o in outputs]
+        self.launch([*handles, *out_handles])
+        for o, h in zip(outputs, out_handles):
+            cl.enqueue_copy(device().queue, o, h)
+        self.sync()

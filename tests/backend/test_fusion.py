@@ -3,9 +3,11 @@ both sides (a chain and a diamond), multi-output blocks, index-only operators le
 behind, and a Hypothesis property test over random chains and diamonds of 2-6 operators."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
-from conftest import assert_close, run
+from conftest import assert_close, backend_problem, prebuild_neon, run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reference import evaluate_chain
@@ -24,9 +26,8 @@ for _case in CASES:
         NEIGHBOUR_CASES.append(_case)
 
 
-@pytest.mark.parametrize("case", NEIGHBOUR_CASES, ids=lambda c: c.name)
-def test_operator_with_neighbours(backend: str, case: Case) -> None:
-    """pre(x) -> op -> tanh -> add(tanh, op): a producer before and a diamond after."""
+def neighbour_block(case: Case) -> tuple[list[kg.Value], list[np.ndarray], list[kg.Op]]:
+    """pre(x) -> op -> post(op) -> combine(post, op): a producer before, a diamond after."""
     values, arrays = case.inputs()
     if case.name.startswith("Gather"):
         arrays[1][...] = np.abs(arrays[1]) % values[0].shape[1]
@@ -40,8 +41,19 @@ def test_operator_with_neighbours(backend: str, case: Case) -> None:
         post, combine = kg.logical_not(op), kg.logical_xor
     else:
         post, combine = kg.abs(op), kg.add
-    out = combine(post, op)
-    ops = [pre, op, post, out]
+    return values, arrays, [pre, op, post, combine(post, op)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _neon_batch(request: pytest.FixtureRequest) -> None:
+    prebuild_neon(request, lambda: [kg.fuse(*neighbour_block(c)[2], force=True)
+                                    for c in NEIGHBOUR_CASES])
+
+
+@pytest.mark.parametrize("case", NEIGHBOUR_CASES, ids=lambda c: c.name)
+def test_operator_with_neighbours(backend: str, case: Case) -> None:
+    values, arrays, ops = neighbour_block(case)
+    out = ops[-1]
     fused = kg.fuse(*ops, force=True)
     feeds = {v.name: a for v, a in zip(values, arrays)}
     want = evaluate_chain(ops, feeds)[out.name]
@@ -155,28 +167,47 @@ def chains(draw: st.DrawFn) -> tuple[list[kg.Value], list[kg.Op]]:
     return inputs, ops
 
 
-@settings(max_examples=220, deadline=None, suppress_health_check=list(HealthCheck))
-@given(chain=chains(), seed=st.integers(0, 2**16))
-def test_random_blocks_equal_sequential(chain: tuple[list[kg.Value], list[kg.Op]],
-                                        seed: int) -> None:
-    """The fused kernel equals evaluating the operators one by one (interpreter and OpenCL)."""
+def check_random_block(chain: tuple[list[kg.Value], list[kg.Op]], seed: int,
+                       backends: list[str]) -> None:
+    """The fused kernel equals evaluating the operators one by one, on every given backend."""
     inputs, ops = chain
     rng = np.random.default_rng(seed)
-    feeds = {v.name: rng.standard_normal(v.shape).astype(np.float32) for v in inputs}
-    for v in inputs:  # keep Exp chains finite
-        feeds[v.name] = np.clip(feeds[v.name], -2, 2)
+    feeds = {v.name: np.clip(rng.standard_normal(v.shape), -2, 2).astype(np.float32)
+             for v in inputs}  # clipped: keeps Exp chains finite
     want = evaluate_chain(ops, feeds)[ops[-1].name]
     fused = kg.fuse(*ops, force=True)
     arrays = [feeds[v.name] for v in fused.inputs]
-    for backend in _backends():
+    for backend in backends:
         (got,) = run(backend, fused, *arrays)
         assert_close(got, want, scale=50)
 
 
-def _backends() -> list[str]:
-    import os
+def _available(*names: str) -> list[str]:
+    """The named backends that can run here; in CI (KERNELGEN_REQUIRE_BACKENDS) all must."""
+    ok = [n for n in names if not backend_problem(n)]
+    if os.environ.get("KERNELGEN_REQUIRE_BACKENDS") and len(ok) < len(names):
+        pytest.fail("; ".join(str(backend_problem(n)) for n in names if n not in ok))
+    if not ok:
+        pytest.skip("; ".join(str(backend_problem(n)) for n in names))
+    return ok
 
-    from conftest import _opencl_problem
-    if _opencl_problem() and not os.environ.get("KERNELGEN_REQUIRE_OPENCL"):
-        return ["interp"]
-    return ["interp", "opencl"]
+
+_SETTINGS = dict(deadline=None, suppress_health_check=list(HealthCheck))
+
+
+@settings(max_examples=220, **_SETTINGS)
+@given(chain=chains(), seed=st.integers(0, 2**16))
+def test_random_blocks_interpreter_and_opencl(chain, seed: int) -> None:
+    check_random_block(chain, seed, ["interp", *_available("opencl")])
+
+
+@settings(max_examples=40, **_SETTINGS)  # each example compiles C through SIMDe (~0.7 s)
+@given(chain=chains(), seed=st.integers(0, 2**16))
+def test_random_blocks_neon(chain, seed: int) -> None:
+    check_random_block(chain, seed, _available("neon"))
+
+
+@settings(max_examples=40, **_SETTINGS)  # the Triton interpreter costs ms per program
+@given(chain=chains(), seed=st.integers(0, 2**16))
+def test_random_blocks_triton(chain, seed: int) -> None:
+    check_random_block(chain, seed, _available("triton"))

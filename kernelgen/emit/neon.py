@@ -1,0 +1,239 @@
+"""NEON C emitter: the loop IR as one C function with ARM NEON intrinsics.
+
+The same source compiles on AArch64 (``arm_neon.h``) and on x86 through SIMDe. Threads: OpenMP
+``parallel for`` over the parallel axes (the group axes of a reduction, the outer axes of an
+elementwise kernel, or chunks of a 1-D one). OpenMP because it is in every GCC, including the
+static AArch64 cross toolchain the qemu check uses, and its static schedule costs one barrier per
+kernel; a hand-rolled pool would add code and no speed at this grain. The innermost contiguous
+axis runs as ``float32x4_t`` loops with scalar tails; reductions use ``vaddvq_f32``/
+``vmaxnmvq_f32`` for the horizontal step.
+
+Parameters are positional (``in0``, ``out0``; the comment above the function names them), and
+the function name carries a hash of the code, so identical kernels have identical source however
+their tensors are named, and many kernels can share one translation unit (SIMDe's headers cost
+about a second per unit to parse).
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, replace
+from typing import Any
+
+import templates
+
+from ..dtypes import DType
+from ..loop_ir import Buffer, LoopKernel
+from ..shapes import prod
+from .base import Capabilities, Scope
+from .c_base import CEmitter, VectorSyntax
+
+_UNARY_F = ("exp", "expm1", "log", "log1p", "sqrt", "sin", "cos", "tan", "asin", "acos", "atan",
+            "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "floor", "ceil", "rint")
+_COMPARE = {"lt": "{0} < {1}", "le": "{0} <= {1}", "gt": "{0} > {1}", "ge": "{0} >= {1}",
+            "eq": "{0} == {1}", "ne": "{0} != {1}"}
+
+
+def _per_dtype(name: str) -> dict[DType, str]:
+    return {DType.float32: name + "f", DType.float64: name}
+
+
+_FLOAT: dict[str, Any] = {
+    "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / {1}",
+    "neg": "-{0}",
+    **{f: {dt: f"{n}({{0}})" for dt, n in _per_dtype(f).items()} for f in _UNARY_F},
+    "abs": {dt: f"{n}({{0}})" for dt, n in _per_dtype("fabs").items()},
+    "max": {dt: f"{n}({{0}}, {{1}})" for dt, n in _per_dtype("fmax").items()},
+    "min": {dt: f"{n}({{0}}, {{1}})" for dt, n in _per_dtype("fmin").items()},
+    "pow": {dt: f"{n}({{0}}, {{1}})" for dt, n in _per_dtype("pow").items()},
+    "fmod": {dt: f"{n}({{0}}, {{1}})" for dt, n in _per_dtype("fmod").items()},
+    "rsqrt": {DType.float32: "1.0f / sqrtf({0})", DType.float64: "1.0 / sqrt({0})"},
+    "sign": "({0} > 0 ? 1 : ({0} < 0 ? -1 : {0}))",
+    "isnan": "isnan({0})", "isinf": "isinf({0})", **_COMPARE,
+}
+_INT = {
+    "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / {1}",
+    "neg": "-{0}", "abs": "({0} < 0 ? -{0} : {0})", "max": "({0} > {1} ? {0} : {1})",
+    "min": "({0} < {1} ? {0} : {1})", "mod": "KG_FLOORMOD({0}, {1})",
+    "sign": "(({0} > 0) - ({0} < 0))", **_COMPARE,
+    "and": "{0} && {1}", "or": "{0} || {1}", "xor": "{0} != {1}", "not": "!{0}",
+}
+# Functions NEON has no instruction for run lane by lane through libm (kg_v_<fn>), except exp,
+# which has a polynomial version (softmax and friends live on it).
+_LANEWISE = [f for f in _UNARY_F if f not in ("exp", "sqrt", "floor", "ceil", "rint")]
+VECTOR = VectorSyntax(
+    width=4, vtype="float32x4_t", mtype="uint32x4_t", load="vld1q_f32({ptr} + {off})",
+    store="vst1q_f32({ptr} + {off}, {v});", broadcast="vdupq_n_f32({0})",
+    broadcast_mask="vdupq_n_u32(({0}) ? 0xFFFFFFFFu : 0u)", select="vbslq_f32({0}, {1}, {2})",
+    functions={
+        "add": "vaddq_f32({0}, {1})", "sub": "vsubq_f32({0}, {1})", "mul": "vmulq_f32({0}, {1})",
+        "div": "vdivq_f32({0}, {1})", "neg": "vnegq_f32({0})", "abs": "vabsq_f32({0})",
+        "max": "vmaxnmq_f32({0}, {1})", "min": "vminnmq_f32({0}, {1})",
+        "sqrt": "vsqrtq_f32({0})", "rsqrt": "vdivq_f32(vdupq_n_f32(1.0f), vsqrtq_f32({0}))",
+        "exp": "kg_vexpq_f32({0})", "floor": "vrndmq_f32({0})", "ceil": "vrndpq_f32({0})",
+        "rint": "vrndnq_f32({0})", "pow": "kg_v_powf({0}, {1})", "fmod": "kg_v_fmodf({0}, {1})",
+        "sign": "kg_v_signf({0})",
+        **{f: f"kg_v_{f}f({{0}})" for f in _LANEWISE},
+        "lt": "vcltq_f32({0}, {1})", "le": "vcleq_f32({0}, {1})", "gt": "vcgtq_f32({0}, {1})",
+        "ge": "vcgeq_f32({0}, {1})", "eq": "vceqq_f32({0}, {1})",
+        "ne": "vmvnq_u32(vceqq_f32({0}, {1}))", "isnan": "vmvnq_u32(vceqq_f32({0}, {0}))",
+        "isinf": "vceqq_f32(vabsq_f32({0}), vdupq_n_f32(INFINITY))",
+        "and": "vandq_u32({0}, {1})", "or": "vorrq_u32({0}, {1})",
+        "xor": "veorq_u32({0}, {1})", "not": "vmvnq_u32({0})",
+    },
+    combine={"sum": "vaddq_f32({a}, {b})", "prod": "vmulq_f32({a}, {b})",
+             "max": "vmaxnmq_f32({a}, {b})", "min": "vminnmq_f32({a}, {b})"},
+    horizontal={"sum": "vaddvq_f32({v})", "max": "vmaxnmvq_f32({v})",
+                "min": "vminnmvq_f32({v})", "prod": "kg_vmulvq_f32({v})"},
+)
+
+# Below this many output elements a kernel runs on one thread (OpenMP start-up costs more).
+PARALLEL_MIN_ELEMENTS = 1 << 15
+CHUNK = 1 << 14  # elements per parallel chunk of a 1-D elementwise kernel
+
+CAPABILITIES = Capabilities(name="neon", vector_width=VECTOR.width, simd_within_work_item=True,
+                            multithreaded=True)
+
+
+@dataclass(frozen=True)
+class NeonSource:
+    """A kernel's C: the shared header, the helpers it uses, and its function."""
+
+    function_name: str
+    helpers: dict[str, str]
+    function: str
+
+    @property
+    def text(self) -> str:
+        return "\n".join([templates.render("neon", "header.c", version=_version()),
+                          *self.helpers.values(), self.function])
+
+    @property
+    def code(self) -> str:
+        """The text without the comment lines that name tensors: what the cache keys on, so
+        the same kernel built from differently named tensors hits the same library."""
+        return "\n".join(line for line in self.text.splitlines()
+                         if not line.lstrip().startswith("//"))
+
+
+class NeonEmitter(CEmitter):
+    backend = "neon"
+    scalar_types = {DType.float32: "float", DType.float64: "double", DType.int32: "int32_t",
+                    DType.int64: "int64_t", DType.bool: "bool", DType.float16: "float"}
+    buffer_types = {DType.float32: "float", DType.float64: "double", DType.int32: "int32_t",
+                    DType.int64: "int64_t", DType.bool: "uint8_t", DType.float16: "_Float16"}
+    float_formats = _FLOAT
+    int_formats = _INT
+    vector = VECTOR
+    long_t = "int64_t"
+    ix_max = "(({a}) > ({b}) ? ({a}) : ({b}))"
+    ix_min = "(({a}) < ({b}) ? ({a}) : ({b}))"
+
+    def __init__(self, kernel: LoopKernel, capabilities: Capabilities = CAPABILITIES) -> None:
+        if not kernel.hoisted:  # elementwise: the outer axes are the parallel ones
+            kernel = replace(kernel, group=tuple(range(len(kernel.domain) - 1)))
+        super().__init__(kernel, capabilities)
+        roles = [("in", b) for b in kernel.inputs] + [("out", b) for b in kernel.outputs]
+        counts = {"in": 0, "out": 0}
+        for role, b in roles:
+            self.arg_names[b.name] = f"{role}{counts[role]}"
+            counts[role] += 1
+
+    def combine(self, kind: str, dtype: DType, a: str, b: str) -> str:
+        if kind in ("max", "min"):  # fmaxf / fmax / integer ternary, by dtype
+            table = self.float_formats if dtype.is_float else self.int_formats
+            fmt = table[kind]
+            fmt = fmt[dtype.compute] if isinstance(fmt, dict) else fmt
+            return fmt.format(a, b)
+        return super().combine(kind, dtype, a, b)
+
+    def buffer_load(self, buf: Buffer, offset: str) -> str:
+        if buf.dtype is DType.float16:
+            return f"(float){self.arg_names[buf.name]}[{offset}]"
+        return super().buffer_load(buf, offset)
+
+    def buffer_store(self, buf: Buffer, offset: str, value: str) -> str:
+        cast = {DType.float16: "_Float16", DType.bool: "uint8_t"}.get(buf.dtype)
+        return super().buffer_store(buf, offset, f"({cast})({value})" if cast else value)
+
+    def params(self) -> str:
+        k = self.kernel
+        ins = [f"const {self.buffer_types[b.dtype]}* restrict {self.arg_names[b.name]}"
+               for b in k.inputs]
+        outs = [f"{self.buffer_types[b.dtype]}* restrict {self.arg_names[b.name]}"
+                for b in k.outputs]
+        return ",\n        ".join(ins + outs)
+
+    def emit(self) -> NeonSource:
+        k = self.kernel
+        body = Scope([], 1)
+        parallel = [k.domain[g] for g in k.group]
+        threads = k.numel >= PARALLEL_MIN_ELEMENTS
+        pragma = "#pragma omp parallel for schedule(static)"
+        if parallel:
+            groups = prod(n for _, n in parallel)
+            if threads and groups > 1:
+                body.add(pragma)
+            g = self.fresh("g")
+            inner = self.open_loop(body, g, "0", self.int_literal(groups))
+            self.decompose(g, parallel, inner)
+            self.group_body(inner, vectorize=True)
+            self.close_loop(body)
+        elif not k.hoisted and len(k.domain) == 1 and threads:
+            n = k.domain[0][1]
+            chunks = -(-n // CHUNK)
+            body.add(pragma)
+            c = self.fresh("c")
+            inner = self.open_loop(body, c, "0", self.int_literal(chunks))
+            start, stop = self.fresh("start"), self.fresh("stop")
+            self.declare_index(inner, start, f"{c} * {CHUNK}")
+            self.declare_index(inner, stop, f"{start} + {CHUNK} < {n} ? {start} + {CHUNK} : {n}")
+            self.group_body(inner, vectorize=True, element_range=(start, stop))
+            self.close_loop(body)
+        else:
+            self.group_body(body, vectorize=True)
+        text = "\n".join(body.lines)
+        doc = "\n".join(f"//   {self.arg_names[b.name]}: {role} '{b.name}' {b.dtype}{list(b.shape)}"
+                        for role, bufs in (("input", k.inputs), ("output", k.outputs))
+                        for b in bufs)
+        code = templates.render("neon", "function.c", name="KG_FN", params=self.params(),
+                                body=text)
+        digest = hashlib.sha256(code.encode()).hexdigest()[:12]
+        name = f"kg_{_c_name(k.name)}_{digest}"
+        function = f"// {k.name}\n{doc}\n" + code.replace("KG_FN", name)
+        helpers = {h: code for h, code in _helpers().items() if h in text}
+        return NeonSource(name, helpers, function)
+
+
+def _c_name(name: str) -> str:
+    return "".join(ch if ch.isalnum() else "_" for ch in name)[:40]
+
+
+def _helpers() -> dict[str, str]:
+    """Vector helpers by name, defined only in kernels that use them."""
+    out = {"kg_vexpq_f32": templates.render("neon", "vexp.c"),
+           "kg_vmulvq_f32": templates.render("neon", "vmulv.c")}
+    for f in _LANEWISE:
+        out[f"kg_v_{f}f"] = templates.render("neon", "lanewise.c", name=f"kg_v_{f}f", fn=f"{f}f")
+    out["kg_v_signf"] = templates.render("neon", "vsign.c")
+    for f in ("pow", "fmod"):
+        out[f"kg_v_{f}f"] = templates.render("neon", "lanewise2.c", name=f"kg_v_{f}f",
+                                             fn=f"{f}f")
+    return out
+
+
+def _version() -> str:
+    from .. import __version__
+    return __version__
+
+
+def emit_neon(kernel: LoopKernel, **options: Any) -> tuple[NeonSource, dict[str, Any]]:
+    unknown = set(options) - {"capabilities"}
+    if unknown:
+        raise TypeError(f"unknown NEON emit options {sorted(unknown)}; expected capabilities")
+    emitter = NeonEmitter(kernel, options.get("capabilities", CAPABILITIES))
+    source = emitter.emit()
+    schedule = "row" if kernel.hoisted else "elementwise"
+    tunables = {"vector_width": VECTOR.width, "index_type": emitter.index_t,
+                "parallel_min_elements": PARALLEL_MIN_ELEMENTS, "chunk": CHUNK}
+    return source, {"schedule": schedule, "tunables": tunables, "function": source.function_name,
+                    "threads": "openmp"}
