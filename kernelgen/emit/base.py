@@ -148,9 +148,9 @@ class Emitter:
                 out = fmt.format(a=out, b=self.index(a), t=self.index_t)
             return out
         if isinstance(e, sympy.And):
-            return self.ix_and.join(self._atom(a) for a in e.args)
+            return self.index_and([self._atom(a) for a in e.args])
         if isinstance(e, sympy.Or):
-            return self.ix_or.join(self._atom(a) for a in e.args)
+            return self.index_or([self._atom(a) for a in e.args])
         if isinstance(e, sympy.Not):
             return self.ix_not.format(a=self._atom(e.args[0]))
         ops = {sympy.StrictLessThan: "<", sympy.LessThan: "<=", sympy.StrictGreaterThan: ">",
@@ -162,6 +162,12 @@ class Emitter:
                 lhs, rhs = lhs - const, rhs - const
             return f"{self.index(lhs)} {ops[type(e)]} {self.index(rhs)}"
         raise TypeError(f"cannot print index expression {e}")
+
+    def index_and(self, parts: list[str]) -> str:
+        return self.ix_and.join(parts)
+
+    def index_or(self, parts: list[str]) -> str:
+        return self.ix_or.join(parts)
 
     def _atom(self, e: sympy.Basic) -> str:
         text = self.index(e)

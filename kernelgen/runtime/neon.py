@@ -146,10 +146,11 @@ def build_kernels(sources: Sequence[Any]) -> None:
         functions.append(src.function)
     if not units:
         return
-    build(units, "\n".join([_header(), *helpers.values(), *functions]))
+    build(units, "\n".join([header(), *helpers.values(), *functions]))
 
 
-def _header() -> str:
+def header() -> str:
+    """The common top of every NEON translation unit."""
     import templates
 
     from ..emit.neon import _version

@@ -1,0 +1,352 @@
+"""Triton emitter: the loop IR as a ``@triton.jit`` kernel in a generated Python module.
+
+Schedules:
+- ``elementwise``: each program handles ``BLOCK`` consecutive domain points (masked at the
+  ragged end); domain indices come from the flat position by ``//`` and ``%``.
+- ``row``: one program per group point; each hoisted reduction runs over its extent in blocks of
+  ``BLOCK_R`` lanes (masked lanes hold the combiner's identity) and finishes with ``tl.sum``/
+  ``tl.max``/``tl.min``/``tl.reduce``; then the group's elements go out in blocks of
+  ``BLOCK_E``. A single-kernel softmax is one such program per row.
+
+Only ``triton.language`` core functions are used: primitives it lacks (tanh, expm1, pow, rint,
+atan...) are ``@triton.jit`` helpers in ``templates/triton/helpers.py.tmpl`` built from them,
+because libdevice externs do not run under ``TRITON_INTERPRET=1``.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import sympy
+
+import templates
+
+from ..dtypes import DType
+from ..expr import Call, Cast, Load, Reduce, free_index_symbols
+from ..loop_ir import LoopKernel
+from ..shapes import prod
+from .base import Capabilities, Emitter, Scope
+
+_TL = {DType.float32: "tl.float32", DType.float16: "tl.float16", DType.float64: "tl.float64",
+       DType.int32: "tl.int32", DType.int64: "tl.int64", DType.bool: "tl.int1"}
+SIGNATURE = {DType.float32: "*fp32", DType.float16: "*fp16", DType.float64: "*fp64",
+             DType.int32: "*i32", DType.int64: "*i64", DType.bool: "*i1"}
+_FLOAT = {
+    "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
+    "neg": "(-{0})", "abs": "tl.abs({0})", "max": "tl.maximum({0}, {1})",
+    "min": "tl.minimum({0}, {1})",
+    **{f: f"tl.{f}({{0}})" for f in ("exp", "log", "sqrt", "rsqrt", "sin", "cos", "erf",
+                                     "floor", "ceil")},
+    **{f: f"kg_{f}({{0}})" for f in ("tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
+                                     "asinh", "acosh", "atanh", "expm1", "log1p", "rint",
+                                     "sign", "isnan", "isinf")},
+    "pow": "kg_pow({0}, {1})", "fmod": "kg_fmod({0}, {1})",
+    "lt": "({0} < {1})", "le": "({0} <= {1})", "gt": "({0} > {1})", "ge": "({0} >= {1})",
+    "eq": "({0} == {1})", "ne": "({0} != {1})",
+}
+_INT = {
+    **{k: v for k, v in _FLOAT.items() if k in ("add", "sub", "mul", "neg", "abs", "max", "min",
+                                                 "lt", "le", "gt", "ge", "eq", "ne")},
+    "div": "kg_idiv({0}, {1})", "mod": "kg_imod({0}, {1})", "sign": "kg_isign({0})",
+    # tl.where, not & and |: the interpreter cannot mix a scalar and a vector boolean in them
+    "and": "tl.where({0}, {1}, False)", "or": "tl.where({0}, True, {1})", "xor": "({0} != {1})",
+    "not": "({0} == 0)",
+}
+_IDENTITY = {"sum": "0", "prod": "1"}
+_FINISH = {"sum": "tl.sum({v}, axis=0)", "max": "tl.max({v}, axis=0)",
+           "min": "tl.min({v}, axis=0)", "prod": "tl.reduce({v}, 0, kg_mul)"}
+
+CAPABILITIES = Capabilities(name="triton", vector_width=1)
+DEFAULT_BLOCK = 1024
+MAX_ROW_BLOCK = 1024
+
+
+@dataclass(frozen=True)
+class TritonSource:
+    """The generated module: its text, the kernel function's name, the pointer signature and
+    block sizes (constexprs) it is launched with, and the grid."""
+
+    text: str
+    function: str
+    signature: dict[str, str]
+    constexprs: dict[str, int]
+    grid: tuple[int, ...]
+
+    @property
+    def module_name(self) -> str:
+        """A stable file name: Triton reads a kernel's source from its file."""
+        return f"kg_{hashlib.sha256(self.text.encode()).hexdigest()[:16]}"
+
+
+class TritonEmitter(Emitter):
+    backend = "triton"
+    ix_div = "{a} // {b}"
+    ix_mod = "{a} % {b}"
+    ix_floordiv = "kg_floordiv({a}, {b})"
+    ix_floormod = "kg_floormod({a}, {b})"
+    ix_max = "tl.maximum({a}, {b})"
+    ix_min = "tl.minimum({a}, {b})"
+    ix_not = "({a} == 0)"
+    ix_true, ix_false = "True", "False"
+
+    def __init__(self, kernel: LoopKernel, block: int | None = None, block_r: int | None = None,
+                 block_e: int | None = None, capabilities: Capabilities = CAPABILITIES) -> None:
+        super().__init__(kernel, capabilities)
+        self.block = _pow2(block or DEFAULT_BLOCK, "block")
+        self.block_r, self.block_e = block_r, block_e
+        self.lanes: str | None = None   # the lane shape of the current vector context
+        self.mask: str | None = None    # which lanes are live there
+        self.lane_symbols: set[sympy.Symbol] = set()  # index symbols that vary across lanes
+        self.params = {b.name: f"{role}{k}" for role, bufs in (("in", kernel.inputs),
+                                                                ("out", kernel.outputs))
+                       for k, b in enumerate(bufs)}
+
+    @property
+    def index_t(self) -> str:
+        return "tl.int64" if self.wide else "tl.int32"
+
+    def index_and(self, parts: list[str]) -> str:
+        out = parts[0]
+        for p in parts[1:]:
+            out = f"tl.where({out}, {p}, False)"
+        return out
+
+    def index_or(self, parts: list[str]) -> str:
+        out = parts[0]
+        for p in parts[1:]:
+            out = f"tl.where({out}, True, {p})"
+        return out
+
+    # --- hooks ---------------------------------------------------------------------------------
+
+    def literal(self, value: float | int | bool, dtype: DType) -> str:
+        if dtype is DType.bool:
+            return "True" if value else "False"
+        if dtype.is_int:
+            return str(int(value))
+        v = float(value)
+        if math.isnan(v):
+            return 'float("nan")'
+        if math.isinf(v):
+            return 'float("inf")' if v > 0 else 'float("-inf")'
+        return repr(v)
+
+    def declare(self, scope: Scope, name: str, dtype: DType, text: str) -> None:
+        scope.add(f"{name} = {text}")
+
+    def declare_index(self, scope: Scope, name: str, text: str) -> None:
+        scope.add(f"{name} = {text}")
+
+    def to_index(self, value: str) -> str:
+        return f"{value}.to({self.index_t})"
+
+    def load_text(self, node: Load) -> str:
+        pointer = f"{self.params[node.buffer]} + ({self.index(node.offset)})"
+        varies = bool(free_index_symbols(node) & self.lane_symbols)
+        guard = None if node.guard is sympy.true else self.index(node.guard)
+        masks = [m for m in (self.mask if varies else None, guard) if m]
+        if masks:
+            text = f"tl.load({pointer}, mask={self.index_and(masks)}, other=0)"
+        else:
+            text = f"tl.load({pointer})"
+        buf = self.buffers[node.buffer]
+        return f"{text}.to(tl.float32)" if buf.dtype is DType.float16 else text
+
+    def call_text(self, node: Call, args: list[str]) -> str:
+        table = _FLOAT if node.args[0].dtype.is_float else _INT
+        return table[node.fn].format(*args)
+
+    def select_text(self, cond: str, a: str, b: str) -> str:
+        return f"tl.where({cond}, {a}, {b})"
+
+    def cast_text(self, node: Cast, value: str) -> str:
+        if node.dtype is DType.bool:
+            return f"({value} != 0)"
+        return f"{value}.to({_TL[node.dtype.compute]})"
+
+    def open_loop(self, scope: Scope, var: str, start: str, stop: str) -> Scope:
+        scope.add(f"for {var} in range({start}, {stop}):")
+        return scope.child()
+
+    def int_limit(self, dtype: DType, largest: bool) -> str:
+        bits = 63 if dtype is DType.int64 else 31
+        return str(2**bits - 1) if largest else str(-(2**bits))
+
+    def combine(self, kind: str, dtype: DType, a: str, b: str) -> str:
+        return {"sum": "({a} + {b})", "prod": "({a} * {b})", "max": "tl.maximum({a}, {b})",
+                "min": "tl.minimum({a}, {b})"}[kind].format(a=a, b=b)
+
+    def declare_acc(self, scope: Scope, name: str, node: Reduce) -> None:
+        shape = f"[{self.lanes}]" if self.lanes else "[]"
+        scope.add(f"{name} = tl.full({shape}, {self.reduce_init(node)}, "
+                  f"{_TL[node.dtype.compute]})")
+
+    # --- schedules -------------------------------------------------------------------------------
+
+    def emit(self) -> TritonSource:
+        k = self.kernel
+        body = Scope([], 1)
+        if k.hoisted:
+            schedule, constexprs, grid = self._row(body)
+        else:
+            schedule, constexprs, grid = self._elementwise(body)
+        self.schedule = schedule
+        text = "\n".join(body.lines)
+        params = [self.params[b.name] for b in k.inputs + k.outputs]
+        params += [f"{c}: tl.constexpr" for c in constexprs]
+        function_code = templates.render("triton", "kernel.py", name="KG_FN",
+                                         params=",\n        ".join(params), body=text)
+        digest = hashlib.sha256(function_code.encode()).hexdigest()[:12]
+        function = f"kg_{_py_name(k.name)}_{digest}"
+        doc = "\n".join(f"#   {self.params[b.name]}: {role} '{b.name}' {b.dtype}{list(b.shape)}"
+                        for role, bufs in (("input", k.inputs), ("output", k.outputs))
+                        for b in bufs)
+        helpers = _used_helpers(function_code)
+        helpers = f"\n\n{helpers}\n\n" if helpers else ""
+        module = templates.render("triton", "module.py", version=_version(), helpers=helpers,
+                                  doc=doc, kernel=function_code.replace("KG_FN", function))
+        signature = {self.params[b.name]: SIGNATURE[b.dtype] for b in k.inputs + k.outputs}
+        return TritonSource(module, function, signature, constexprs, grid)
+
+    def _elementwise(self, body: Scope) -> tuple[str, dict[str, int], tuple[int, ...]]:
+        k = self.kernel
+        n = k.numel
+        pid = "tl.program_id(0)" + (".to(tl.int64)" if self.wide else "")
+        if k.domain:
+            body.add(f"offs = {pid} * BLOCK + tl.arange(0, BLOCK)")
+            body.add(f"live = offs < {n}")
+            self._enter_lanes("BLOCK", "live", list(k.domain))
+            self.decompose("offs", list(k.domain), body)
+        self._stores(body)
+        block = min(self.block, _next_pow2(n))
+        return "elementwise", {"BLOCK": block}, (-(-n // block),)
+
+    def _row(self, body: Scope) -> tuple[str, dict[str, int], tuple[int, ...]]:
+        k = self.kernel
+        group = [k.domain[g] for g in k.group]
+        if group:
+            self.decompose("tl.program_id(0)" + (".to(tl.int64)" if self.wide else ""),
+                           group, body)
+        longest = max(prod(n for _, n in r.axes) for r in k.hoisted)
+        block_r = _pow2(self.block_r or min(_next_pow2(longest), MAX_ROW_BLOCK), "block_r")
+        for r in k.hoisted:
+            self._block_reduce(r, body)
+        elems = [k.domain[e] for e in k.element_axes]
+        count = prod(n for _, n in elems)
+        block_e = _pow2(self.block_e or min(_next_pow2(count), MAX_ROW_BLOCK), "block_e")
+        if not elems:  # a plain reduction: one value per program
+            self._stores(body)
+        else:
+            inner = self._lane_loop(body, "BLOCK_E", count, elems)
+            self._stores(inner)
+            self._leave_lanes()
+        return "row", {"BLOCK_R": block_r, "BLOCK_E": block_e}, (prod(n for _, n in group),)
+
+    def _lane_loop(self, scope: Scope, block: str, count: int,
+                   axes: list[tuple[sympy.Symbol, int]]) -> Scope:
+        """Open ``for`` over ``count`` positions in blocks of ``block`` lanes and bind ``axes``
+        (row-major over the positions) as lane vectors; returns the loop body."""
+        base, pos = self.fresh("base"), self.fresh("p")
+        scope.add(f"for {base} in range(0, {count}, {block}):")
+        inner = scope.child()
+        inner.add(f"{pos} = {base} + tl.arange(0, {block})")
+        inner.add(f"{pos}_live = {pos} < {count}")
+        self._enter_lanes(block, f"{pos}_live", axes)
+        self.decompose(pos, axes, inner)
+        return inner
+
+    def _enter_lanes(self, block: str, mask: str, axes: list[tuple[sympy.Symbol, int]]) -> None:
+        self.lanes, self.mask = block, mask
+        self.lane_symbols = {s for s, _ in axes}
+
+    def _leave_lanes(self) -> None:
+        self.lanes = self.mask = None
+        self.lane_symbols = set()
+
+    def _block_reduce(self, node: Reduce, scope: Scope) -> None:
+        """One hoisted reduction: blocks of BLOCK_R lanes, then the cross-lane finish."""
+        n = prod(e for _, e in node.axes)
+        vacc = self.fresh("vacc")
+        self.lanes = "BLOCK_R"
+        self.declare_acc(scope, vacc, node)
+        inner = self._lane_loop(scope, "BLOCK_R", n, list(node.axes))
+        value = self.expr(node.body, inner)
+        live = f"tl.where({self.mask}, {value}, {self.reduce_init(node)})"
+        inner.add(f"{vacc} = {self.combine(node.kind, node.dtype, vacc, live)}")
+        self._leave_lanes()
+        acc = self.fresh("red")
+        scope.add(f"{acc} = {_FINISH[node.kind].format(v=vacc)}")
+        scope.names[node] = acc
+
+    def _stores(self, scope: Scope) -> None:
+        offset = self.index(self.kernel.store_offset)
+        for buf, st in zip(self.kernel.outputs, self.kernel.stores):
+            value = self.expr(st.value, scope)
+            if buf.dtype is DType.float16:
+                value = f"{value}.to(tl.float16)"
+            if self.lanes is None:
+                scope.add(f"tl.store({self.params[buf.name]} + ({offset}), {value})")
+            else:
+                scope.add(f"tl.store({self.params[buf.name]} + ({offset}), {value}, "
+                          f"mask={self.mask})")
+
+
+def _pow2(n: int, name: str) -> int:
+    if n < 1 or n & (n - 1):
+        raise ValueError(f"Triton block size '{name}' must be a power of two, got {n}")
+    return n
+
+
+def _next_pow2(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def _py_name(name: str) -> str:
+    return "".join(ch if ch.isalnum() else "_" for ch in name)[:40]
+
+
+def _used_helpers(code: str) -> str:
+    """The helper definitions ``code`` calls, with the helpers they call in turn."""
+    helpers = _helper_blocks()
+    wanted: list[str] = []
+    pending = set(re.findall(r"\b(kg_\w+)\b", code))  # called, or passed (tl.reduce)
+    while pending:
+        name = pending.pop()
+        if name in helpers and name not in wanted:
+            wanted.append(name)
+            pending |= set(re.findall(r"\b(kg_\w+)\b", helpers[name])) - set(wanted)
+    return "\n\n".join(helpers[n] for n in sorted(wanted))
+
+
+def _helper_blocks() -> dict[str, str]:
+    text = templates.render("triton", "helpers.py")
+    blocks = [b.strip() for b in text.split("\n\n\n") if b.strip()]
+    return {re.search(r"def (kg_\w+)\(", b).group(1): b for b in blocks}  # type: ignore[union-attr]
+
+
+def _version() -> str:
+    from .. import __version__
+    return __version__
+
+
+def emit_triton(kernel: LoopKernel, **options: Any) -> tuple[TritonSource, dict[str, Any],
+                                                               dict[str, Any]]:
+    """The Triton module for ``kernel``, its launch (grid and block sizes) and metadata."""
+    allowed = {"block", "block_r", "block_e", "capabilities"}
+    if unknown := set(options) - allowed:
+        raise TypeError(f"unknown Triton emit options {sorted(unknown)}; expected "
+                        f"{sorted(allowed)}")
+    emitter = TritonEmitter(kernel, options.get("block"), options.get("block_r"),
+                            options.get("block_e"), options.get("capabilities", CAPABILITIES))
+    source = emitter.emit()
+    launch = {"grid": list(source.grid), "constexprs": dict(source.constexprs)}
+    extra = {"schedule": emitter.schedule, "tunables": dict(source.constexprs),
+             "function": source.function, "signature": source.signature,
+             "module": source.module_name}
+    return source, launch, extra

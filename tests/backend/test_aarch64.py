@@ -1,0 +1,75 @@
+"""The NEON kernels on real AArch64 semantics: cross-compiled statically with
+aarch64-linux-gnu-gcc and run under qemu-aarch64 as a Cortex-A53 (ARMv8.0), against ONNX's
+reference. A subset of the operator matrix (one case per operator kind, plus neighbours and
+the reduction schedules), as one harness run."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from conftest import assert_close, require
+from reference import evaluate_chain, reference
+from test_fusion import NEIGHBOUR_CASES, neighbour_block
+from test_ops import CASES, _ints_in_range
+
+import kernelgen as kg
+
+
+def _subset() -> list:
+    seen, picked = set(), []
+    for case in CASES:
+        kind = case.name.split("(")[0].split("-")[0]
+        if kind not in seen:
+            seen.add(kind)
+            picked.append(case)
+    return picked
+
+
+def test_neon_kernels_on_aarch64(tmp_path: Path) -> None:
+    require("neon")
+    from conftest import PROBLEMS  # noqa: F401 - same skip/fail policy for the cross tools
+    try:
+        from kernelgen.runtime import aarch64
+        aarch64.tools()
+    except kg.UnsupportedError as exc:
+        import os
+
+        import pytest
+        if os.environ.get("KERNELGEN_REQUIRE_BACKENDS"):
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
+    kernels, inputs, wants, names = [], [], [], []
+    for case in _subset():
+        values, arrays = case.inputs()
+        _ints_in_range(case, arrays, values)
+        op = case.build(*values)
+        fused = kg.fuse(op)
+        kernels.append(fused.emit("neon"))
+        feeds = dict(zip((v.name for v in values), arrays))
+        inputs.append([feeds[v.name] for v in fused.inputs])
+        wants.append(case.ref(*arrays) if case.ref else reference(op, *arrays))
+        names.append(case.name)
+    for case in NEIGHBOUR_CASES[::3]:
+        values, arrays, ops = neighbour_block(case)
+        fused = kg.fuse(*ops, force=True)
+        feeds = dict(zip((v.name for v in values), arrays))
+        kernels.append(fused.emit("neon"))
+        inputs.append([feeds[v.name] for v in fused.inputs])
+        wants.append(evaluate_chain(ops, feeds)[ops[-1].name])
+        names.append(f"neighbours-{case.name}")
+    x = kg.tensor("x", (300, 37))  # multi-threaded row softmax, ragged vector tails
+    X = np.random.default_rng(5).standard_normal((300, 37)).astype(np.float32)
+    sm = kg.softmax(x, 1)
+    kernels.append(kg.fuse(sm).emit("neon"))
+    inputs.append([X])
+    wants.append(reference(sm, X))
+    names.append("softmax-threads")
+
+    exe = aarch64.build_harness(kernels, tmp_path)
+    results = aarch64.run(exe, kernels, inputs, tmp_path, cpu="cortex-a53")
+    for name, kernel, (got,), want in zip(names, kernels, results, wants):
+        try:
+            assert_close(got, np.asarray(want).astype(got.dtype), scale=20)
+        except AssertionError as exc:
+            raise AssertionError(f"{name} on AArch64:\n{exc}") from None
+    assert len(results) == len(kernels) > 60
