@@ -94,9 +94,50 @@ def simplify_guard(guard: sympy.Basic, ranges: Mapping[sympy.Symbol, int]) -> sy
                 if decided[1]:
                     return sympy.false
         return type(guard)(lhs, 0)
-    if isinstance(guard, (sympy.And, sympy.Or, sympy.Not)):
+    if isinstance(guard, sympy.And):
+        return _tightest_bounds(sympy.And(*(simplify_guard(a, ranges) for a in guard.args)))
+    if isinstance(guard, (sympy.Or, sympy.Not)):
         return guard.func(*(simplify_guard(a, ranges) for a in guard.args))
     return guard
+
+
+def _tightest_bounds(guard: sympy.Basic) -> sympy.Basic:
+    """In a conjunction of integer bounds on the same expression keep only the tightest upper
+    (``e < k``) and lower (``e >= k``) one: ``o1 < 8 & o1 < 6`` is ``o1 < 6``."""
+    if not isinstance(guard, sympy.And):
+        return guard
+    upper: dict[sympy.Expr, int] = {}
+    lower: dict[sympy.Expr, int] = {}
+    rest = []
+    for term in guard.args:
+        norm = _as_bound(term)
+        if norm is None:
+            rest.append(term)
+            continue
+        e, k, is_upper = norm
+        table, pick = (upper, min) if is_upper else (lower, max)
+        table[e] = pick(table.get(e, k), k)
+    bounds = [sympy.StrictLessThan(e - k, 0) for e, k in upper.items()]
+    bounds += [sympy.GreaterThan(e - k, 0) for e, k in lower.items()]
+    return sympy.And(*rest, *bounds)
+
+
+def _as_bound(term: sympy.Basic) -> tuple[sympy.Expr, int, bool] | None:
+    """``e + c OP 0`` over integers as (e, k, is_upper) meaning ``e < k`` or ``e >= k``."""
+    if not isinstance(term, sympy.core.relational.Relational) or term.rhs != 0:
+        return None
+    lhs = sympy.expand(term.lhs)
+    c = int(sum((t for t in sympy.Add.make_args(lhs) if t.is_Integer), sympy.Integer(0)))
+    e = lhs - c
+    if isinstance(term, sympy.StrictLessThan):
+        return e, -c, True
+    if isinstance(term, sympy.LessThan):
+        return e, -c + 1, True
+    if isinstance(term, sympy.GreaterThan):
+        return e, -c, False
+    if isinstance(term, sympy.StrictGreaterThan):
+        return e, -c + 1, False
+    return None
 
 
 def compose(producer: IndexMap, consumer: IndexMap) -> IndexMap:

@@ -213,12 +213,16 @@ class Emitter:
         raise TypeError(f"cannot emit {type(node).__name__}")
 
     def load(self, node: Load, scope: Scope) -> str:
-        """Bind the load's data symbols (gathered indices), then read the buffer."""
+        """Bind the load's data symbols (gathered indices) and name its guard (shared with the
+        Select that tests the same condition), then read the buffer."""
         for s, n, v in node.data:
             self.symbol_names[s] = self.fresh("ix")
             self.ranges[s] = n
             self.declare_index(scope, self.symbol_names[s], self.to_index(self.expr(v, scope)))
-        return self.load_text(node)
+        guard = None
+        if node.guard is not sympy.true:
+            guard = self.expr(IndexCond(DType.bool, node.guard), scope)
+        return self.load_text(node, guard)
 
     # hooks every language provides
     def declare(self, scope: Scope, name: str, dtype: DType, text: str) -> None:
@@ -227,7 +231,8 @@ class Emitter:
     def declare_index(self, scope: Scope, name: str, text: str) -> None:
         raise NotImplementedError
 
-    def load_text(self, node: Load) -> str:
+    def load_text(self, node: Load, guard: str | None) -> str:
+        """Read ``node``'s buffer; where ``guard`` (a named condition) is false, read 0."""
         raise NotImplementedError
 
     def to_index(self, value: str) -> str:

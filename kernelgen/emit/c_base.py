@@ -48,8 +48,9 @@ def vectorizable(root: Expr, sym: sympy.Symbol, syntax: VectorSyntax,
             offset = sympy.expand(node.offset)
             coeff = offset.coeff(sym)
             rest = sympy.expand(offset - coeff * sym)
+            # a guarded load stays scalar: a vector load would read past the guarded region
             return (node.dtype is DType.float32 and coeff == 1 and sym not in rest.free_symbols
-                    and sym not in node.guard.free_symbols and not node.data)
+                    and node.guard is sympy.true and not node.data)
         if isinstance(node, Call):
             lanes_ok = node.dtype in (DType.float32, DType.bool) and all(
                 a.dtype in (DType.float32, DType.bool) for a in node.args)
@@ -160,11 +161,9 @@ class CEmitter(Emitter):
             return f"({value} != 0)"
         return f"({self.ctype(node.dtype)})({value})"
 
-    def load_text(self, node: Load) -> str:
+    def load_text(self, node: Load, guard: str | None) -> str:
         value = self.buffer_load(self.buffers[node.buffer], self.index(node.offset))
-        if node.guard is sympy.true:
-            return value
-        return f"({self.index(node.guard)}) ? {value} : {self.literal(0, node.dtype)}"
+        return value if guard is None else f"{guard} ? {value} : {self.literal(0, node.dtype)}"
 
     def buffer_load(self, buf: Buffer, offset: str) -> str:
         return f"{self.arg_names[buf.name]}[{offset}]"

@@ -143,10 +143,15 @@ class TritonEmitter(Emitter):
     def to_index(self, value: str) -> str:
         return f"{value}.to({self.index_t})"
 
-    def load_text(self, node: Load) -> str:
-        pointer = f"{self.params[node.buffer]} + ({self.index(node.offset)})"
+    def load_text(self, node: Load, guard: str | None) -> str:
+        offset = self.index(node.offset)
         varies = bool(free_index_symbols(node) & self.lane_symbols)
-        guard = None if node.guard is sympy.true else self.index(node.guard)
+        data = {s for s, _, _ in node.data}
+        offset_varies = bool((node.offset.free_symbols - data) & self.lane_symbols) or any(
+            free_index_symbols(v) & self.lane_symbols for _, _, v in node.data)
+        if varies and not offset_varies:  # a block mask needs a block of pointers
+            offset = f"{offset} + tl.zeros([{self.lanes}], tl.int32)"
+        pointer = f"{self.params[node.buffer]} + ({offset})"
         masks = [m for m in (self.mask if varies else None, guard) if m]
         if masks:
             text = f"tl.load({pointer}, mask={self.index_and(masks)}, other=0)"
@@ -197,8 +202,11 @@ class TritonEmitter(Emitter):
         text = "\n".join(body.lines)
         params = [self.params[b.name] for b in k.inputs + k.outputs]
         params += [f"{c}: tl.constexpr" for c in constexprs]
-        function_code = templates.render("triton", "kernel.py", name="KG_FN",
-                                         params=",\n        ".join(params), body=text)
+        joined = ", ".join(params)
+        if len(joined) > 60:
+            joined = ",\n        ".join(params)
+        function_code = templates.render("triton", "kernel.py", name="KG_FN", params=joined,
+                                         body=text)
         digest = hashlib.sha256(function_code.encode()).hexdigest()[:12]
         function = f"kg_{_py_name(k.name)}_{digest}"
         doc = "\n".join(f"#   {self.params[b.name]}: {role} '{b.name}' {b.dtype}{list(b.shape)}"

@@ -1,4 +1,4 @@
-"""Golden emitted sources: a change to the OpenCL emitter shows up as a reviewable diff.
+"""Golden emitted sources for every backend: an emitter change shows up as a reviewable diff.
 
 Regenerate after an intended change with
 ``KERNELGEN_UPDATE_GOLDEN=1 pytest tests/backend/test_golden.py`` and review tests/golden/.
@@ -61,10 +61,14 @@ CASES: dict[str, Callable[[], kg.FusedOp]] = {
                             column_sum_group, gather_rows)}
 
 
+SUFFIX = {"opencl": "cl", "neon": "c", "triton": "py"}
+
+
+@pytest.mark.parametrize("backend_name", SUFFIX)
 @pytest.mark.parametrize("name", CASES)
-def test_golden_opencl(name: str) -> None:
-    source = CASES[name]().emit("opencl").source
-    path = GOLDEN / "opencl" / f"{name}.cl"
+def test_golden_source(name: str, backend_name: str) -> None:
+    source = CASES[name]().emit(backend_name).source
+    path = GOLDEN / backend_name / f"{name}.{SUFFIX[backend_name]}"
     if os.environ.get("KERNELGEN_UPDATE_GOLDEN"):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(source)

@@ -1,12 +1,14 @@
 """Typed errors: each names the operator, the input and the axis at fault (shape, broadcast, dtype,
 axis and attribute errors at construction; red and non-convex fusion; backend capabilities; and
 kernel argument checks, which run before any OpenCL device is touched)."""
+import dataclasses
+
 import numpy as np
 import pytest
 
 import kernelgen as kg
 from kernelgen import DType
-from kernelgen.emit.opencl import Capabilities, OpenCLEmitter
+from kernelgen.emit.opencl import CAPABILITIES, OpenCLEmitter
 from mapping_types import Colour
 
 
@@ -191,7 +193,7 @@ def _float64_loop():
 
 
 def test_emitter_rejects_a_dtype_its_capabilities_lack():
-    caps = Capabilities(dtypes=frozenset({DType.float32}))
+    caps = dataclasses.replace(CAPABILITIES, dtypes=frozenset({DType.float32}))
     try:
         OpenCLEmitter(_float64_loop(), capabilities=caps).emit()
     except kg.UnsupportedError as err:
@@ -232,8 +234,8 @@ def kernel(monkeypatch):
     def no_device(*args, **kwargs):
         raise DeviceUsed
 
-    monkeypatch.setattr(k, "_run", no_device)
-    monkeypatch.setattr(k, "launch", no_device)
+    monkeypatch.setattr(k.runtime, "run", no_device)
+    monkeypatch.setattr(k.runtime, "launch", no_device)
     k.DeviceUsed = DeviceUsed
     return k
 
@@ -279,3 +281,22 @@ def test_wrong_output_array(kernel):
     non_contiguous = np.zeros((8, 4), np.float32).T
     err = _raises(kg.ArgumentError, kernel, a, b, out=non_contiguous)
     assert "C-contiguous" in str(err)
+
+
+@pytest.mark.parametrize("backend_name", ["opencl", "neon", "triton"])
+def test_backend_without_a_primitive_names_it(backend_name):
+    """Capabilities are data: a backend declared without 'erf' refuses Erf, naming it."""
+    import importlib
+
+    module = importlib.import_module(f"kernelgen.emit.{backend_name}")
+    caps = dataclasses.replace(module.CAPABILITIES,
+                               primitives=module.CAPABILITIES.primitives - {"erf"})
+    loop = kg.fuse(kg.erf(kg.tensor("x", (3, 5)))).lower()
+    err = _raises(kg.UnsupportedError, kg.kernel.emit, loop, backend_name, capabilities=caps)
+    assert err.backend == backend_name and "'erf'" in str(err)
+
+
+def test_unknown_backend_lists_the_known_ones():
+    loop = kg.fuse(kg.relu(kg.tensor("x", (3,)))).lower()
+    err = _raises(kg.UnsupportedError, kg.kernel.emit, loop, "vulkan")
+    assert "opencl" in str(err) and "neon" in str(err) and "triton" in str(err)

@@ -11,9 +11,10 @@ __kernel void fused_pad_concat(__global const float* restrict x,
     const int o0 = (int)get_global_id(1);
     const bool t1 = o1 < 8;
     const bool t2 = (o1 >= 1) && (o1 < 6);
-    const float t3 = ((o1 >= 1) && (o1 < 8) && (o1 < 6)) ? x[5 * o0 + o1 - 1] : 0.0f;
+    const float t3 = t2 ? x[5 * o0 + o1 - 1] : 0.0f;
     const float t4 = t2 ? t3 : 0.5f;
-    const float t5 = (o1 >= 8) ? y[3 * o0 + o1 - 8] : 0.0f;
-    const float t6 = t1 ? t4 : t5;
-    c[11 * o0 + o1] = t6;
+    const bool t5 = o1 >= 8;
+    const float t6 = t5 ? y[3 * o0 + o1 - 8] : 0.0f;
+    const float t7 = t1 ? t4 : t6;
+    c[11 * o0 + o1] = t7;
 }
