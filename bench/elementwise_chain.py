@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from chains import elementwise_chain, inputs, numpy_chain  # noqa: E402
 
 import kernelgen as kg  # noqa: E402
-from kernelgen.bench import bench, copy_kernel, unfused  # noqa: E402
+from kernelgen.measure import bench, copy_kernel, unfused  # noqa: E402
 from kernelgen.runtime.opencl import device  # noqa: E402
 
 

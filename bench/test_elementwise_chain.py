@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from chains import elementwise_chain, inputs, numpy_chain  # noqa: E402
 
 import kernelgen as kg  # noqa: E402
-from kernelgen.bench import copy_kernel, runner, unfused  # noqa: E402
+from kernelgen.measure import copy_kernel, runner, unfused  # noqa: E402
 
 
 @pytest.fixture(scope="module")

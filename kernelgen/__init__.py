@@ -4,8 +4,9 @@
     x = kg.tensor("x", (1024, 1000))
     b = kg.tensor("b", (1000,))
     y = kg.softmax(kg.relu(kg.add(x, b)), axis=1)
-    kernel = kg.fuse(y.inputs[0].inputs[0], y.inputs[0], y).emit("opencl")
+    kernel = kg.fuse(y.inputs[0].inputs[0], y.inputs[0], y).emit("opencl")  # or "neon", "triton"
     print(kernel.source); out = kernel(x_np, b_np)
+    print(kg.bench(kernel, x_np, b_np))   # median, p20, p80, GB/s, GFLOP/s
 """
 from . import api
 from .api import *  # noqa: F401,F403 - the generated snake_case constructors
@@ -25,6 +26,7 @@ from .errors import (
 from .fuse import FusedOp, fuse
 from .graph import MathProperties, Op, Placeholder, Value, tensor
 from .interp import interpret
+from .measure import Measurement, bench
 from .ops import cast_op as cast
 from .ops import (
                      clip,
@@ -62,8 +64,9 @@ __version__ = "0.1.0"
 __all__ = [
     *api.__all__, "ArgumentError", "AttributeError_", "AxisError", "BroadcastError",
     "CONSTRUCTORS", "DType", "DtypeError", "FusedOp", "FusionError", "KernelgenError",
-    "MathProperties", "Op", "Placeholder", "ShapeError", "UnsupportedError", "Value", "cast",
-    "clip", "concat", "depth_to_space", "expand", "flatten", "fuse", "gather", "interpret",
-    "log_softmax", "mod", "pad", "prelu", "reshape", "resize", "slice", "snake", "softmax",
-    "space_to_depth", "split", "squeeze", "tensor", "transpose", "unsqueeze", "where",
+    "MathProperties", "Measurement", "Op", "Placeholder", "ShapeError", "UnsupportedError",
+    "Value", "bench", "cast", "clip", "concat", "depth_to_space", "expand", "flatten", "fuse",
+    "gather", "interpret", "log_softmax", "mod", "pad", "prelu", "reshape", "resize", "slice",
+    "snake", "softmax", "space_to_depth", "split", "squeeze", "tensor", "transpose",
+    "unsqueeze", "where",
 ]

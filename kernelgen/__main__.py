@@ -8,9 +8,9 @@ import sys
 
 import numpy as np
 
-from .bench import bench, pipeline_io, unfused
 from .errors import KernelgenError
 from .fuse import fuse
+from .measure import bench, pipeline_io, unfused
 from .plan import split_blocks
 from .spec import DEFAULT_CHAIN, load_chain
 

@@ -55,7 +55,17 @@ def _triton_problem() -> str | None:
     return None
 
 
-PROBLEMS = {"opencl": _opencl_problem, "neon": _neon_problem, "triton": _triton_problem}
+def _aarch64_problem() -> str | None:
+    try:
+        from kernelgen.runtime.aarch64 import tools
+        tools()
+    except kg.KernelgenError as exc:
+        return f"AArch64 check unavailable: {exc}"
+    return None
+
+
+PROBLEMS = {"opencl": _opencl_problem, "neon": _neon_problem, "triton": _triton_problem,
+            "aarch64": _aarch64_problem}
 
 
 def backend_problem(name: str) -> str | None:

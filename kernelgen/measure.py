@@ -1,11 +1,11 @@
-"""One benchmark methodology for every kernel: device-resident buffers allocated once, warm-up
-launches (PoCL compiles lazily at the first enqueue), repeated timed launches, and the median with
-p20/p80. Throughput uses the loop IR's counts: bytes = each input read once plus each output
-written once, flops = arithmetic counted on the IR.
+"""One benchmark methodology for every kernel and backend: device-resident buffers allocated once,
+warm-up launches (compilation happens at the first one), repeated timed launches, and the median
+with p20/p80. Throughput uses the loop IR's counts: bytes = each input read once plus each
+output written once, flops = arithmetic counted on the IR.
 
-A sequence of kernels (an unfused chain) is timed the same way, wired by buffer name, and credited
-with the bytes and flops of the useful work (its external inputs and final outputs), so fused and
-unfused report comparable effective GB/s.
+A sequence of kernels (an unfused chain) is timed the same way, wired by buffer name, and
+credited with the bytes and flops of the useful work (its external inputs and final outputs), so
+fused and unfused report comparable effective GB/s.
 """
 from __future__ import annotations
 
