@@ -1,5 +1,6 @@
-"""pytest-benchmark view of the fused-chain benchmark: ``./run bench`` or
-``pytest bench --benchmark-only``. The plain script bench/elementwise_chain.py prints the ratios."""
+"""pytest-benchmark view of the fused-chain benchmark, per backend: ``./run bench`` or
+``pytest bench --benchmark-only``. The plain script bench/elementwise_chain.py prints the ratios
+(interleaved rounds); here each variant is its own benchmark."""
 from __future__ import annotations
 
 import sys
@@ -10,6 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from chains import elementwise_chain, inputs, numpy_chain  # noqa: E402
+from elementwise_chain import timeable_backends  # noqa: E402
 
 import kernelgen as kg  # noqa: E402
 from kernelgen.measure import copy_kernel, runner, unfused  # noqa: E402
@@ -21,21 +23,23 @@ def chain():
     return values, ops, inputs(values)
 
 
-def test_fused(benchmark, chain) -> None:
+@pytest.mark.parametrize("backend", timeable_backends())
+def test_fused(benchmark, chain, backend: str) -> None:
     _, ops, arrays = chain
-    kernel = kg.fuse(*ops).emit("opencl")
+    kernel = kg.fuse(*ops).emit(backend)
     benchmark(runner(kernel, *(arrays[b.name] for b in kernel.loop.inputs)))
 
 
-def test_unfused(benchmark, chain) -> None:
+@pytest.mark.parametrize("backend", timeable_backends())
+def test_unfused(benchmark, chain, backend: str) -> None:
     _, ops, arrays = chain
-    benchmark(runner(unfused(ops), arrays["x"], arrays["scale"], arrays["shift"]))
+    benchmark(runner(unfused(ops, backend), arrays["x"], arrays["scale"], arrays["shift"]))
 
 
-def test_copy(benchmark, chain) -> None:
+@pytest.mark.parametrize("backend", timeable_backends())
+def test_copy(benchmark, chain, backend: str) -> None:
     _, _, arrays = chain
-    copy = copy_kernel(arrays["x"].shape)
-    benchmark(runner(copy, arrays["x"]))
+    benchmark(runner(copy_kernel(arrays["x"].shape, backend=backend), arrays["x"]))
 
 
 def test_numpy(benchmark, chain) -> None:

@@ -113,6 +113,29 @@ def bench(kernels: Kernel | Sequence[Kernel], *inputs: np.ndarray, warmup: int =
         t0 = time.perf_counter()
         run_once()
         times.append((time.perf_counter() - t0) * 1e3)
+    return _measurement(chain, times)
+
+
+def bench_interleaved(variants: dict[str, tuple[Kernel | Sequence[Kernel], Sequence[np.ndarray]]],
+                      warmup: int = 3, repeat: int = 20) -> dict[str, Measurement]:
+    """Time several variants round-robin (one run of each per round), so that drift in the
+    machine's state (the other core's load, frequency) hits every variant alike and their ratios
+    stay meaningful on a noisy machine."""
+    runners = {name: runner(kernels, *arrays) for name, (kernels, arrays) in variants.items()}
+    for _ in range(warmup):
+        for run_once in runners.values():
+            run_once()
+    times: dict[str, list[float]] = {name: [] for name in runners}
+    for _ in range(repeat):
+        for name, run_once in runners.items():
+            t0 = time.perf_counter()
+            run_once()
+            times[name].append((time.perf_counter() - t0) * 1e3)
+    return {name: _measurement(variants[name][0], times[name]) for name in runners}
+
+
+def _measurement(kernels: Kernel | Sequence[Kernel], times: list[float]) -> Measurement:
+    chain = [kernels] if isinstance(kernels, Kernel) else list(kernels)
     ins, outs = pipeline_io(chain)
     n_bytes = sum(b.numel * b.dtype.itemsize for b in ins + outs)
     n_flops = sum(k.loop.flops() for k in chain)
