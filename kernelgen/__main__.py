@@ -1,6 +1,6 @@
-"""``python -m kernelgen [run CHAIN.json]``: fuse a chain of operators, show the mapping types,
-the fusion decisions and the generated OpenCL, check the fused kernel against the unfused one,
-and time fused vs unfused."""
+"""``python -m kernelgen [run CHAIN.json] [--backend opencl|neon|triton]``: fuse a chain of
+operators, show the mapping types, the fusion decisions and the generated source, check the fused
+kernel against the unfused one, and time fused vs unfused."""
 from __future__ import annotations
 
 import argparse
@@ -15,7 +15,7 @@ from .plan import split_blocks
 from .spec import DEFAULT_CHAIN, load_chain
 
 
-def run(path: str, force: bool, repeat: int) -> int:
+def run(path: str, force: bool, repeat: int, backend: str = "opencl") -> int:
     chain = load_chain(path)
     print(f"chain: {path}\n  {chain.description}\n")
     print("operators and mapping types:")
@@ -25,15 +25,15 @@ def run(path: str, force: bool, repeat: int) -> int:
     print("\nfusion decisions (DNNFusion Table 3):")
     for line in fused.report().splitlines():
         print("  " + line)
-    kernel = fused.emit("opencl")
-    print(f"\ngenerated OpenCL ({kernel.metadata['schedule']} schedule, launch "
+    kernel = fused.emit(backend)
+    print(f"\ngenerated {backend} source ({kernel.metadata['schedule']} schedule, launch "
           f"{kernel.metadata['launch']}):\n")
     print(kernel.source)
 
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal(v.shape).astype(v.dtype.numpy) for v in chain.inputs]
     by_name = dict(zip((v.name for v in chain.inputs), arrays))
-    separate = unfused(chain.ops)
+    separate = unfused(chain.ops, backend)
     values = dict(by_name)
     for k in separate:
         values[k.loop.outputs[0].name] = np.asarray(k(*(values[b.name] for b in k.loop.inputs)))
@@ -50,7 +50,7 @@ def run(path: str, force: bool, repeat: int) -> int:
           f"{kernel.metadata['backend']}):")
     results = {}
     for label, blocks in plans.items():
-        kernels = [fuse(*b, force=force).emit("opencl") for b in blocks]
+        kernels = [fuse(*b, force=force).emit(backend) for b in blocks]
         chain_inputs, _ = pipeline_io(kernels)
         results[label] = bench(kernels, *(by_name[b.name] for b in chain_inputs), repeat=repeat)
         print(f"  {label:<32} {len(kernels)} kernel(s)  {results[label]}")
@@ -68,11 +68,13 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("chain", nargs="?", default=str(DEFAULT_CHAIN))
     p_run.add_argument("--force", action="store_true", help="fuse red pairs too")
     p_run.add_argument("--repeat", type=int, default=20)
+    p_run.add_argument("--backend", default="opencl", choices=["opencl", "neon", "triton"],
+                       help="triton needs a CUDA GPU or TRITON_INTERPRET=1 (slow)")
     args = parser.parse_args(argv)
     try:
         if args.command in (None, "run"):
             return run(getattr(args, "chain", str(DEFAULT_CHAIN)), getattr(args, "force", False),
-                       getattr(args, "repeat", 20))
+                       getattr(args, "repeat", 20), getattr(args, "backend", "opencl"))
     except KernelgenError as exc:
         print(f"kernelgen: {exc}", file=sys.stderr)
         return 2
