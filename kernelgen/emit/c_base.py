@@ -171,6 +171,17 @@ class CEmitter(Emitter):
     def buffer_store(self, buf: Buffer, offset: str, value: str) -> str:
         return f"{self.arg_names[buf.name]}[{offset}] = {value};"
 
+    input_qualifier, output_qualifier = "const ", ""
+
+    def params(self) -> str:
+        """The parameter list: inputs, then outputs, as restrict pointers."""
+        k = self.kernel
+        ins = [f"{self.input_qualifier}{self.buffer_types[b.dtype]}* restrict "
+               f"{self.arg_names[b.name]}" for b in k.inputs]
+        outs = [f"{self.output_qualifier}{self.buffer_types[b.dtype]}* restrict "
+                f"{self.arg_names[b.name]}" for b in k.outputs]
+        return ",\n        ".join(ins + outs)
+
     def stores(self, scope: Scope, guard: str | None = None) -> None:
         offset = self.index(self.kernel.store_offset)
         for buf, st in zip(self.kernel.outputs, self.kernel.stores):

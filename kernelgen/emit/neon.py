@@ -125,6 +125,7 @@ class NeonEmitter(CEmitter):
     int_formats = _INT
     vector = VECTOR
     long_t = "int64_t"
+    input_qualifier, output_qualifier = "const ", ""
     ix_max = "(({a}) > ({b}) ? ({a}) : ({b}))"
     ix_min = "(({a}) < ({b}) ? ({a}) : ({b}))"
 
@@ -154,14 +155,6 @@ class NeonEmitter(CEmitter):
     def buffer_store(self, buf: Buffer, offset: str, value: str) -> str:
         cast = {DType.float16: "_Float16", DType.bool: "uint8_t"}.get(buf.dtype)
         return super().buffer_store(buf, offset, f"({cast})({value})" if cast else value)
-
-    def params(self) -> str:
-        k = self.kernel
-        ins = [f"const {self.buffer_types[b.dtype]}* restrict {self.arg_names[b.name]}"
-               for b in k.inputs]
-        outs = [f"{self.buffer_types[b.dtype]}* restrict {self.arg_names[b.name]}"
-                for b in k.outputs]
-        return ",\n        ".join(ins + outs)
 
     def emit(self) -> NeonSource:
         k = self.kernel

@@ -9,6 +9,9 @@ Schedules (``metadata['schedule']``):
   group's elements: single-kernel softmax, layer-norm-like blocks, reductions over long axes.
 - ``item``: one work-item per group point, reducing serially; for short reductions over many
   groups, where SIMD lanes across groups beat a tree.
+- ``row``: one work-item per group point with explicit ``float8`` loops along a contiguous
+  reduced axis. A CPU device runs a work-group on one core anyway, so this beats ``group`` there
+  (2.4 ms vs 13 ms for a 1024x4096 softmax on PoCL); chosen when the capabilities say so.
 """
 from __future__ import annotations
 
@@ -85,6 +88,7 @@ class OpenCLEmitter(CEmitter):
     float_formats = _FLOAT
     int_formats = _INT  # also bool, whose logic ops live here
     vector = VECTOR
+    input_qualifier, output_qualifier = "__global const ", "__global "
 
     def __init__(self, kernel: LoopKernel, local_size: int | None = None,
                  reduce_strategy: str | None = None,
@@ -119,14 +123,6 @@ class OpenCLEmitter(CEmitter):
             scope.add(_BARRIER)
 
     # --- buffers ----------------------------------------------------------------------------
-
-    def params(self) -> str:
-        k = self.kernel
-        ins = [f"__global const {self.buffer_types[b.dtype]}* restrict {self.arg_names[b.name]}"
-               for b in k.inputs]
-        outs = [f"__global {self.buffer_types[b.dtype]}* restrict {self.arg_names[b.name]}"
-                for b in k.outputs]
-        return ",\n        ".join(ins + outs)
 
     def buffer_load(self, buf: Buffer, offset: str) -> str:
         if buf.dtype is DType.float16:
