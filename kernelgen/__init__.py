@@ -12,43 +12,17 @@ from . import api
 from .api import *  # noqa: F401,F403 - the generated snake_case constructors
 from .api import CONSTRUCTORS, snake
 from .dtypes import DType
-from .errors import (
-                     ArgumentError,
-                     AttributeError_,
-                     AxisError,
-                     BroadcastError,
-                     DtypeError,
-                     FusionError,
-                     KernelgenError,
-                     ShapeError,
-                     UnsupportedError,
-)
+from .errors import (ArgumentError, AttributeError_, AxisError, BroadcastError, DtypeError,
+                     FusionError, KernelgenError, ShapeError, UnsupportedError)
 from .fuse import FusedOp, fuse
 from .graph import MathProperties, Op, Placeholder, Value, tensor
 from .interp import interpret
 from .measure import Measurement, bench
+from .ops import (average_pool, batch_normalization, clip, concat, conv, depth_to_space, expand,
+                  flatten, gather, gemm, global_pool, instance_normalization, layer_normalization,
+                  log_softmax, matmul, max_pool, mod, pad, prelu, reshape, resize, softmax,
+                  space_to_depth, split, squeeze, transpose, unsqueeze, where)
 from .ops import cast_op as cast
-from .ops import (
-                     clip,
-                     concat,
-                     depth_to_space,
-                     expand,
-                     flatten,
-                     gather,
-                     log_softmax,
-                     mod,
-                     pad,
-                     prelu,
-                     reshape,
-                     resize,
-                     softmax,
-                     space_to_depth,
-                     split,
-                     squeeze,
-                     transpose,
-                     unsqueeze,
-                     where,
-)
 from .ops import slice_op as slice
 
 CONSTRUCTORS.update({
@@ -57,6 +31,11 @@ CONSTRUCTORS.update({
     "Mod": mod, "Pad": pad, "PRelu": prelu, "Reshape": reshape, "Resize": resize, "Slice": slice,
     "Softmax": softmax, "SpaceToDepth": space_to_depth, "Split": split, "Squeeze": squeeze,
     "Transpose": transpose, "Unsqueeze": unsqueeze, "Where": where,
+    "MatMul": matmul, "Gemm": gemm, "Conv": conv, "MaxPool": max_pool,
+    "AveragePool": average_pool, "BatchNormalization": batch_normalization,
+    "LayerNormalization": layer_normalization, "InstanceNormalization": instance_normalization,
+    "GlobalAveragePool": lambda x: global_pool("GlobalAveragePool", x),
+    "GlobalMaxPool": lambda x: global_pool("GlobalMaxPool", x),
 })
 
 __version__ = "0.1.0"
@@ -65,8 +44,9 @@ __all__ = [
     *api.__all__, "ArgumentError", "AttributeError_", "AxisError", "BroadcastError",
     "CONSTRUCTORS", "DType", "DtypeError", "FusedOp", "FusionError", "KernelgenError",
     "MathProperties", "Measurement", "Op", "Placeholder", "ShapeError", "UnsupportedError",
-    "Value", "bench", "cast", "clip", "concat", "depth_to_space", "expand", "flatten", "fuse",
-    "gather", "interpret", "log_softmax", "mod", "pad", "prelu", "reshape", "resize", "slice",
-    "snake", "softmax", "space_to_depth", "split", "squeeze", "tensor", "transpose",
-    "unsqueeze", "where",
+    "Value", "average_pool", "batch_normalization", "bench", "cast", "clip", "concat", "conv",
+    "depth_to_space", "expand", "flatten", "fuse", "gather", "gemm", "global_pool",
+    "instance_normalization", "interpret", "layer_normalization", "log_softmax", "matmul",
+    "max_pool", "mod", "pad", "prelu", "reshape", "resize", "slice", "snake", "softmax",
+    "space_to_depth", "split", "squeeze", "tensor", "transpose", "unsqueeze", "where",
 ]

@@ -207,7 +207,14 @@ def _rebuild(node: Expr, kids: list[Expr]) -> Expr:
     if isinstance(node, Call):
         return Call(node.dtype, node.fn, tuple(kids))
     if isinstance(node, Select):
-        return Select(node.dtype, *kids)
+        cond, a, b = kids
+        # select(c, select(c, x, _), y) -> select(c, x, y), and likewise on the false side:
+        # fusion wraps guarded reads in a select on the guard the consumer already tests
+        if isinstance(a, Select) and a.cond == cond:
+            a = a.if_true
+        if isinstance(b, Select) and b.cond == cond:
+            b = b.if_false
+        return Select(node.dtype, cond, a, b)
     if isinstance(node, Cast):
         return Cast(node.dtype, kids[0])
     if isinstance(node, Reduce):

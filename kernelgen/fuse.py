@@ -30,7 +30,7 @@ from mapping_types.index_map import simplify_guard
 
 from .dtypes import DType
 from .errors import FusionError
-from .expr import DataBindings, Expr, IndexCond, Read, Reduce, transform, walk
+from .expr import DataBindings, Expr, IndexCond, Read, Reduce, const, select, transform, walk
 from .graph import _DIRECTNESS, Op, Value, _reads_with_axes
 
 if TYPE_CHECKING:
@@ -287,7 +287,12 @@ class _Inliner:
         data = own + tuple(b for b in bindings if b[0] in used and b not in own)
         src = op.inputs[node.slot]
         if id(src) in self.members:
-            return self.inline(src, exprs, g, data)  # type: ignore[arg-type]
+            value = self.inline(src, exprs, g, data)  # type: ignore[arg-type]
+            if g is sympy.true:
+                return value
+            # A guarded read is 0 where the guard fails (a convolution's padding): the producer's
+            # value there is not what it would compute from zero-filled loads (sigmoid(0) != 0).
+            return select(IndexCond(DType.bool, g), value, const(0, node.dtype))
         return Read(node.dtype, self._slot(src), exprs, g, data)
 
 

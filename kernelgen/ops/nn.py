@@ -1,0 +1,359 @@
+"""Intensive operators as loop-IR data: MatMul, Gemm, Conv (any spatial rank, stride, padding,
+dilation, groups), MaxPool/AveragePool, GlobalAverage/MaxPool, and the normalisations
+BatchNormalization (inference), LayerNormalization and InstanceNormalization.
+
+Because each is an index map plus a reduction, every backend runs it, and fusion inlines any
+elementwise prologue into its loads and any epilogue into its store, not only a fixed list.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sympy
+
+from mapping_types import FloorDiv, fresh_reduce_symbol, out_symbols
+
+from ..dtypes import FLOATS, DType
+from ..errors import AttributeError_, ShapeError
+from ..expr import Expr, IndexCond, Read, call, cast, const, reduce, select
+from ..graph import Op, Value
+from ..shapes import prod
+from .common import (
+    broadcast_exprs,
+    broadcast_read,
+    broadcast_shape,
+    check_value,
+    make_op,
+    normalize_axis,
+    require_dtype,
+    same_dtype,
+)
+
+Shape = tuple[int, ...]
+
+
+def matmul(a: Value, b: Value) -> Op:
+    """ONNX MatMul (NumPy semantics): batched, broadcast batch axes, 1-D operands."""
+    a, b = check_value("MatMul", a, "A"), check_value("MatMul", b, "B")
+    same_dtype("MatMul", [a, b])
+    if a.rank == 0 or b.rank == 0:
+        raise ShapeError("MatMul", a.name if a.rank == 0 else b.name, "rank >= 1", "a scalar")
+    a_shape = (1,) + a.shape if a.rank == 1 else a.shape
+    b_shape = b.shape + (1,) if b.rank == 1 else b.shape
+    k = a_shape[-1]
+    if b_shape[-2] != k:
+        raise ShapeError("MatMul", b.name, f"size {k} (the last axis of '{a.name}')",
+                         b.shape, b.rank - 2 if b.rank > 1 else 0)
+    batch = broadcast_shape("MatMul", [Value("a", a_shape[:-2], a.dtype),
+                                       Value("b", b_shape[:-2], b.dtype)])
+    full = batch + (a_shape[-2], b_shape[-1])
+    shape = tuple(n for i, n in enumerate(full)
+                  if not (a.rank == 1 and i == len(full) - 2)
+                  and not (b.rank == 1 and i == len(full) - 1))
+    o = list(out_symbols(len(shape)))
+    # rebuild the full (batch, M, N) index from the output symbols
+    if a.rank == 1:
+        o.insert(len(batch), sympy.Integer(0))
+    if b.rank == 1:
+        o.append(sympy.Integer(0))
+    r = fresh_reduce_symbol("k")
+    a_idx = _batch_index(a_shape[:-2], batch, o) + [o[-2], r]
+    b_idx = _batch_index(b_shape[:-2], batch, o) + [r, o[-1]]
+    if a.rank == 1:
+        a_idx = a_idx[-1:]
+    if b.rank == 1:
+        b_idx = b_idx[:-1]
+    body = reduce("sum", call("mul", Read(a.dtype, 0, tuple(a_idx)),
+                              Read(b.dtype, 1, tuple(b_idx))), ((r, k),))
+    return make_op("MatMul", [a, b], shape, a.dtype, body)
+
+
+def _batch_index(in_batch: Shape, batch: Shape, o: list[sympy.Expr]) -> list[sympy.Expr]:
+    lead = len(batch) - len(in_batch)
+    return [sympy.Integer(0) if n == 1 and batch[lead + i] != 1 else o[lead + i]
+            for i, n in enumerate(in_batch)]
+
+
+def gemm(a: Value, b: Value, c: Value | None = None, alpha: float = 1.0, beta: float = 1.0,
+         transA: int = 0, transB: int = 0) -> Op:  # noqa: N803 - ONNX attribute names
+    """ONNX Gemm: ``alpha * A' @ B' + beta * C`` with optional transposes, C broadcast."""
+    a, b = check_value("Gemm", a, "A"), check_value("Gemm", b, "B")
+    same_dtype("Gemm", [a, b] + ([c] if c is not None else []))
+    for v in (a, b):
+        if v.rank != 2:
+            raise ShapeError("Gemm", v.name, "a matrix (rank 2)", v.shape)
+    m, k = (a.shape[1], a.shape[0]) if transA else a.shape
+    kb, n = (b.shape[1], b.shape[0]) if transB else b.shape
+    if kb != k:
+        raise ShapeError("Gemm", b.name, f"inner size {k}", b.shape, 1 if transB else 0)
+    i, j = out_symbols(2)
+    r = fresh_reduce_symbol("k")
+    a_idx = (r, i) if transA else (i, r)
+    b_idx = (j, r) if transB else (r, j)
+    product = reduce("sum", call("mul", Read(a.dtype, 0, a_idx), Read(b.dtype, 1, b_idx)),
+                     ((r, k),))
+    body: Expr = product if alpha == 1 else call("mul", const(alpha, a.dtype), product)
+    inputs = [a, b]
+    if c is not None:
+        c = check_value("Gemm", c, "C")
+        if broadcast_shape("Gemm", [c, Value("y", (m, n), a.dtype)]) != (m, n):
+            raise ShapeError("Gemm", c.name, f"a shape that broadcasts to {(m, n)}", c.shape)
+        bias: Expr = broadcast_read(2, c, (m, n))
+        if beta != 1:
+            bias = call("mul", const(beta, a.dtype), bias)
+        body = call("add", body, bias)
+        inputs.append(c)
+    attrs = {"alpha": alpha, "beta": beta, "transA": transA, "transB": transB}
+    return make_op("Gemm", inputs, (m, n), a.dtype, body, attrs)
+
+
+def _window(op: str, x: Value, kernel: Sequence[int], strides: Sequence[int] | None,
+            pads: Sequence[int] | None, dilations: Sequence[int] | None, auto_pad: str,
+            ceil_mode: int = 0) -> tuple[list[int], list[int], list[int], list[int]]:
+    """Output sizes, strides, begin pads and dilations of a sliding window over x's spatial axes
+    (ONNX's formulas, auto_pad included)."""
+    nd = x.rank - 2
+    strides = list(strides or [1] * nd)
+    dilations = list(dilations or [1] * nd)
+    if len(kernel) != nd or len(strides) != nd or len(dilations) != nd:
+        raise AttributeError_(op, "kernel_shape/strides/dilations", f"{nd} values each",
+                              (list(kernel), strides, dilations))
+    spatial = x.shape[2:]
+    eff = [d * (k - 1) + 1 for k, d in zip(kernel, dilations)]
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        out = [-(-n // s) for n, s in zip(spatial, strides)]
+        total = [max((o - 1) * s + e - n, 0) for o, s, e, n in zip(out, strides, eff, spatial)]
+        begin = [t // 2 if auto_pad == "SAME_UPPER" else t - t // 2 for t in total]
+        return out, strides, begin, dilations
+    if auto_pad == "VALID":
+        pads = [0] * (2 * nd)
+    elif auto_pad != "NOTSET":
+        raise AttributeError_(op, "auto_pad", "NOTSET, SAME_UPPER, SAME_LOWER or VALID", auto_pad)
+    pads = list(pads or [0] * (2 * nd))
+    if len(pads) != 2 * nd:
+        raise AttributeError_(op, "pads", f"{2 * nd} values", pads)
+    out = []
+    for a, (n, s, e) in enumerate(zip(spatial, strides, eff)):
+        span = n + pads[a] + pads[a + nd] - e
+        size = (-(-span // s) if ceil_mode else span // s) + 1
+        if ceil_mode and (size - 1) * s >= n + pads[a]:  # the last window must start inside
+            size -= 1
+        if size < 1:
+            raise ShapeError(op, x.name, "a window that fits the padded input", x.shape, a + 2)
+        out.append(size)
+    return out, strides, pads[:nd], dilations
+
+
+def conv(x: Value, w: Value, b: Value | None = None, auto_pad: str = "NOTSET",
+         dilations: Sequence[int] | None = None, group: int = 1,
+         kernel_shape: Sequence[int] | None = None, pads: Sequence[int] | None = None,
+         strides: Sequence[int] | None = None) -> Op:
+    """ONNX Conv over 1-3 spatial axes: stride, padding (auto_pad too), dilation, groups
+    (depthwise when group == channels), optional bias."""
+    x, w = check_value("Conv", x, "X"), check_value("Conv", w, "W")
+    require_dtype("Conv", x, FLOATS, "a float dtype")
+    same_dtype("Conv", [x, w] + ([b] if b is not None else []))
+    if x.rank < 3 or w.rank != x.rank:
+        raise ShapeError("Conv", w.name, f"rank {x.rank} weights for input of rank {x.rank} "
+                         "(N, C, spatial...)", w.shape)
+    n, c = x.shape[:2]
+    m, cg = w.shape[:2]
+    kernel = list(kernel_shape or w.shape[2:])
+    if list(w.shape[2:]) != kernel:
+        raise AttributeError_("Conv", "kernel_shape", f"the weights' {list(w.shape[2:])}", kernel)
+    if c % group or m % group or cg != c // group:
+        raise ShapeError("Conv", w.name, f"{c // group} input channels per group (C={c}, "
+                         f"group={group}) and M divisible by group", w.shape, 1)
+    if b is not None and (b.rank != 1 or b.shape[0] != m):
+        raise ShapeError("Conv", b.name, f"a bias of shape ({m},)", b.shape)
+    out, strides_, begin, dil = _window("Conv", x, kernel, strides, pads, dilations, auto_pad)
+    shape = (n, m, *out)
+    o = out_symbols(len(shape))
+    rc = fresh_reduce_symbol("c")
+    rk = [fresh_reduce_symbol("kk") for _ in kernel]
+    g = FloorDiv(o[1], m // group)
+    spatial = [o[2 + a] * s + r * d - p
+               for a, (s, r, d, p) in enumerate(zip(strides_, rk, dil, begin))]
+    inside = sympy.And(*(sympy.And(e >= 0, e < size) for e, size in zip(spatial, x.shape[2:])))
+    x_read = Read(x.dtype, 0, (o[0], g * cg + rc, *spatial), inside)
+    w_read = Read(w.dtype, 1, (o[1], rc, *rk))
+    axes = ((rc, cg), *zip(rk, kernel))
+    body: Expr = reduce("sum", call("mul", x_read, w_read), tuple(axes))
+    inputs = [x, w]
+    if b is not None:
+        body = call("add", body, Read(b.dtype, 2, (o[1],)))
+        inputs.append(b)
+    attrs = {"kernel_shape": kernel, "strides": strides_, "dilations": dil, "group": group,
+             "pads": begin + _end_pads(x, kernel, strides_, begin, dil, out)}
+    return make_op("Conv", inputs, shape, x.dtype, body, attrs)
+
+
+def _end_pads(x: Value, kernel: list[int], strides: list[int], begin: list[int],
+              dil: list[int], out: list[int]) -> list[int]:
+    """End pads that reproduce ``out`` exactly (for attrs; the body only needs the begin)."""
+    return [max((o - 1) * s + d * (k - 1) + 1 - n - b, 0)
+            for o, s, d, k, n, b in zip(out, strides, dil, kernel, x.shape[2:], begin)]
+
+
+def _pool(kind: str, x: Value, kernel_shape: Sequence[int], auto_pad: str, ceil_mode: int,
+          dilations: Sequence[int] | None, pads: Sequence[int] | None,
+          strides: Sequence[int] | None, count_include_pad: int = 0) -> Op:
+    x = check_value(kind, x, "X")
+    require_dtype(kind, x, FLOATS, "a float dtype")
+    if x.rank < 3:
+        raise ShapeError(kind, x.name, "(N, C, spatial...)", x.shape)
+    kernel = list(kernel_shape)
+    out, strides_, begin, dil = _window(kind, x, kernel, strides, pads, dilations, auto_pad,
+                                        ceil_mode)
+    shape = (*x.shape[:2], *out)
+    o = out_symbols(len(shape))
+    rk = [fresh_reduce_symbol("kk") for _ in kernel]
+    spatial = [o[2 + a] * s + r * d - p
+               for a, (s, r, d, p) in enumerate(zip(strides_, rk, dil, begin))]
+    inside = sympy.And(*(sympy.And(e >= 0, e < n) for e, n in zip(spatial, x.shape[2:])))
+    read = Read(x.dtype, 0, (o[0], o[1], *spatial), inside)
+    axes = tuple(zip(rk, kernel))
+    valid = IndexCond(DType.bool, inside)
+    if kind == "MaxPool":
+        body = reduce("max", select(valid, read, const(float("-inf"), x.dtype)), axes)
+    else:
+        total = reduce("sum", read, axes)
+        if count_include_pad:
+            # the padded window, clipped to the pads (ceil_mode windows past them do not count)
+            ends = [x.shape[2 + a] + _end_pads(x, kernel, strides_, begin, dil, out)[a]
+                    for a in range(len(kernel))]
+            in_pads = sympy.And(*(sympy.And(e >= -p, e < end)
+                                  for e, p, end in zip(spatial, begin, ends)))
+            counted = IndexCond(DType.bool, in_pads)
+        else:
+            counted = valid
+        count = reduce("sum", cast(counted, x.dtype), axes)
+        body = call("div", total, count)
+    attrs = {"kernel_shape": kernel, "strides": strides_, "dilations": dil,
+             "pads": begin + _end_pads(x, kernel, strides_, begin, dil, out),
+             "ceil_mode": ceil_mode}
+    if kind == "AveragePool":
+        attrs["count_include_pad"] = count_include_pad
+    return make_op(kind, [x], shape, x.dtype, body, attrs)
+
+
+def max_pool(x: Value, kernel_shape: Sequence[int], auto_pad: str = "NOTSET", ceil_mode: int = 0,
+             dilations: Sequence[int] | None = None, pads: Sequence[int] | None = None,
+             storage_order: int = 0, strides: Sequence[int] | None = None) -> Op:
+    """ONNX MaxPool (the Y output): padding never wins the max."""
+    del storage_order  # only affects the Indices output, which is not produced
+    return _pool("MaxPool", x, kernel_shape, auto_pad, ceil_mode, dilations, pads, strides)
+
+
+def average_pool(x: Value, kernel_shape: Sequence[int], auto_pad: str = "NOTSET",
+                 ceil_mode: int = 0, count_include_pad: int = 0,
+                 dilations: Sequence[int] | None = None, pads: Sequence[int] | None = None,
+                 strides: Sequence[int] | None = None) -> Op:
+    """ONNX AveragePool: the mean over the window's valid (or, with count_include_pad, padded)
+    positions."""
+    return _pool("AveragePool", x, kernel_shape, auto_pad, ceil_mode, dilations, pads, strides,
+                 count_include_pad)
+
+
+def global_pool(kind: str, x: Value) -> Op:
+    """ONNX GlobalAveragePool / GlobalMaxPool: reduce every spatial axis, keeping them as 1."""
+    from .reduce import reduce_op
+
+    x = check_value(kind, x, "X")
+    op = reduce_op("ReduceMean" if kind == "GlobalAveragePool" else "ReduceMax", x,
+                   list(range(2, x.rank)), 1)
+    op.kind, op.attrs = kind, {}
+    return op
+
+
+def batch_normalization(x: Value, scale: Value, b: Value, mean: Value, var: Value,
+                        epsilon: float = 1e-5, momentum: float = 0.9,
+                        training_mode: int = 0) -> Op:
+    """ONNX BatchNormalization in inference: per-channel (axis 1) affine normalisation."""
+    x = check_value("BatchNormalization", x, "X")
+    if training_mode:
+        raise AttributeError_("BatchNormalization", "training_mode", "0 (inference)",
+                              training_mode)
+    del momentum  # training only
+    require_dtype("BatchNormalization", x, FLOATS, "a float dtype")
+    params = [scale, b, mean, var]
+    same_dtype("BatchNormalization", [x, *params])
+    c = x.shape[1] if x.rank > 1 else 1
+    for name, v in zip(("scale", "B", "input_mean", "input_var"), params):
+        if v.shape != (c,):
+            raise ShapeError("BatchNormalization", v.name, f"shape ({c},) for input '{name}'",
+                             v.shape)
+    o = out_symbols(x.rank)
+    ch = (o[1],) if x.rank > 1 else (sympy.Integer(0),)
+    xs = Read(x.dtype, 0, tuple(o))
+    s, bb, mu, va = (Read(x.dtype, k + 1, ch) for k in range(4))
+    inv = call("rsqrt", call("add", va, const(epsilon, x.dtype)))
+    body = call("add", call("mul", call("mul", call("sub", xs, mu), inv), s), bb)
+    return make_op("BatchNormalization", [x, *params], x.shape, x.dtype, body,
+                   {"epsilon": epsilon})
+
+
+def _normalize(kind: str, x: Value, axes: tuple[int, ...], epsilon: float,
+               scale: Read | None, bias: Read | None) -> Expr:
+    """(x - mean) / sqrt(var + eps) * scale + bias over ``axes``, two hoistable reductions."""
+    o = out_symbols(x.rank)
+    count = prod(x.shape[a] for a in axes)
+
+    def over_axes() -> tuple[Read, tuple[tuple[sympy.Symbol, int], ...]]:
+        syms = {a: fresh_reduce_symbol("r") for a in axes}
+        idx = tuple(syms.get(a, o[a]) for a in range(x.rank))
+        return Read(x.dtype, 0, idx), tuple((syms[a], x.shape[a]) for a in axes)
+
+    r1, ax1 = over_axes()
+    mean = call("div", reduce("sum", r1, ax1), const(count, x.dtype))
+    r2, ax2 = over_axes()
+    centred = call("sub", r2, mean)
+    var = call("div", reduce("sum", call("mul", centred, centred), ax2), const(count, x.dtype))
+    here = call("sub", Read(x.dtype, 0, tuple(o)), mean)
+    body: Expr = call("mul", here, call("rsqrt", call("add", var, const(epsilon, x.dtype))))
+    if scale is not None:
+        body = call("mul", body, scale)
+    if bias is not None:
+        body = call("add", body, bias)
+    return body
+
+
+def layer_normalization(x: Value, scale: Value, b: Value | None = None, axis: int = -1,
+                        epsilon: float = 1e-5, stash_type: int = 1) -> Op:
+    """ONNX LayerNormalization (the Y output): normalise over axes ``axis..rank-1`` in one
+    kernel (mean and variance are two reductions hoisted per row)."""
+    x = check_value("LayerNormalization", x, "X")
+    require_dtype("LayerNormalization", x, FLOATS, "a float dtype")
+    del stash_type  # computation runs in the compute type of x (f32 for f16)
+    axis = normalize_axis("LayerNormalization", x, axis)
+    norm_shape = x.shape[axis:]
+    inputs = [x, scale] + ([b] if b is not None else [])
+    same_dtype("LayerNormalization", inputs)
+    for v in inputs[1:]:
+        if broadcast_shape("LayerNormalization", [v, Value("n", norm_shape, x.dtype)]) \
+                != norm_shape:
+            raise ShapeError("LayerNormalization", v.name,
+                             f"a shape that broadcasts to {norm_shape}", v.shape)
+    s = Read(x.dtype, 1, broadcast_exprs(scale.shape, x.shape))
+    bias = Read(x.dtype, 2, broadcast_exprs(b.shape, x.shape)) if b is not None else None
+    body = _normalize("LayerNormalization", x, tuple(range(axis, x.rank)), epsilon, s, bias)
+    return make_op("LayerNormalization", inputs, x.shape, x.dtype, body,
+                   {"axis": axis, "epsilon": epsilon})
+
+
+def instance_normalization(x: Value, scale: Value, b: Value, epsilon: float = 1e-5) -> Op:
+    """ONNX InstanceNormalization: normalise each (n, c) over the spatial axes."""
+    x = check_value("InstanceNormalization", x, "input")
+    require_dtype("InstanceNormalization", x, FLOATS, "a float dtype")
+    same_dtype("InstanceNormalization", [x, scale, b])
+    if x.rank < 3:
+        raise ShapeError("InstanceNormalization", x.name, "(N, C, spatial...)", x.shape)
+    c = x.shape[1]
+    for v in (scale, b):
+        if v.shape != (c,):
+            raise ShapeError("InstanceNormalization", v.name, f"shape ({c},)", v.shape)
+    o = out_symbols(x.rank)
+    body = _normalize("InstanceNormalization", x, tuple(range(2, x.rank)), epsilon,
+                      Read(x.dtype, 1, (o[1],)), Read(x.dtype, 2, (o[1],)))
+    return make_op("InstanceNormalization", [x, scale, b], x.shape, x.dtype, body,
+                   {"epsilon": epsilon})

@@ -1,0 +1,159 @@
+"""Intensive operators (MatMul, Gemm, Conv, pools, normalisations) on every backend against ONNX's
+reference, on awkward shapes (odd channels, 1x1 and 7x7 kernels, stride 2, pads, dilation,
+groups, depthwise, batch > 1, sizes that divide nothing), and random elementwise prologues and
+epilogues fused around a GEMM or a convolution."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import assert_close, prebuild_neon, run
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from reference import evaluate_chain, reference
+from test_fusion import _available
+from test_ops import Case
+
+import kernelgen as kg
+
+CASES: list[Case] = [
+    Case("MatMul", kg.matmul, [(7, 13), (13, 11)]),
+    Case("MatMul-batched", kg.matmul, [(2, 3, 5), (5, 4)]),
+    Case("MatMul-bcast-batch", kg.matmul, [(2, 1, 3, 5), (3, 5, 2)]),
+    Case("MatMul-vec-mat", kg.matmul, [(5,), (5, 3)]),
+    Case("MatMul-mat-vec", kg.matmul, [(3, 5), (5,)]),
+    Case("MatMul-K1", kg.matmul, [(4, 1), (1, 6)]),
+    Case("Gemm-bias", lambda a, b, c: kg.gemm(a, b, c), [(3, 5), (5, 7), (7,)]),
+    Case("Gemm-trans", lambda a, b, c: kg.gemm(a, b, c, alpha=0.5, beta=2.0, transA=1,
+                                                transB=1), [(5, 3), (7, 5), (3, 1)]),
+    Case("Gemm-noC", kg.gemm, [(1, 9), (9, 1)]),
+    Case("Conv-pad", lambda x, w: kg.conv(x, w, pads=[1, 1, 1, 1]), [(1, 3, 7, 9), (4, 3, 3, 3)],
+         scale=10),
+    Case("Conv-stride2-bias", lambda x, w, b: kg.conv(x, w, b, strides=[2, 2], pads=[1, 0, 2, 1]),
+         [(2, 3, 9, 8), (5, 3, 3, 3), (5,)], scale=10),
+    Case("Conv-dilation", lambda x, w: kg.conv(x, w, dilations=[2, 1], pads=[2, 1, 2, 1]),
+         [(1, 2, 9, 7), (3, 2, 3, 3)], scale=10),
+    Case("Conv-groups", lambda x, w: kg.conv(x, w, group=2, pads=[1, 1, 1, 1]),
+         [(2, 4, 7, 7), (6, 2, 3, 3)], scale=10),
+    Case("Conv-depthwise", lambda x, w: kg.conv(x, w, group=5, pads=[1, 1, 1, 1], strides=[2, 2]),
+         [(1, 5, 9, 9), (5, 1, 3, 3)], scale=10),
+    Case("Conv-1x1", kg.conv, [(2, 7, 5, 3), (3, 7, 1, 1)], scale=10),
+    Case("Conv-7x7", lambda x, w: kg.conv(x, w, pads=[3, 3, 3, 3], strides=[2, 2]),
+         [(1, 3, 11, 11), (2, 3, 7, 7)], scale=20),
+    Case("Conv-same-upper", lambda x, w: kg.conv(x, w, auto_pad="SAME_UPPER", strides=[2, 2]),
+         [(1, 2, 8, 7), (3, 2, 4, 3)], scale=10),
+    Case("Conv-1d", lambda x, w: kg.conv(x, w, pads=[2, 2]), [(2, 3, 17), (4, 3, 5)], scale=10),
+    Case("MaxPool", lambda x: kg.max_pool(x, [3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+         [(1, 3, 7, 9)]),
+    Case("MaxPool-ceil-dil", lambda x: kg.max_pool(x, [2, 2], strides=[2, 2], ceil_mode=1,
+                                                    dilations=[1, 2]), [(2, 2, 7, 8)]),
+    Case("AveragePool", lambda x: kg.average_pool(x, [3, 3], pads=[1, 1, 1, 1]), [(1, 2, 5, 7)]),
+    Case("AveragePool-incl-pad", lambda x: kg.average_pool(x, [3, 2], pads=[1, 0, 1, 1],
+                                                            strides=[2, 1], count_include_pad=1),
+         [(2, 3, 7, 5)]),
+    Case("GlobalAveragePool", lambda x: kg.global_pool("GlobalAveragePool", x), [(2, 3, 5, 7)]),
+    Case("GlobalMaxPool", lambda x: kg.global_pool("GlobalMaxPool", x), [(1, 4, 3, 11)]),
+    Case("BatchNormalization", kg.batch_normalization,
+         [(2, 3, 5, 5), (3,), (3,), (3,), (3,)], kinds=("normal", "normal", "normal", "normal",
+                                                         "pos")),
+    Case("LayerNormalization", lambda x, s, b: kg.layer_normalization(x, s, b),
+         [(3, 7, 129), (129,), (129,)], scale=20),
+    Case("LayerNormalization-axis1",
+         lambda x, s: kg.layer_normalization(x, s, axis=1, epsilon=1e-3), [(2, 5, 3), (5, 3)],
+         scale=20),
+    Case("InstanceNormalization", kg.instance_normalization, [(2, 3, 5, 7), (3,), (3,)],
+         scale=20),
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _neon_batch(request: pytest.FixtureRequest) -> None:
+    prebuild_neon(request, lambda: [kg.fuse(c.build(*c.inputs()[0])) for c in CASES])
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_intensive_operator(backend: str, case: Case) -> None:
+    values, arrays = case.inputs()
+    op = case.build(*values)
+    want = reference(op, *arrays)
+    fused = kg.fuse(op)
+    feeds = dict(zip((v.name for v in values), arrays))
+    (got,) = run(backend, fused, *(feeds[v.name] for v in fused.inputs))
+    assert_close(got, want.astype(got.dtype), scale=case.scale)
+
+
+# --- fused prologues and epilogues ---------------------------------------------------------------
+
+PRO = ["Relu", "Neg", "Tanh", "Abs", "Sigmoid"]
+
+
+@st.composite
+def heavy_blocks(draw: st.DrawFn) -> tuple[list[kg.Value], list[kg.Op]]:
+    """A random elementwise chain on the heavy operator's first input, the operator (GEMM or a
+    convolution), then a random chain on its output with a broadcast bias."""
+    heavy = draw(st.sampled_from(["gemm", "conv"]))
+    if heavy == "gemm":
+        m, k, n = (draw(st.integers(1, 6)) for _ in range(3))
+        x, w = kg.tensor("x", (m, k)), kg.tensor("w", (k, n))
+    else:
+        c, hw, m = draw(st.integers(1, 3)), draw(st.integers(3, 6)), draw(st.integers(1, 4))
+        x, w = kg.tensor("x", (1, c, hw, hw)), kg.tensor("w", (m, c, 3, 3))
+    ops: list[kg.Op] = []
+    v: kg.Value = x
+    for _ in range(draw(st.integers(0, 2))):
+        v = kg.ops.unary(draw(st.sampled_from(PRO)), v)
+        ops.append(v)  # type: ignore[arg-type]
+    core = kg.gemm(v, w) if heavy == "gemm" else kg.conv(v, w, pads=[1, 1, 1, 1])
+    ops.append(core)
+    inputs = [x, w]
+    v = core
+    for _ in range(draw(st.integers(1, 3))):
+        if draw(st.booleans()):
+            bias = kg.tensor(f"bias{len(inputs)}", (v.shape[1],) + (1,) * (v.rank - 2))
+            inputs.append(bias)
+            v = kg.ops.binary(draw(st.sampled_from(["Add", "Mul", "Sub"])), v, bias)
+        else:
+            v = kg.ops.unary(draw(st.sampled_from(PRO)), v)
+        ops.append(v)  # type: ignore[arg-type]
+    return inputs, ops
+
+
+def _check_heavy(block: tuple[list[kg.Value], list[kg.Op]], seed: int,
+                 backends: list[str]) -> None:
+    inputs, ops = block
+    rng = np.random.default_rng(seed)
+    feeds = {v.name: rng.standard_normal(v.shape).astype(np.float32) for v in inputs}
+    want = evaluate_chain(ops, feeds)[ops[-1].name]
+    fused = kg.fuse(*ops)  # all edges green: One-to-One into and out of Many-to-Many
+    assert len(fused.lower().outputs) == 1 and {b.name for b in fused.lower().inputs} == set(feeds)
+    for backend in backends:
+        (got,) = run(backend, fused, *(feeds[v.name] for v in fused.inputs))
+        assert_close(got, want, scale=50)
+
+
+_SETTINGS = dict(deadline=None, suppress_health_check=list(HealthCheck))
+
+
+@settings(max_examples=60, **_SETTINGS)
+@given(block=heavy_blocks(), seed=st.integers(0, 2**16))
+def test_prologue_epilogue_fusion(block, seed: int) -> None:
+    _check_heavy(block, seed, ["interp", *_available("opencl")])
+
+
+@settings(max_examples=15, **_SETTINGS)
+@given(block=heavy_blocks(), seed=st.integers(0, 2**16))
+def test_prologue_epilogue_fusion_neon_triton(block, seed: int) -> None:
+    _check_heavy(block, seed, _available("neon", "triton"))
+
+
+def test_prologue_sees_zero_padding(backend: str) -> None:
+    """Regression: a producer fused into a padded convolution must contribute 0 in the padding
+    (the convolution's input is 0 there), not its value on zero inputs (sigmoid(0) = 0.5)."""
+    x, w = kg.tensor("x", (1, 1, 3, 3)), kg.tensor("w", (2, 1, 3, 3))
+    s = kg.sigmoid(x)
+    c = kg.conv(s, w, pads=[1, 1, 1, 1])
+    rng = np.random.default_rng(0)
+    X, W = rng.standard_normal((1, 1, 3, 3), np.float32), rng.standard_normal((2, 1, 3, 3),
+                                                                              np.float32)
+    want = evaluate_chain([s, c], {"x": X, "w": W})[c.name]
+    (got,) = run(backend, kg.fuse(s, c), X, W)
+    assert_close(got, want, scale=10)
