@@ -1,31 +1,8 @@
-"""Tuning configurations for generated kernels.
+"""Autotuning: a search over each kernel's tunables that keeps only candidates whose output
+matches the reference, and a persistent, crash-safe Fast-Run database of the results."""
+from .config import Config, config_from_metadata
+from .database import FastRunDB, canonical, default_path
+from .tune import Candidate, TuneResult, search_space, tune, tuning_key
 
-The search and its persistent Fast-Run database come with the intensive-operator work; what is
-here now is the configuration type every emitter's tunables map onto, so kernels and the tuner
-share one vocabulary.
-"""
-from __future__ import annotations
-
-from dataclasses import dataclass, field
-from typing import Any
-
-
-@dataclass(frozen=True, order=True)
-class Config:
-    """One point in a kernel's tunable space, hashable so it can key a results database."""
-
-    values: tuple[tuple[str, Any], ...] = field(default=())
-
-    @classmethod
-    def of(cls, **values: Any) -> Config:
-        return cls(tuple(sorted(values.items())))
-
-    def as_options(self) -> dict[str, Any]:
-        """Keyword options for ``FusedOp.emit``."""
-        return dict(self.values)
-
-
-def configs_from_metadata(metadata: dict[str, Any]) -> Config:
-    """The configuration a kernel was generated with, read back from its metadata."""
-    tunables = metadata.get("tunables", {})
-    return Config.of(**{k: v for k, v in tunables.items() if k != "index_type"})
+__all__ = ["Candidate", "Config", "FastRunDB", "TuneResult", "canonical", "config_from_metadata",
+           "default_path", "search_space", "tune", "tuning_key"]

@@ -1,0 +1,166 @@
+"""Search a kernel's tunables by measurement, keep only correct candidates, remember the winner.
+
+``tune`` is a stateless function: candidates come from the backend's search space (or the
+caller), pass an optional constraint (AGO's no-redundancy rule, device limits), are built,
+**checked against the loop-IR interpreter** (a wrong candidate is discarded however fast it is),
+then timed with ``kernelgen.bench``. The search stops starting new candidates when the time
+budget is spent, reports progress on long searches, and stores the winner in the Fast-Run
+database under the kernel's fingerprint, shapes, backend, device and toolchain versions.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .config import Config
+from .database import FastRunDB
+
+Progress = Callable[[int, int, Config, float | None, str], None]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    config: Config
+    ms: float | None   # median time; None when not timed
+    status: str        # "ok", "wrong", "error: ...", "rejected: ...", "skipped: budget"
+
+
+@dataclass
+class TuneResult:
+    best: Config
+    ms: float | None
+    candidates: list[Candidate] = field(default_factory=list)
+    from_cache: bool = False
+
+
+def search_space(loop: Any, backend: str) -> list[Config]:
+    """Each backend's tunables for this kernel (the default first)."""
+    if backend == "opencl":
+        strategies: list[str | None] = [None]
+        if loop.hoisted:
+            strategies += ["row", "group", "item"]
+        return [Config.of(**({"local_size": ls} | ({"reduce_strategy": st} if st else {})))
+                for st in strategies for ls in (256, 64, 1024)]
+    if backend == "triton":
+        if loop.hoisted:
+            return [Config.of(block_r=r, block_e=e) for r in (256, 64, 1024) for e in (256, 1024)]
+        return [Config.of(block=b) for b in (1024, 256, 4096)]
+    return [Config.of()]  # NEON: nothing to tune yet (vector width is the hardware's)
+
+
+def device_identity(backend: str) -> str:
+    """What the measurement depends on besides the kernel: device and toolchain versions."""
+    if backend == "opencl":
+        from kernelgen.runtime import opencl
+        return opencl.device().name
+    if backend == "neon":
+        from kernelgen.runtime.neon import toolchain
+        return toolchain()[1]
+    if backend == "triton":
+        import triton
+
+        from kernelgen.runtime import triton as triton_runtime
+        return f"triton {triton.__version__} on {triton_runtime.device()}"
+    return backend
+
+
+def tuning_key(loop: Any, backend: str) -> dict[str, Any]:
+    from kernelgen import __version__
+    from kernelgen.loop_ir import fingerprint
+
+    return {"kind": "tile-config", "kernel": fingerprint(loop), "backend": backend,
+            "device": device_identity(backend), "layout": "row-major",
+            "kernelgen": __version__}
+
+
+def _tolerance(dtype: np.dtype) -> dict[str, float]:
+    if dtype == np.float16:
+        return {"rtol": 5e-3, "atol": 5e-3}
+    if np.issubdtype(dtype, np.floating):
+        return {"rtol": 1e-4, "atol": 1e-5}
+    return {"rtol": 0.0, "atol": 0.0}
+
+
+def _correct(got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> bool:
+    return all(np.allclose(g, w, equal_nan=True, **_tolerance(w.dtype))
+               for g, w in zip(got, want))
+
+
+def tune(loop: Any, backend: str, inputs: Sequence[np.ndarray] | None = None, *,
+         configs: Iterable[Config] | None = None,
+         build: Callable[[Config], Any] | None = None,
+         constraint: Callable[[Config], str | None] | None = None,
+         budget_s: float = 30.0, repeat: int = 10, db: FastRunDB | None = None,
+         use_cache: bool = True, progress: Progress | None = None) -> TuneResult:
+    """Pick the fastest correct configuration of ``loop`` (a ``LoopKernel``) on ``backend``.
+
+    ``build(config)`` makes the kernel (default: emit with the config's options).
+    ``constraint(config)`` returns a reason to reject a config before building it, or None.
+    With a database, a stored result is returned without measuring (``from_cache``).
+    """
+    from kernelgen.interp import interpret
+    from kernelgen.kernel import emit
+    from kernelgen.measure import bench
+
+    db = db if db is not None else FastRunDB()
+    key = tuning_key(loop, backend)
+    if use_cache and (hit := db.get(key)) is not None:
+        return TuneResult(Config.of(**hit["value"]), hit["ms"], [], from_cache=True)
+    build = build or (lambda config: emit(loop, backend, **config.as_options()))
+    if inputs is None:
+        rng = np.random.default_rng(0)
+        inputs = [_random_input(rng, b) for b in loop.inputs]
+    want = interpret(loop, *inputs)
+    space = list(configs) if configs is not None else search_space(loop, backend)
+    report = progress or (_print_progress if len(space) > 4 else None)
+    start = time.perf_counter()
+    results: list[Candidate] = []
+    for i, config in enumerate(space):
+        if results and time.perf_counter() - start > budget_s:
+            results.append(Candidate(config, None, "skipped: budget"))
+            continue
+        results.append(_try(config, build, constraint, inputs, want, repeat, bench))
+        if report:
+            report(i + 1, len(space), config, results[-1].ms, results[-1].status)
+    good = [c for c in results if c.status == "ok" and c.ms is not None]
+    if not good:
+        reasons = "; ".join(f"{c.config}: {c.status}" for c in results)
+        raise RuntimeError(f"tuning kernel '{loop.name}' on {backend}: no correct candidate "
+                           f"({reasons})")
+    best = min(good, key=lambda c: c.ms)  # type: ignore[arg-type, return-value]
+    db.put(key, dict(best.config.values), best.ms)
+    return TuneResult(best.config, best.ms, results)
+
+
+def _try(config: Config, build: Callable[[Config], Any],
+         constraint: Callable[[Config], str | None] | None, inputs: Sequence[np.ndarray],
+         want: Sequence[np.ndarray], repeat: int, bench: Any) -> Candidate:
+    if constraint is not None and (why := constraint(config)):
+        return Candidate(config, None, f"rejected: {why}")
+    try:
+        kernel = build(config)
+        got = kernel(*inputs)
+        got = got if isinstance(got, tuple) else (got,)
+        if not _correct(got, want):
+            return Candidate(config, None, "wrong")
+        return Candidate(config, bench(kernel, *inputs, repeat=repeat).median_ms, "ok")
+    except Exception as exc:  # noqa: BLE001 - a failing config scores 'error', the search goes on
+        return Candidate(config, None, f"error: {type(exc).__name__}: {str(exc)[:200]}")
+
+
+def _random_input(rng: np.random.Generator, buf: Any) -> np.ndarray:
+    if buf.dtype.value == "bool":
+        return rng.random(buf.shape) < 0.5
+    if buf.dtype.is_int:
+        return rng.integers(0, 3, buf.shape).astype(buf.dtype.numpy)  # valid gather indices
+    return rng.standard_normal(buf.shape).astype(buf.dtype.numpy)
+
+
+def _print_progress(i: int, n: int, config: Config, ms: float | None, status: str) -> None:
+    timing = f"{ms:.3f} ms" if ms is not None else status
+    print(f"  tuning [{i}/{n}] {config}: {timing}", file=sys.stderr, flush=True)
