@@ -15,7 +15,7 @@ from .dtypes import DType
 from .errors import (ArgumentError, AttributeError_, AxisError, BroadcastError, DtypeError,
                      FusionError, KernelgenError, ShapeError, UnsupportedError)
 from .fuse import FusedOp, fuse
-from .graph import MathProperties, Op, Placeholder, Value, tensor
+from .graph import Constant, MathProperties, Op, Placeholder, Value, constant, tensor
 from .interp import interpret
 from .measure import Measurement, bench
 from .ops import (average_pool, batch_normalization, clip, concat, conv, depth_to_space, expand,
@@ -41,7 +41,8 @@ CONSTRUCTORS.update({
 __version__ = "0.1.0"
 
 __all__ = [
-    *api.__all__, "ArgumentError", "AttributeError_", "AxisError", "BroadcastError",
+    *api.__all__, "Constant", "constant", "ArgumentError", "AttributeError_", "AxisError",
+    "BroadcastError",
     "CONSTRUCTORS", "DType", "DtypeError", "FusedOp", "FusionError", "KernelgenError",
     "MathProperties", "Measurement", "Op", "Placeholder", "ShapeError", "UnsupportedError",
     "Value", "average_pool", "batch_normalization", "bench", "cast", "clip", "concat", "conv",

@@ -61,6 +61,17 @@ class Placeholder(Value):
 
 
 @dataclass(eq=False)
+class Constant(Placeholder):
+    """An input whose value is known when the graph is built (weights). Kernels still take it
+    as an argument; graph rewrites (Conv-BN folding) read ``value``."""
+
+    value: Any = None
+
+    def __repr__(self) -> str:
+        return f"constant({self.name!r}, {self.shape}, {self.dtype})"
+
+
+@dataclass(eq=False)
 class Op(Value):
     """One operator: its inputs, its scalar body over ``Read`` leaves, and its algebra.
 
@@ -131,6 +142,16 @@ def _unread(op: Op, slot: int) -> IndexMap:
 
 def new_name(prefix: str) -> str:
     return f"{prefix.lower()}_{next(_names)}"
+
+
+def constant(name: str, value: Any) -> Constant:
+    """A tensor with a known value (a weight), e.g. ``kg.constant("w", np.ones((4, 3, 3, 3)))``."""
+    import numpy as np
+
+    array = np.ascontiguousarray(value)
+    if array.ndim == 0 or 0 in array.shape:
+        raise ShapeError("constant", name, "a non-empty array of rank >= 1", array.shape)
+    return Constant(name, tuple(array.shape), as_dtype(array.dtype), array)
 
 
 def tensor(name: str, shape: tuple[int, ...] | list[int], dtype: DType | str = "float32") -> Value:
