@@ -306,3 +306,37 @@ def fingerprint(kernel: LoopKernel) -> str:
     parts += [f"{buffers[b.name]}:{b.dtype}{list(b.shape)}" for b in kernel.inputs + kernel.outputs]
     parts += [f"{buffers[st.buffer]}={text(st.value)}" for st in kernel.stores]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class Contraction:
+    """A kernel whose only hoisted reduction is ``sum(P * Q)`` with P and Q depending on disjoint
+    domain axes (rows and columns): MatMul, Gemm, group-1 convolution as an implicit GEMM, with
+    any elementwise prologue inside P/Q and any epilogue around the sum."""
+
+    reduce: Reduce
+    left: Expr
+    right: Expr
+    rows: tuple[int, ...]  # domain positions the left operand depends on (and unused ones)
+    cols: tuple[int, ...]
+
+
+def contraction(kernel: LoopKernel) -> Contraction | None:
+    """Recognise the contraction pattern, or None."""
+    if len(kernel.hoisted) != 1 or len(kernel.group) != len(kernel.domain):
+        return None
+    r = kernel.hoisted[0]
+    if r.kind != "sum" or r.dtype is not DType.float32 or not isinstance(r.body, Call) \
+            or r.body.fn != "mul":
+        return None
+    left, right = r.body.args
+    if any(isinstance(n, Reduce) for side in (left, right) for n in walk(side)):
+        return None
+    own = {s for s, _ in r.axes}
+    fl, fr = free_index_symbols(left) - own, free_index_symbols(right) - own
+    if fl & fr or not fr:
+        return None
+    syms = [s for s, _ in kernel.domain]
+    cols = tuple(k for k, s in enumerate(syms) if s in fr)
+    rows = tuple(k for k in range(len(syms)) if k not in cols)
+    return Contraction(r, left, right, rows, cols)

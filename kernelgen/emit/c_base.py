@@ -4,6 +4,7 @@ reductions, then the loops over the group's elements with their stores."""
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -348,9 +349,21 @@ class _VectorPrinter:
         raise TypeError(f"cannot vectorise {type(node).__name__}")
 
 
+# Names the generated code declares itself: a buffer named like one gets a trailing underscore.
+_RESERVED = frozenset({
+    "group", "lid", "in_range", "live", "offs", "int", "float", "double", "long", "char", "short",
+    "half", "bool", "const", "for", "if", "else", "while", "return", "restrict", "kernel",
+    "global", "local", "private", "constant", "uchar", "uint", "ulong", "void", "sizeof",
+    "signed", "unsigned", "struct", "union", "static", "inline", "do", "switch", "case",
+    "break", "continue", "goto", "default", "auto", "extern", "register", "volatile"})
+
+
 def _c_ident(name: str) -> str:
     ident = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
-    return ident if ident and not ident[0].isdigit() else f"v_{ident}"
+    ident = ident if ident and not ident[0].isdigit() else f"v_{ident}"
+    if ident in _RESERVED or ident.startswith("kg_") or re.fullmatch(r"[a-z]+\d+", ident):
+        ident += "_"  # t1, o0, acc3 ... are the emitter's own temporaries
+    return ident
 
 
 def extent(r: Reduce) -> int:

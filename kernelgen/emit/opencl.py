@@ -22,7 +22,7 @@ import templates
 
 from ..dtypes import DType
 from ..expr import Reduce
-from ..loop_ir import Axis, Buffer, LoopKernel
+from ..loop_ir import Axis, Buffer, LoopKernel, contraction
 from ..shapes import prod
 from .base import Capabilities, Scope
 from .c_base import CEmitter, VectorSyntax, extent
@@ -57,7 +57,7 @@ VECTOR = VectorSyntax(
 )
 
 _BARRIER = "barrier(CLK_LOCAL_MEM_FENCE);"
-STRATEGIES = ("group", "item", "row")
+STRATEGIES = ("group", "item", "row", "tiled")
 # PoCL runs a work-group as one thread's loop over work-items; groups of 256 vectorise well and
 # tiny groups (16) run 2-3x slower (TOOLCHAIN.md §3.4).
 DEFAULT_LOCAL = 256
@@ -92,10 +92,15 @@ class OpenCLEmitter(CEmitter):
 
     def __init__(self, kernel: LoopKernel, local_size: int | None = None,
                  reduce_strategy: str | None = None,
-                 capabilities: Capabilities = CAPABILITIES) -> None:
+                 capabilities: Capabilities = CAPABILITIES,
+                 tile: tuple[int, int] = (4, 4)) -> None:
         super().__init__(kernel, capabilities)
         self.local = local_size or DEFAULT_LOCAL
         self._barrier_loops = False
+        self.contraction = contraction(kernel)
+        if min(tile) < 1:
+            raise ValueError(f"tile sizes must be positive, got {tile}")
+        self.tile = tile
         self.strategy = self._strategy(reduce_strategy)
 
     def _strategy(self, requested: str | None) -> str:
@@ -108,7 +113,12 @@ class OpenCLEmitter(CEmitter):
             if requested == "row" and not self._row_vectorizable():
                 raise ValueError("reduce_strategy 'row' needs every hoisted reduction to run over "
                                  "one contiguous float32 axis")
+            if requested == "tiled" and self.contraction is None:
+                raise ValueError("reduce_strategy 'tiled' needs a contraction: one sum of a "
+                                 "product of operands on disjoint output axes")
             return requested
+        if self.contraction is not None:
+            return "tiled"
         if self.caps.simd_within_work_item and self._row_vectorizable():
             return "row"
         longest = max(extent(r) for r in k.hoisted)
@@ -145,7 +155,8 @@ class OpenCLEmitter(CEmitter):
         if needs_double:
             head = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" + head
         body, launch = {"elementwise": self._elementwise, "group": self._group,
-                        "item": self._item, "row": self._row}[self.strategy]()
+                        "item": self._item, "row": self._row,
+                        "tiled": self._tiled}[self.strategy]()
         return head + "\n" + body, launch
 
     def _ndrange(self, axes: list[Axis], scope: Scope, clamp: bool = False) -> Launch:
@@ -272,6 +283,47 @@ class OpenCLEmitter(CEmitter):
         scope.add("barrier(CLK_LOCAL_MEM_FENCE);  // scratch is reused by the next reduction")
         scope.names[node] = result
 
+    # --- 'tiled': register-tiled contraction (templates/opencl/contraction.cl.tmpl) ------------
+
+    def _tiled(self) -> tuple[str, Launch]:
+        k, c = self.kernel, self.contraction
+        assert c is not None
+        rows = [k.domain[i] for i in c.rows]
+        cols = [k.domain[i] for i in c.cols]
+        n_rows, n_cols = prod(n for _, n in rows), prod(n for _, n in cols)
+        tm, tn = min(self.tile[0], n_rows), min(self.tile[1], n_cols)
+        tiles_r, tiles_c = -(-n_rows // tm), -(-n_cols // tn)
+        index = Scope([], 1)
+        local = _local_shape([tiles_c, tiles_r], min(self.local, 64))
+        global_ = tuple(-(-s // l) * l for s, l in zip((tiles_c, tiles_r), local))
+        t = self.index_t
+        index.add(f"const {t} kg_tc = get_global_id(0), kg_tr = get_global_id(1);")
+        index.add(f"if (kg_tc >= {tiles_c} || kg_tr >= {tiles_r}) return;")
+        k_scope = Scope([], 2)
+        self.decompose("kg_k", list(c.reduce.axes), k_scope)
+        a_scope = Scope([], 3, parent=k_scope)  # rows past the end load the last row: no guard
+        a_scope.add(f"const {t} kg_row = min(kg_tr * {tm} + kg_i, ({t}){n_rows - 1});")
+        self.decompose("kg_row", rows, a_scope)
+        a_scope.add(f"kg_a[kg_i] = {self.expr(c.left, a_scope)};")
+        b_scope = Scope([], 3, parent=k_scope)
+        b_scope.add(f"const {t} kg_col = min(kg_tc * {tn} + kg_j, ({t}){n_cols - 1});")
+        self.decompose("kg_col", cols, b_scope)
+        b_scope.add(f"kg_b[kg_j] = {self.expr(c.right, b_scope)};")
+        out = Scope([], 3)
+        out.add(f"const {t} kg_row = kg_tr * {tm} + kg_i, kg_col = kg_tc * {tn} + kg_j;")
+        out.add(f"if (kg_row >= {n_rows} || kg_col >= {n_cols}) continue;")
+        self.decompose("kg_row", rows, out)
+        self.decompose("kg_col", cols, out)
+        out.names[c.reduce] = "kg_acc[kg_i][kg_j]"
+        self.stores(out)
+        src = templates.render(
+            "opencl", "contraction.cl", name=k.name, params=self.params(), tm=str(tm),
+            tn=str(tn), index="\n".join(index.lines), index_t=self.index_t,
+            k_extent=str(extent(c.reduce)), k_bind="\n".join(k_scope.lines),
+            a_load="\n".join(a_scope.lines), b_load="\n".join(b_scope.lines),
+            epilogue="\n".join(out.lines))
+        return src, Launch(global_, local)
+
     # --- 'row': one work-item per group point, explicit vector loops ---------------------------
 
     def _row(self) -> tuple[str, Launch]:
@@ -310,15 +362,18 @@ def _version() -> str:
 
 def emit_opencl(kernel: LoopKernel, **options: Any) -> tuple[str, Launch, dict[str, Any]]:
     """Source, launch geometry and tunables for ``kernel``."""
-    unknown = set(options) - {"local_size", "reduce_strategy", "capabilities"}
-    if unknown:
-        raise TypeError(f"unknown OpenCL emit options {sorted(unknown)}; expected local_size, "
-                        "reduce_strategy, capabilities")
+    allowed = {"local_size", "reduce_strategy", "capabilities", "tile_m", "tile_n"}
+    if unknown := set(options) - allowed:
+        raise TypeError(f"unknown OpenCL emit options {sorted(unknown)}; expected "
+                        f"{sorted(allowed)}")
     emitter = OpenCLEmitter(kernel, options.get("local_size"), options.get("reduce_strategy"),
-                            options.get("capabilities", CAPABILITIES))
+                            options.get("capabilities", CAPABILITIES),
+                            (options.get("tile_m", 4), options.get("tile_n", 4)))
     source, launch = emitter.emit()
     tunables = {"local_size": emitter.local, "reduce_strategy": emitter.strategy,
                 "index_type": emitter.index_t}
+    if emitter.strategy == "tiled":
+        tunables.update(tile_m=emitter.tile[0], tile_n=emitter.tile[1])
     return source, launch, {"schedule": emitter.strategy, "tunables": tunables}
 
 

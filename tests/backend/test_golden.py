@@ -56,9 +56,15 @@ def gather_rows() -> kg.FusedOp:
     return kg.fuse(g, _named(kg.relu(g), "y"))
 
 
+def gemm_bias_relu() -> kg.FusedOp:
+    a, b, c = kg.tensor("a", (33, 17)), kg.tensor("b", (17, 9)), kg.tensor("c", (9,))
+    g = _named(kg.gemm(a, b, c), "g")
+    return kg.fuse(g, _named(kg.relu(g), "y"))
+
+
 CASES: dict[str, Callable[[], kg.FusedOp]] = {
     f.__name__: f for f in (bias_gelu, transpose_reshape_exp, pad_concat, row_softmax,
-                            column_sum_group, gather_rows)}
+                            column_sum_group, gather_rows, gemm_bias_relu)}
 
 
 SUFFIX = {"opencl": "cl", "neon": "c", "triton": "py"}
