@@ -112,10 +112,17 @@ class FusedOp:
         from .loop_ir import lower
         return lower(self, name or self.name)
 
-    def emit(self, backend: str = "opencl", **options: Any) -> Kernel:
-        """Generate, for ``backend``, a kernel object with ``.source``, ``.metadata`` and a call."""
+    def emit(self, backend: str = "opencl", tuned: bool = False, **options: Any) -> Kernel:
+        """Generate, for ``backend``, a kernel object with ``.source``, ``.metadata`` and a call.
+
+        With ``tuned``, the tunables come from the Fast-Run database, measured now on a miss
+        (``autotune.tune``); explicit ``options`` still win."""
         from .kernel import emit
-        return emit(self.lower(), backend, **options)
+        loop = self.lower()
+        if tuned:
+            from autotune import tune
+            options = {**tune(loop, backend).best.as_options(), **options}
+        return emit(loop, backend, **options)
 
     def report(self) -> str:
         """One line per fused edge, with its rule, then the fused type."""

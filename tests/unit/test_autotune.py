@@ -131,3 +131,16 @@ def test_no_correct_candidate_is_an_error(tmp_path: Path) -> None:
         tune(loop, "opencl", configs=[Config.of()], build=lambda c: wrong,
              db=FastRunDB(tmp_path / "db"))
     assert os.path.exists(tmp_path / "db")
+
+
+def test_emit_tuned_uses_the_database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    require("opencl")
+    monkeypatch.setenv("KERNELGEN_CACHE_DIR", str(tmp_path))
+    fused = kg.fuse(kg.matmul(kg.tensor("a", (20, 12)), kg.tensor("b", (12, 9))))
+    first = fused.emit("opencl", tuned=True)
+    db = FastRunDB(tmp_path / "fastrun.sqlite")
+    assert len(db) == 1
+    (_, value, _), = db.entries()
+    assert {k: first.metadata["tunables"][k] for k in value} == value
+    second = fused.emit("opencl", tuned=True)  # from the database, no new entry
+    assert second.source == first.source and len(db) == 1
