@@ -52,6 +52,12 @@ def search_space(loop: Any, backend: str) -> list[Config]:
         return [Config.of(**({"local_size": ls} | ({"reduce_strategy": st} if st else {})))
                 for st in strategies for ls in (256, 64, 1024)]
     if backend == "triton":
+        from kernelgen.loop_ir import contraction
+
+        if contraction(loop) is not None:  # tl.dot tiles
+            return [Config.of(block_m=m, block_n=n, block_k=k)
+                    for m, n, k in ((32, 32, 32), (64, 64, 32), (16, 64, 32), (64, 16, 32),
+                                    (128, 64, 32), (64, 128, 32))]
         if loop.hoisted:
             return [Config.of(block_r=r, block_e=e) for r in (256, 64, 1024) for e in (256, 1024)]
         return [Config.of(block=b) for b in (1024, 256, 4096)]

@@ -201,7 +201,6 @@ class OpenCLEmitter(CEmitter):
     def _elementwise(self) -> tuple[str, Launch]:
         index, body = Scope([], 1), Scope([], 1)
         launch = self._ndrange(list(self.kernel.domain), index)
-        body.parent = None
         self.stores(body)
         src = templates.render("opencl", "elementwise.cl", name=self.kernel.name,
                                params=self.params(), index="\n".join(index.lines),

@@ -26,7 +26,7 @@ import templates
 
 from ..dtypes import DType
 from ..expr import Call, Cast, Load, Reduce, free_index_symbols
-from ..loop_ir import LoopKernel
+from ..loop_ir import LoopKernel, contraction
 from ..shapes import prod
 from .base import Capabilities, Emitter, Scope
 
@@ -93,10 +93,19 @@ class TritonEmitter(Emitter):
     ix_true, ix_false = "True", "False"
 
     def __init__(self, kernel: LoopKernel, block: int | None = None, block_r: int | None = None,
-                 block_e: int | None = None, capabilities: Capabilities = CAPABILITIES) -> None:
+                 block_e: int | None = None, capabilities: Capabilities = CAPABILITIES,
+                 dot_blocks: tuple[int, int, int] | None = None,
+                 schedule: str | None = None) -> None:
         super().__init__(kernel, capabilities)
         self.block = _pow2(block or DEFAULT_BLOCK, "block")
         self.block_r, self.block_e = block_r, block_e
+        self.dot_blocks = tuple(_pow2(b, "block_m/n/k") for b in (dot_blocks or (32, 32, 32)))
+        if any(b < 16 for b in self.dot_blocks):
+            raise ValueError("tl.dot needs block_m, block_n and block_k of at least 16")
+        self.contraction = contraction(kernel) if schedule in (None, "dot") else None
+        if schedule == "dot" and self.contraction is None:
+            raise ValueError("schedule 'dot' needs a contraction (one sum of a product of "
+                             "operands on disjoint output axes)")
         self.lanes: str | None = None   # the lane shape of the current vector context
         self.mask: str | None = None    # which lanes are live there
         self.lane_symbols: set[sympy.Symbol] = set()  # index symbols that vary across lanes
@@ -149,7 +158,8 @@ class TritonEmitter(Emitter):
         data = {s for s, _, _ in node.data}
         offset_varies = bool((node.offset.free_symbols - data) & self.lane_symbols) or any(
             free_index_symbols(v) & self.lane_symbols for _, _, v in node.data)
-        if varies and not offset_varies:  # a block mask needs a block of pointers
+        # a block mask needs a block of pointers; 2-D tiles may vary along one axis only
+        if varies and (not offset_varies or "," in str(self.lanes)):
             offset = f"{offset} + tl.zeros([{self.lanes}], tl.int32)"
         pointer = f"{self.params[node.buffer]} + ({offset})"
         masks = [m for m in (self.mask if varies else None, guard) if m]
@@ -194,7 +204,9 @@ class TritonEmitter(Emitter):
     def emit(self) -> TritonSource:
         k = self.kernel
         body = Scope([], 1)
-        if k.hoisted:
+        if self.contraction is not None:
+            schedule, constexprs, grid = self._dot(body)
+        elif k.hoisted:
             schedule, constexprs, grid = self._row(body)
         else:
             schedule, constexprs, grid = self._elementwise(body)
@@ -253,6 +265,55 @@ class TritonEmitter(Emitter):
             self._leave_lanes()
         return "row", {"BLOCK_R": block_r, "BLOCK_E": block_e}, (prod(n for _, n in group),)
 
+    def _dot(self, body: Scope) -> tuple[str, dict[str, int], tuple[int, ...]]:
+        """A contraction as tiles of tl.dot: operand tiles are the fused operand expressions
+        evaluated on [BLOCK_M, BLOCK_K] and [BLOCK_K, BLOCK_N] index grids (prologues included),
+        the epilogue runs on the accumulator tile."""
+        k, c = self.kernel, self.contraction
+        assert c is not None
+        rows = [k.domain[i] for i in c.rows]
+        cols = [k.domain[i] for i in c.cols]
+        n_rows, n_cols = prod(n for _, n in rows), prod(n for _, n in cols)
+        n_k = prod(n for _, n in c.reduce.axes)
+        bm, bn, bk = self.dot_blocks
+        body.add("rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)")
+        body.add("rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)")
+        body.add("acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)")
+        loop = self.open_loop(body, "k0", "0", f"{n_k}, BLOCK_K")
+        loop.add("rk = k0 + tl.arange(0, BLOCK_K)")
+        for side, pos_o, pos_k, n_o, axes, operand, lanes in (
+                ("a", "rm[:, None]", "rk[None, :]", n_rows, rows, c.left, "BLOCK_M, BLOCK_K"),
+                ("b", "rn[None, :]", "rk[:, None]", n_cols, cols, c.right, "BLOCK_K, BLOCK_N")):
+            scope = Scope(loop.lines, loop.depth)  # its own names: the two tiles' shapes differ
+            o_var, k_var, live = self.fresh(f"{side}o"), self.fresh(f"{side}k"), f"{side}_live"
+            scope.add(f"{o_var} = {pos_o}")
+            scope.add(f"{k_var} = {pos_k}")
+            scope.add(f"{live} = tl.where({o_var} < {n_o}, {k_var} < {n_k}, False)")
+            for s, _ in axes:
+                self.symbol_names[s] = self.fresh("o")
+            for s, _ in c.reduce.axes:
+                self.symbol_names[s] = self.fresh("r")
+            self._enter_lanes(lanes, live, list(axes) + list(c.reduce.axes))
+            self.decompose(o_var, axes, scope)
+            self.decompose(k_var, list(c.reduce.axes), scope)
+            scope.add(f"{side}_tile = tl.where({live}, {self.expr(operand, scope)}, 0.0)")
+        loop.add('acc = tl.dot(a_tile, b_tile, acc, input_precision="ieee")')
+        self._leave_lanes()
+        out = Scope(body.lines, 1)
+        for s, n in rows + cols:
+            self.symbol_names[s] = f"o{k.domain.index((s, n))}"
+        out.add("om = rm[:, None]")
+        out.add("on = rn[None, :]")
+        out.add(f"out_live = tl.where(om < {n_rows}, on < {n_cols}, False)")
+        self._enter_lanes("BLOCK_M, BLOCK_N", "out_live", rows + cols)
+        self.decompose("om", rows, out)
+        self.decompose("on", cols, out)
+        out.names[c.reduce] = "acc"
+        self._stores(out)
+        self._leave_lanes()
+        blocks = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
+        return "dot", blocks, (-(-n_rows // bm), -(-n_cols // bn))
+
     def _lane_loop(self, scope: Scope, block: str, count: int,
                    axes: list[tuple[sympy.Symbol, int]]) -> Scope:
         """Open ``for`` over ``count`` positions in blocks of ``block`` lanes and bind ``axes``
@@ -291,6 +352,8 @@ class TritonEmitter(Emitter):
 
     def _stores(self, scope: Scope) -> None:
         offset = self.index(self.kernel.store_offset)
+        if "," in str(self.lanes):  # a 2-D tile: the offset may vary along one axis only
+            offset = f"{offset} + tl.zeros([{self.lanes}], tl.int32)"
         for buf, st in zip(self.kernel.outputs, self.kernel.stores):
             value = self.expr(st.value, scope)
             if buf.dtype is DType.float16:
@@ -346,12 +409,15 @@ def _version() -> str:
 def emit_triton(kernel: LoopKernel, **options: Any) -> tuple[TritonSource, dict[str, Any],
                                                                dict[str, Any]]:
     """The Triton module for ``kernel``, its launch (grid and block sizes) and metadata."""
-    allowed = {"block", "block_r", "block_e", "capabilities"}
+    allowed = {"block", "block_r", "block_e", "block_m", "block_n", "block_k", "schedule",
+               "capabilities"}
     if unknown := set(options) - allowed:
         raise TypeError(f"unknown Triton emit options {sorted(unknown)}; expected "
                         f"{sorted(allowed)}")
+    dot = tuple(options.get(f"block_{d}", 32) for d in "mnk")
     emitter = TritonEmitter(kernel, options.get("block"), options.get("block_r"),
-                            options.get("block_e"), options.get("capabilities", CAPABILITIES))
+                            options.get("block_e"), options.get("capabilities", CAPABILITIES),
+                            dot, options.get("schedule"))  # type: ignore[arg-type]
     source = emitter.emit()
     launch = {"grid": list(source.grid), "constexprs": dict(source.constexprs)}
     extra = {"schedule": emitter.schedule, "tunables": dict(source.constexprs),

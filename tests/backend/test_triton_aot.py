@@ -12,6 +12,7 @@ import pytest
 from conftest import require
 from test_fusion import NEIGHBOUR_CASES, neighbour_block
 from test_golden import CASES as GOLDEN_CASES
+from test_nn import CASES as NN_CASES
 from test_ops import CASES
 
 import kernelgen as kg
@@ -24,6 +25,7 @@ def _blocks() -> list[tuple[str, kg.FusedOp]]:
     blocks += [(f"neighbours-{c.name}", kg.fuse(*neighbour_block(c)[2], force=True))
                for c in NEIGHBOUR_CASES]
     blocks += [(f"golden-{name}", make()) for name, make in GOLDEN_CASES.items()]
+    blocks += [(f"nn-{c.name}", kg.fuse(c.build(*c.inputs()[0]))) for c in NN_CASES]
     return blocks
 
 

@@ -10,25 +10,39 @@ import triton.language as tl
 #   in2: input 'c' float32[9]
 #   out0: output 'y' float32[33, 9]
 @triton.jit
-def kg_fused_gemm_relu_adfbb867adbf(in0,
+def kg_fused_gemm_relu_40f6073f73ee(in0,
         in1,
         in2,
         out0,
-        BLOCK_R: tl.constexpr,
-        BLOCK_E: tl.constexpr):
-    o0 = tl.program_id(0) // 9
-    o1 = tl.program_id(0) % 9
-    vacc3 = tl.full([BLOCK_R], 0.0, tl.float32)
-    for base4 in range(0, 17, BLOCK_R):
-        p5 = base4 + tl.arange(0, BLOCK_R)
-        p5_live = p5 < 17
-        r6 = p5
-        t7 = tl.load(in0 + (17 * o0 + r6), mask=p5_live, other=0)
-        t8 = tl.load(in1 + (9 * r6 + o1), mask=p5_live, other=0)
-        t9 = (t7 * t8)
-        vacc3 = (vacc3 + tl.where(p5_live, t9, 0.0))
-    red10 = tl.sum(vacc3, axis=0)
-    t11 = tl.load(in2 + (o1))
-    t12 = (red10 + t11)
-    t13 = tl.maximum(t12, 0.0)
-    tl.store(out0 + (9 * o0 + o1), t13)
+        BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        BLOCK_K: tl.constexpr):
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for k0 in range(0, 17, BLOCK_K):
+        rk = k0 + tl.arange(0, BLOCK_K)
+        ao1 = rm[:, None]
+        ak2 = rk[None, :]
+        a_live = tl.where(ao1 < 33, ak2 < 17, False)
+        o3 = ao1
+        r4 = ak2
+        t7 = tl.load(in0 + (17 * o3 + r4 + tl.zeros([BLOCK_M, BLOCK_K], tl.int32)), mask=a_live, other=0)
+        a_tile = tl.where(a_live, t7, 0.0)
+        bo8 = rn[None, :]
+        bk9 = rk[:, None]
+        b_live = tl.where(bo8 < 9, bk9 < 17, False)
+        o10 = bo8
+        r11 = bk9
+        t14 = tl.load(in1 + (9 * r11 + o10 + tl.zeros([BLOCK_K, BLOCK_N], tl.int32)), mask=b_live, other=0)
+        b_tile = tl.where(b_live, t14, 0.0)
+        acc = tl.dot(a_tile, b_tile, acc, input_precision="ieee")
+    om = rm[:, None]
+    on = rn[None, :]
+    out_live = tl.where(om < 33, on < 9, False)
+    o0 = om
+    o1 = on
+    t17 = tl.load(in2 + (o1 + tl.zeros([BLOCK_M, BLOCK_N], tl.int32)), mask=out_live, other=0)
+    t18 = (acc + t17)
+    t19 = tl.maximum(t18, 0.0)
+    tl.store(out0 + (9 * o0 + o1 + tl.zeros([BLOCK_M, BLOCK_N], tl.int32)), t19, mask=out_live)
