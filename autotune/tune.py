@@ -61,7 +61,13 @@ def search_space(loop: Any, backend: str) -> list[Config]:
         if loop.hoisted:
             return [Config.of(block_r=r, block_e=e) for r in (256, 64, 1024) for e in (256, 1024)]
         return [Config.of(block=b) for b in (1024, 256, 4096)]
-    return [Config.of()]  # NEON: nothing to tune yet (vector width is the hardware's)
+    if backend == "neon":
+        from kernelgen.loop_ir import contraction
+
+        if contraction(loop) is not None:  # register tiles; columns in whole float32x4
+            return [Config.of(tile_m=m, tile_n=n) for m, n in
+                    ((4, 8), (8, 8), (4, 16), (6, 8), (2, 16), (1, 4))]
+    return [Config.of()]  # nothing else to tune (the vector width is the hardware's)
 
 
 def device_identity(backend: str) -> str:

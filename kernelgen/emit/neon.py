@@ -22,7 +22,7 @@ from typing import Any
 import templates
 
 from ..dtypes import DType
-from ..loop_ir import Buffer, LoopKernel
+from ..loop_ir import Buffer, LoopKernel, contraction
 from ..shapes import prod
 from .base import Capabilities, Scope
 from .c_base import CEmitter, VectorSyntax
@@ -129,10 +129,18 @@ class NeonEmitter(CEmitter):
     ix_max = "(({a}) > ({b}) ? ({a}) : ({b}))"
     ix_min = "(({a}) < ({b}) ? ({a}) : ({b}))"
 
-    def __init__(self, kernel: LoopKernel, capabilities: Capabilities = CAPABILITIES) -> None:
+    def __init__(self, kernel: LoopKernel, capabilities: Capabilities = CAPABILITIES,
+                 tile: tuple[int, int] = (4, 8), schedule: str | None = None) -> None:
         if not kernel.hoisted:  # elementwise: the outer axes are the parallel ones
             kernel = replace(kernel, group=tuple(range(len(kernel.domain) - 1)))
         super().__init__(kernel, capabilities)
+        if tile[0] < 1 or tile[1] < 4 or tile[1] % 4:
+            raise ValueError(f"NEON tiles need tile_m >= 1 and tile_n a multiple of 4, got {tile}")
+        self.tile = tile
+        self.contraction = contraction(kernel) if schedule in (None, "tiled") else None
+        if schedule == "tiled" and self.contraction is None:
+            raise ValueError("schedule 'tiled' needs a contraction (one sum of a product of "
+                             "operands on disjoint output axes)")
         roles = [("in", b) for b in kernel.inputs] + [("out", b) for b in kernel.outputs]
         counts = {"in": 0, "out": 0}
         for role, b in roles:
@@ -156,8 +164,21 @@ class NeonEmitter(CEmitter):
         cast = {DType.float16: "_Float16", DType.bool: "uint8_t"}.get(buf.dtype)
         return super().buffer_store(buf, offset, f"({cast})({value})" if cast else value)
 
+    def _tiled(self) -> str:
+        k, c = self.kernel, self.contraction
+        assert c is not None
+        n_rows = prod(k.domain[i][1] for i in c.rows)
+        tm = min(self.tile[0], n_rows)
+        holes = self.contraction_holes(tm, self.tile[1], depth=4)
+        pragma = "#pragma omp parallel for schedule(static)" \
+            if k.numel >= PARALLEL_MIN_ELEMENTS else "// one thread: too small to split"
+        return templates.render("neon", "contraction.c", name="KG_FN", params=self.params(),
+                                pragma=pragma, tn_vec=str(self.tile[1] // 4), **holes)
+
     def emit(self) -> NeonSource:
         k = self.kernel
+        if self.contraction is not None:
+            return self._finish(self._tiled(), "tiled")
         body = Scope([], 1)
         parallel = [k.domain[g] for g in k.group]
         threads = k.numel >= PARALLEL_MIN_ELEMENTS
@@ -184,12 +205,18 @@ class NeonEmitter(CEmitter):
             self.close_loop(body)
         else:
             self.group_body(body, vectorize=True)
-        text = "\n".join(body.lines)
+        code = templates.render("neon", "function.c", name="KG_FN", params=self.params(),
+                                body="\n".join(body.lines))
+        return self._finish(code, "row" if k.hoisted else "elementwise")
+
+    def _finish(self, code: str, schedule: str) -> NeonSource:
+        """Name the function by a hash of its code, document its parameters, pick helpers."""
+        k = self.kernel
+        self.schedule = schedule
+        text = code
         doc = "\n".join(f"//   {self.arg_names[b.name]}: {role} '{b.name}' {b.dtype}{list(b.shape)}"
                         for role, bufs in (("input", k.inputs), ("output", k.outputs))
                         for b in bufs)
-        code = templates.render("neon", "function.c", name="KG_FN", params=self.params(),
-                                body=text)
         digest = hashlib.sha256(code.encode()).hexdigest()[:12]
         name = f"kg_{_c_name(k.name)}_{digest}"
         function = f"// {k.name}\n{doc}\n" + code.replace("KG_FN", name)
@@ -220,13 +247,17 @@ def _version() -> str:
 
 
 def emit_neon(kernel: LoopKernel, **options: Any) -> tuple[NeonSource, dict[str, Any]]:
-    unknown = set(options) - {"capabilities"}
-    if unknown:
-        raise TypeError(f"unknown NEON emit options {sorted(unknown)}; expected capabilities")
-    emitter = NeonEmitter(kernel, options.get("capabilities", CAPABILITIES))
+    allowed = {"capabilities", "tile_m", "tile_n", "schedule"}
+    if unknown := set(options) - allowed:
+        raise TypeError(f"unknown NEON emit options {sorted(unknown)}; expected {sorted(allowed)}")
+    emitter = NeonEmitter(kernel, options.get("capabilities", CAPABILITIES),
+                          (options.get("tile_m", 4), options.get("tile_n", 8)),
+                          options.get("schedule"))
     source = emitter.emit()
-    schedule = "row" if kernel.hoisted else "elementwise"
+    schedule = emitter.schedule
     tunables = {"vector_width": VECTOR.width, "index_type": emitter.index_t,
                 "parallel_min_elements": PARALLEL_MIN_ELEMENTS, "chunk": CHUNK}
+    if schedule == "tiled":
+        tunables.update(tile_m=emitter.tile[0], tile_n=emitter.tile[1])
     return source, {"schedule": schedule, "tunables": tunables, "function": source.function_name,
                     "threads": "openmp"}

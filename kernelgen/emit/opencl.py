@@ -287,40 +287,15 @@ class OpenCLEmitter(CEmitter):
     def _tiled(self) -> tuple[str, Launch]:
         k, c = self.kernel, self.contraction
         assert c is not None
-        rows = [k.domain[i] for i in c.rows]
-        cols = [k.domain[i] for i in c.cols]
-        n_rows, n_cols = prod(n for _, n in rows), prod(n for _, n in cols)
+        n_rows = prod(k.domain[i][1] for i in c.rows)
+        n_cols = prod(k.domain[i][1] for i in c.cols)
         tm, tn = min(self.tile[0], n_rows), min(self.tile[1], n_cols)
-        tiles_r, tiles_c = -(-n_rows // tm), -(-n_cols // tn)
-        index = Scope([], 1)
+        holes = self.contraction_holes(tm, tn, depth=3)
+        tiles_r, tiles_c = int(holes["tiles_r"]), int(holes["tiles_c"])
         local = _local_shape([tiles_c, tiles_r], min(self.local, 64))
         global_ = tuple(-(-s // l) * l for s, l in zip((tiles_c, tiles_r), local))
-        t = self.index_t
-        index.add(f"const {t} kg_tc = get_global_id(0), kg_tr = get_global_id(1);")
-        index.add(f"if (kg_tc >= {tiles_c} || kg_tr >= {tiles_r}) return;")
-        k_scope = Scope([], 2)
-        self.decompose("kg_k", list(c.reduce.axes), k_scope)
-        a_scope = Scope([], 3, parent=k_scope)  # rows past the end load the last row: no guard
-        a_scope.add(f"const {t} kg_row = min(kg_tr * {tm} + kg_i, ({t}){n_rows - 1});")
-        self.decompose("kg_row", rows, a_scope)
-        a_scope.add(f"kg_a[kg_i] = {self.expr(c.left, a_scope)};")
-        b_scope = Scope([], 3, parent=k_scope)
-        b_scope.add(f"const {t} kg_col = min(kg_tc * {tn} + kg_j, ({t}){n_cols - 1});")
-        self.decompose("kg_col", cols, b_scope)
-        b_scope.add(f"kg_b[kg_j] = {self.expr(c.right, b_scope)};")
-        out = Scope([], 3)
-        out.add(f"const {t} kg_row = kg_tr * {tm} + kg_i, kg_col = kg_tc * {tn} + kg_j;")
-        out.add(f"if (kg_row >= {n_rows} || kg_col >= {n_cols}) continue;")
-        self.decompose("kg_row", rows, out)
-        self.decompose("kg_col", cols, out)
-        out.names[c.reduce] = "kg_acc[kg_i][kg_j]"
-        self.stores(out)
-        src = templates.render(
-            "opencl", "contraction.cl", name=k.name, params=self.params(), tm=str(tm),
-            tn=str(tn), index="\n".join(index.lines), index_t=self.index_t,
-            k_extent=str(extent(c.reduce)), k_bind="\n".join(k_scope.lines),
-            a_load="\n".join(a_scope.lines), b_load="\n".join(b_scope.lines),
-            epilogue="\n".join(out.lines))
+        src = templates.render("opencl", "contraction.cl", name=k.name, params=self.params(),
+                               **holes)
         return src, Launch(global_, local)
 
     # --- 'row': one work-item per group point, explicit vector loops ---------------------------

@@ -48,6 +48,18 @@ def test_neon_kernels_on_aarch64(tmp_path: Path) -> None:
         inputs.append([feeds[v.name] for v in fused.inputs])
         wants.append(evaluate_chain(ops, feeds)[ops[-1].name])
         names.append(f"neighbours-{case.name}")
+    from test_nn import CASES as NN_CASES
+    for case in NN_CASES:  # the tiled contraction template and the generic reductions on ARM
+        if case.name in ("MatMul", "Gemm-trans", "Conv-stride2-bias", "Conv-depthwise",
+                         "MaxPool", "LayerNormalization"):
+            values, arrays = case.inputs()
+            op = case.build(*values)
+            fused = kg.fuse(op)
+            feeds = dict(zip((v.name for v in values), arrays))
+            kernels.append(fused.emit("neon"))
+            inputs.append([feeds[v.name] for v in fused.inputs])
+            wants.append(reference(op, *arrays))
+            names.append(f"nn-{case.name}")
     x = kg.tensor("x", (300, 37))  # multi-threaded row softmax, ragged vector tails
     X = np.random.default_rng(5).standard_normal((300, 37)).astype(np.float32)
     sm = kg.softmax(x, 1)

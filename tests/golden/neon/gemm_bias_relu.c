@@ -19,24 +19,60 @@
 //   in1: input 'b' float32[17, 9]
 //   in2: input 'c' float32[9]
 //   out0: output 'y' float32[33, 9]
-void kg_fused_gemm_relu_473de2a18f8c(const float* restrict in0,
+// Register-tiled contraction: each tile of 4x8 outputs keeps its sums in 4x2
+// float32x4_t accumulators and streams the reduction once; vfmaq_n_f32 multiplies a row of the
+// right operand by one value of the left. Prologues are inlined into the operand loads, the
+// epilogue into the store. Threads: OpenMP over tiles.
+#define kg_min(a, b) ((a) < (b) ? (a) : (b))
+void kg_fused_gemm_relu_671228259e54(const float* restrict in0,
         const float* restrict in1,
         const float* restrict in2,
         float* restrict out0)
 {
-    for (int g1 = 0; g1 < 297; ++g1) {
-        const int o0 = g1 / 9;
-        const int o1 = g1 % 9;
-        float acc4 = 0.0f;
-        for (int r5 = 0; r5 < 17; ++r5) {
-            const float t6 = in0[17 * o0 + r5];
-            const float t7 = in1[9 * r5 + o1];
-            const float t8 = t6 * t7;
-            acc4 = acc4 + t8;
+    // one thread: too small to split
+    for (int kg_t = 0; kg_t < 9 * 2; ++kg_t) {
+        const int kg_tr = kg_t / 2, kg_tc = kg_t % 2;
+        float32x4_t kg_acc[4][2];
+        for (int kg_i = 0; kg_i < 4; ++kg_i)
+            for (int kg_v = 0; kg_v < 2; ++kg_v)
+                kg_acc[kg_i][kg_v] = vdupq_n_f32(0.0f);
+        for (int kg_k = 0; kg_k < 17; ++kg_k) {
+            const int r1 = kg_k;
+            float kg_a[4], kg_b[8];
+            for (int kg_i = 0; kg_i < 4; ++kg_i) {
+                const int kg_row = kg_min(kg_tr * 4 + kg_i, (int)32);
+                const int o0 = kg_row;
+                const float t3 = in0[17 * o0 + r1];
+                kg_a[kg_i] = t3;
+            }
+            for (int kg_j = 0; kg_j < 8; ++kg_j) {
+                const int kg_col = kg_min(kg_tc * 8 + kg_j, (int)8);
+                const int o1 = kg_col;
+                const float t5 = in1[9 * r1 + o1];
+                kg_b[kg_j] = t5;
+            }
+            for (int kg_v = 0; kg_v < 2; ++kg_v) {
+                const float32x4_t kg_bv = vld1q_f32(kg_b + 4 * kg_v);
+                for (int kg_i = 0; kg_i < 4; ++kg_i)
+                    kg_acc[kg_i][kg_v] = vfmaq_n_f32(kg_acc[kg_i][kg_v], kg_bv, kg_a[kg_i]);
+            }
         }
-        const float t9 = in2[o1];
-        const float t10 = acc4 + t9;
-        const float t11 = fmaxf(t10, 0.0f);
-        out0[9 * o0 + o1] = t11;
+        float kg_sum[4][8];
+        for (int kg_i = 0; kg_i < 4; ++kg_i)
+            for (int kg_v = 0; kg_v < 2; ++kg_v)
+                vst1q_f32(&kg_sum[kg_i][4 * kg_v], kg_acc[kg_i][kg_v]);
+        for (int kg_i = 0; kg_i < 4; ++kg_i) {
+            for (int kg_j = 0; kg_j < 8; ++kg_j) {
+                const float kg_acc_at = kg_sum[kg_i][kg_j];
+                const int kg_row = kg_tr * 4 + kg_i, kg_col = kg_tc * 8 + kg_j;
+                if (kg_row >= 33 || kg_col >= 9) continue;
+                const int o0 = kg_row;
+                const int o1 = kg_col;
+                const float t8 = in2[o1];
+                const float t9 = kg_acc_at + t8;
+                const float t10 = fmaxf(t9, 0.0f);
+                out0[9 * o0 + o1] = t10;
+            }
+        }
     }
 }

@@ -7,6 +7,7 @@
 // the left operand depends on, columns: the right operand's), keeps the tile's sums in
 // registers, and streams the reduction once. Prologues are inlined into the operand loads,
 // the epilogue into the store.
+#define kg_min(a, b) min(a, b)
 __kernel void fused_gemm_relu(__global const float* restrict a,
         __global const float* restrict b,
         __global const float* restrict c,
@@ -22,13 +23,13 @@ __kernel void fused_gemm_relu(__global const float* restrict a,
         const int r1 = kg_k;
         float kg_a[4], kg_b[4];
         for (int kg_i = 0; kg_i < 4; ++kg_i) {
-            const int kg_row = min(kg_tr * 4 + kg_i, (int)32);
+            const int kg_row = kg_min(kg_tr * 4 + kg_i, (int)32);
             const int o0 = kg_row;
             const float t3 = a[17 * o0 + r1];
             kg_a[kg_i] = t3;
         }
         for (int kg_j = 0; kg_j < 4; ++kg_j) {
-            const int kg_col = min(kg_tc * 4 + kg_j, (int)8);
+            const int kg_col = kg_min(kg_tc * 4 + kg_j, (int)8);
             const int o1 = kg_col;
             const float t5 = b[9 * r1 + o1];
             kg_b[kg_j] = t5;
@@ -39,12 +40,13 @@ __kernel void fused_gemm_relu(__global const float* restrict a,
     }
     for (int kg_i = 0; kg_i < 4; ++kg_i) {
         for (int kg_j = 0; kg_j < 4; ++kg_j) {
+            const float kg_acc_at = kg_acc[kg_i][kg_j];
             const int kg_row = kg_tr * 4 + kg_i, kg_col = kg_tc * 4 + kg_j;
             if (kg_row >= 33 || kg_col >= 9) continue;
             const int o0 = kg_row;
             const int o1 = kg_col;
             const float t8 = c[o1];
-            const float t9 = kg_acc[kg_i][kg_j] + t8;
+            const float t9 = kg_acc_at + t8;
             const float t10 = fmax(t9, 0.0f);
             y[9 * o0 + o1] = t10;
         }
