@@ -312,7 +312,9 @@ def fingerprint(kernel: LoopKernel) -> str:
 class Contraction:
     """A kernel whose only hoisted reduction is ``sum(P * Q)`` with P and Q depending on disjoint
     domain axes (rows and columns): MatMul, Gemm, group-1 convolution as an implicit GEMM, with
-    any elementwise prologue inside P/Q and any epilogue around the sum."""
+    any elementwise prologue inside P/Q and any epilogue around the sum. An operand may itself
+    be a reduction (AGO's intensive fusion: Conv -> 1x1 Conv, MatMul -> MatMul): each tile then
+    computes the producer values it needs, once per column tile."""
 
     reduce: Reduce
     left: Expr
@@ -330,8 +332,6 @@ def contraction(kernel: LoopKernel) -> Contraction | None:
             or r.body.fn != "mul":
         return None
     left, right = r.body.args
-    if any(isinstance(n, Reduce) for side in (left, right) for n in walk(side)):
-        return None
     own = {s for s, _ in r.axes}
     fl, fr = free_index_symbols(left) - own, free_index_symbols(right) - own
     if fl & fr or not fr:
@@ -340,3 +340,8 @@ def contraction(kernel: LoopKernel) -> Contraction | None:
     cols = tuple(k for k, s in enumerate(syms) if s in fr)
     rows = tuple(k for k in range(len(syms)) if k not in cols)
     return Contraction(r, left, right, rows, cols)
+
+
+def operand_has_reduction(side: Expr) -> bool:
+    """True when a contraction operand is itself a reduction (a fused producer)."""
+    return any(isinstance(n, Reduce) for n in walk(side))

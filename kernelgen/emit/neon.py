@@ -22,7 +22,7 @@ from typing import Any
 import templates
 
 from ..dtypes import DType
-from ..loop_ir import Buffer, LoopKernel, contraction
+from ..loop_ir import Buffer, LoopKernel, contraction, operand_has_reduction
 from ..shapes import prod
 from .base import Capabilities, Scope
 from .c_base import CEmitter, VectorSyntax
@@ -130,7 +130,9 @@ class NeonEmitter(CEmitter):
     ix_min = "(({a}) < ({b}) ? ({a}) : ({b}))"
 
     def __init__(self, kernel: LoopKernel, capabilities: Capabilities = CAPABILITIES,
-                 tile: tuple[int, int] = (4, 8), schedule: str | None = None) -> None:
+                 tile: tuple[int, int] | None = None, schedule: str | None = None) -> None:
+        self.tile_default = tile is None
+        tile = tile or (4, 8)
         if not kernel.hoisted:  # elementwise: the outer axes are the parallel ones
             kernel = replace(kernel, group=tuple(range(len(kernel.domain) - 1)))
         super().__init__(kernel, capabilities)
@@ -168,12 +170,16 @@ class NeonEmitter(CEmitter):
         k, c = self.kernel, self.contraction
         assert c is not None
         n_rows = prod(k.domain[i][1] for i in c.rows)
-        tm = min(self.tile[0], n_rows)
-        holes = self.contraction_holes(tm, self.tile[1], depth=4)
+        n_cols = prod(k.domain[i][1] for i in c.cols)
+        tm, tn = min(self.tile[0], n_rows), self.tile[1]
+        if self.tile_default and operand_has_reduction(c.left) and n_cols <= 64:
+            tn = -(-n_cols // 4) * 4  # AGO: one column tile, each producer element once
+        self.tile = (tm, tn)
+        holes = self.contraction_holes(tm, tn, depth=4)
         pragma = "#pragma omp parallel for schedule(static)" \
             if k.numel >= PARALLEL_MIN_ELEMENTS else "// one thread: too small to split"
         return templates.render("neon", "contraction.c", name="KG_FN", params=self.params(),
-                                pragma=pragma, tn_vec=str(self.tile[1] // 4), **holes)
+                                pragma=pragma, tn_vec=str(tn // 4), **holes)
 
     def emit(self) -> NeonSource:
         k = self.kernel
@@ -250,14 +256,19 @@ def emit_neon(kernel: LoopKernel, **options: Any) -> tuple[NeonSource, dict[str,
     allowed = {"capabilities", "tile_m", "tile_n", "schedule"}
     if unknown := set(options) - allowed:
         raise TypeError(f"unknown NEON emit options {sorted(unknown)}; expected {sorted(allowed)}")
+    explicit = "tile_m" in options or "tile_n" in options
     emitter = NeonEmitter(kernel, options.get("capabilities", CAPABILITIES),
-                          (options.get("tile_m", 4), options.get("tile_n", 8)),
-                          options.get("schedule"))
+                          (options.get("tile_m", 4), options.get("tile_n", 8)) if explicit
+                          else None, options.get("schedule"))
     source = emitter.emit()
     schedule = emitter.schedule
     tunables = {"vector_width": VECTOR.width, "index_type": emitter.index_t,
                 "parallel_min_elements": PARALLEL_MIN_ELEMENTS, "chunk": CHUNK}
     if schedule == "tiled":
+        from .opencl import _contraction_meta
         tunables.update(tile_m=emitter.tile[0], tile_n=emitter.tile[1])
+        return source, {"schedule": schedule, "tunables": tunables,
+                        "function": source.function_name, "threads": "openmp",
+                        **_contraction_meta(kernel, emitter.tile)}
     return source, {"schedule": schedule, "tunables": tunables, "function": source.function_name,
                     "threads": "openmp"}

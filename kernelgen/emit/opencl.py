@@ -22,7 +22,7 @@ import templates
 
 from ..dtypes import DType
 from ..expr import Reduce
-from ..loop_ir import Axis, Buffer, LoopKernel, contraction
+from ..loop_ir import Axis, Buffer, LoopKernel, contraction, operand_has_reduction
 from ..shapes import prod
 from .base import Capabilities, Scope
 from .c_base import CEmitter, VectorSyntax, extent
@@ -65,6 +65,7 @@ DEFAULT_LOCAL = 256
 # work-item per row; 1024 rows of 4096 run 2.3x faster with one work-group per row.
 GROUP_REDUCE_MIN = 512  # reductions at least this long use the cooperative 'group' schedule
 GROUP_FEW = 64  # with fewer groups than this, 'item' would leave most SIMD lanes idle
+AGO_MAX_COLUMNS = 64  # widest register tile a fused-producer contraction takes by default
 
 CAPABILITIES = Capabilities(
     name="opencl", vector_width=VECTOR.width, has_local_memory=True, max_work_group=4096,
@@ -93,7 +94,9 @@ class OpenCLEmitter(CEmitter):
     def __init__(self, kernel: LoopKernel, local_size: int | None = None,
                  reduce_strategy: str | None = None,
                  capabilities: Capabilities = CAPABILITIES,
-                 tile: tuple[int, int] = (4, 4)) -> None:
+                 tile: tuple[int, int] | None = None) -> None:
+        tile_default = tile is None
+        tile = tile or (4, 4)
         super().__init__(kernel, capabilities)
         self.local = local_size or DEFAULT_LOCAL
         self._barrier_loops = False
@@ -101,6 +104,11 @@ class OpenCLEmitter(CEmitter):
         if min(tile) < 1:
             raise ValueError(f"tile sizes must be positive, got {tile}")
         self.tile = tile
+        # AGO: with a producer reduction inside the left operand and no explicit tile, one
+        # column tile covers every column so no producer element is computed twice
+        self.ago_full_columns = tile_default and self.contraction is not None and \
+            operand_has_reduction(self.contraction.left) and \
+            prod(kernel.domain[i][1] for i in self.contraction.cols) <= AGO_MAX_COLUMNS
         self.strategy = self._strategy(reduce_strategy)
 
     def _strategy(self, requested: str | None) -> str:
@@ -290,6 +298,9 @@ class OpenCLEmitter(CEmitter):
         n_rows = prod(k.domain[i][1] for i in c.rows)
         n_cols = prod(k.domain[i][1] for i in c.cols)
         tm, tn = min(self.tile[0], n_rows), min(self.tile[1], n_cols)
+        if self.ago_full_columns:  # compute each fused producer element once (AGO)
+            tn = n_cols
+        self.effective_tile = (tm, tn)
         holes = self.contraction_holes(tm, tn, depth=3)
         tiles_r, tiles_c = int(holes["tiles_r"]), int(holes["tiles_c"])
         local = _local_shape([tiles_c, tiles_r], min(self.local, 64))
@@ -334,20 +345,34 @@ def _version() -> str:
     return __version__
 
 
+def _contraction_meta(kernel: LoopKernel, tile: tuple[int, int]) -> dict[str, Any]:
+    """How often each element of a fused producer inside the left operand is computed: once per
+    column tile (AGO's redundancy; 1.0 when one tile spans every column)."""
+    c = contraction(kernel)
+    assert c is not None
+    n_cols = prod(kernel.domain[i][1] for i in c.cols)
+    redundancy = float(-(-n_cols // tile[1])) if operand_has_reduction(c.left) else 1.0
+    return {"producer_redundancy": redundancy}
+
+
 def emit_opencl(kernel: LoopKernel, **options: Any) -> tuple[str, Launch, dict[str, Any]]:
     """Source, launch geometry and tunables for ``kernel``."""
     allowed = {"local_size", "reduce_strategy", "capabilities", "tile_m", "tile_n"}
     if unknown := set(options) - allowed:
         raise TypeError(f"unknown OpenCL emit options {sorted(unknown)}; expected "
                         f"{sorted(allowed)}")
+    explicit = "tile_m" in options or "tile_n" in options
     emitter = OpenCLEmitter(kernel, options.get("local_size"), options.get("reduce_strategy"),
                             options.get("capabilities", CAPABILITIES),
-                            (options.get("tile_m", 4), options.get("tile_n", 4)))
+                            (options.get("tile_m", 4), options.get("tile_n", 4)) if explicit
+                            else None)
     source, launch = emitter.emit()
     tunables = {"local_size": emitter.local, "reduce_strategy": emitter.strategy,
                 "index_type": emitter.index_t}
     if emitter.strategy == "tiled":
-        tunables.update(tile_m=emitter.tile[0], tile_n=emitter.tile[1])
+        tunables.update(tile_m=emitter.effective_tile[0], tile_n=emitter.effective_tile[1])
+        extra_meta = _contraction_meta(kernel, emitter.effective_tile)
+        return source, launch, {"schedule": emitter.strategy, "tunables": tunables, **extra_meta}
     return source, launch, {"schedule": emitter.strategy, "tunables": tunables}
 
 
