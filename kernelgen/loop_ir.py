@@ -345,3 +345,14 @@ def contraction(kernel: LoopKernel) -> Contraction | None:
 def operand_has_reduction(side: Expr) -> bool:
     """True when a contraction operand is itself a reduction (a fused producer)."""
     return any(isinstance(n, Reduce) for n in walk(side))
+
+
+def producer_redundancy(kernel: LoopKernel, tile_n: int) -> float:
+    """How often each element of a producer fused into a contraction's left operand is computed
+    with column tiles of ``tile_n``: once per column tile (AGO's redundancy; 1.0 when one tile
+    spans every column, or when the operand holds no producer reduction)."""
+    c = contraction(kernel)
+    if c is None or not operand_has_reduction(c.left):
+        return 1.0
+    n_cols = prod(kernel.domain[i][1] for i in c.cols)
+    return float(-(-n_cols // tile_n))

@@ -22,7 +22,8 @@ from typing import Any
 import templates
 
 from ..dtypes import DType
-from ..loop_ir import Buffer, LoopKernel, contraction, operand_has_reduction
+from ..loop_ir import (Buffer, LoopKernel, contraction, operand_has_reduction,
+                       producer_redundancy)
 from ..shapes import prod
 from .base import Capabilities, Scope
 from .c_base import CEmitter, VectorSyntax
@@ -265,10 +266,9 @@ def emit_neon(kernel: LoopKernel, **options: Any) -> tuple[NeonSource, dict[str,
     tunables = {"vector_width": VECTOR.width, "index_type": emitter.index_t,
                 "parallel_min_elements": PARALLEL_MIN_ELEMENTS, "chunk": CHUNK}
     if schedule == "tiled":
-        from .opencl import _contraction_meta
         tunables.update(tile_m=emitter.tile[0], tile_n=emitter.tile[1])
         return source, {"schedule": schedule, "tunables": tunables,
                         "function": source.function_name, "threads": "openmp",
-                        **_contraction_meta(kernel, emitter.tile)}
+                        "producer_redundancy": producer_redundancy(kernel, emitter.tile[1])}
     return source, {"schedule": schedule, "tunables": tunables, "function": source.function_name,
                     "threads": "openmp"}

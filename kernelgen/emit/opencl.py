@@ -22,7 +22,8 @@ import templates
 
 from ..dtypes import DType
 from ..expr import Reduce
-from ..loop_ir import Axis, Buffer, LoopKernel, contraction, operand_has_reduction
+from ..loop_ir import (Axis, Buffer, LoopKernel, contraction, operand_has_reduction,
+                       producer_redundancy)
 from ..shapes import prod
 from .base import Capabilities, Scope
 from .c_base import CEmitter, VectorSyntax, extent
@@ -345,16 +346,6 @@ def _version() -> str:
     return __version__
 
 
-def _contraction_meta(kernel: LoopKernel, tile: tuple[int, int]) -> dict[str, Any]:
-    """How often each element of a fused producer inside the left operand is computed: once per
-    column tile (AGO's redundancy; 1.0 when one tile spans every column)."""
-    c = contraction(kernel)
-    assert c is not None
-    n_cols = prod(kernel.domain[i][1] for i in c.cols)
-    redundancy = float(-(-n_cols // tile[1])) if operand_has_reduction(c.left) else 1.0
-    return {"producer_redundancy": redundancy}
-
-
 def emit_opencl(kernel: LoopKernel, **options: Any) -> tuple[str, Launch, dict[str, Any]]:
     """Source, launch geometry and tunables for ``kernel``."""
     allowed = {"local_size", "reduce_strategy", "capabilities", "tile_m", "tile_n"}
@@ -371,8 +362,9 @@ def emit_opencl(kernel: LoopKernel, **options: Any) -> tuple[str, Launch, dict[s
                 "index_type": emitter.index_t}
     if emitter.strategy == "tiled":
         tunables.update(tile_m=emitter.effective_tile[0], tile_n=emitter.effective_tile[1])
-        extra_meta = _contraction_meta(kernel, emitter.effective_tile)
-        return source, launch, {"schedule": emitter.strategy, "tunables": tunables, **extra_meta}
+        redundancy = producer_redundancy(kernel, emitter.effective_tile[1])
+        return source, launch, {"schedule": emitter.strategy, "tunables": tunables,
+                                "producer_redundancy": redundancy}
     return source, launch, {"schedule": emitter.strategy, "tunables": tunables}
 
 

@@ -1,0 +1,125 @@
+"""Convolutions on OpenCL/PoCL and NEON C (via SIMDe) against onnxruntime's CPU kernels with the
+same thread count (2), and fused Conv+BatchNorm+ReLU (BN folded into the weights, ReLU in the
+epilogue) against onnxruntime running Conv, BatchNormalization and Relu as separate nodes.
+
+    python bench/conv.py [--repeat 10] [--json bench/results/conv.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+import kernelgen as kg
+from kernelgen.measure import bench
+from kernelgen.rewrite import fold_batchnorm
+
+SHAPES = {  # name: (input NCHW, weight MCkk, pads, group)
+    "3x3 64->64 @56": ((1, 64, 56, 56), (64, 64, 3, 3), 1, 1),
+    "1x1 64->256 @56": ((1, 64, 56, 56), (256, 64, 1, 1), 0, 1),
+    "depthwise 3x3 128 @56": ((1, 128, 56, 56), (128, 1, 3, 3), 1, 128),
+}
+
+
+def ort_session(x_shape, w, pads, group, bn=None):
+    import onnxruntime as ort
+
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[pads] * 4, group=group)]
+    inits = [numpy_helper.from_array(w, "w")]
+    out = "c"
+    if bn is not None:
+        names = ["gamma", "beta", "mean", "var"]
+        inits += [numpy_helper.from_array(a, n) for a, n in zip(bn, names)]
+        nodes += [helper.make_node("BatchNormalization", ["c", *names], ["b"]),
+                  helper.make_node("Relu", ["b"], ["y"])]
+        out = "y"
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, x_shape)], [helper.make_tensor_value_info(
+            out, TensorProto.FLOAT, None)], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 2
+    options.inter_op_num_threads = 1
+    # ORT fuses Conv+BN+Relu itself at the default level; the comparison the issue asks for is
+    # against the unfused sequence, so graph optimisations stay off for the BN variant
+    if bn is not None:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(model.SerializeToString(), options,
+                                providers=["CPUExecutionProvider"])
+
+
+def time_ort(sess, x, repeat):
+    sess.run(None, {"x": x})
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        sess.run(None, {"x": x})
+        times.append((time.perf_counter() - t0) * 1e3)
+    return float(np.median(times)), sess.run(None, {"x": x})[0]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--backends", default="opencl,neon")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    rows = []
+    for name, (xs, ws, pads, group) in SHAPES.items():
+        x = rng.standard_normal(xs).astype(np.float32)
+        w = (rng.standard_normal(ws) * 0.1).astype(np.float32)
+        ort_ms, ref = time_ort(ort_session(xs, w, pads, group), x, args.repeat)
+        xv = kg.tensor("x", xs)
+        op = kg.conv(xv, kg.constant("w", w), pads=[pads] * 4, group=group)
+        row = {"conv": name, "onnxruntime_ms": ort_ms}
+        for backend in args.backends.split(","):
+            kernel = kg.fuse(op).emit(backend)
+            np.testing.assert_allclose(kernel(x, w), ref, rtol=1e-3, atol=1e-3)
+            ms = bench(kernel, x, w, repeat=args.repeat, warmup=1).median_ms
+            row[f"{backend}_ms"] = ms
+            row[f"{backend}_vs_ort"] = ort_ms / ms
+        rows.append(row)
+        print(f"{name}: onnxruntime {ort_ms:.2f} ms; " + "; ".join(
+            f"{b} {row[f'{b}_ms']:.2f} ms ({row[f'{b}_vs_ort']:.2f}x of ORT speed)"
+            for b in args.backends.split(",")))
+    # fused Conv + BN + ReLU against ORT's three nodes
+    xs, ws, pads, group = SHAPES["3x3 64->64 @56"]
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = (rng.standard_normal(ws) * 0.1).astype(np.float32)
+    c = ws[0]
+    bn = [rng.standard_normal(c).astype(np.float32), rng.standard_normal(c).astype(np.float32),
+          rng.standard_normal(c).astype(np.float32),
+          (np.abs(rng.standard_normal(c)) + 0.5).astype(np.float32)]
+    ort_ms, ref = time_ort(ort_session(xs, w, pads, group, bn), x, args.repeat)
+    conv_op = kg.conv(kg.tensor("x", xs), kg.constant("w", w), pads=[pads] * 4)
+    bn_op = kg.batch_normalization(conv_op, *(kg.constant(n, a) for n, a in
+                                              zip(("gamma", "beta", "mean", "var"), bn)))
+    folded = fold_batchnorm(bn_op)
+    relu = kg.relu(folded)
+    fused_row = {"conv": "Conv+BN+ReLU 3x3 64 @56", "onnxruntime_unfused_ms": ort_ms}
+    for backend in args.backends.split(","):
+        fused = kg.fuse(folded, relu)
+        kernel = fused.emit(backend)
+        arrays = [x] + [v.value for v in fused.inputs[1:]]
+        np.testing.assert_allclose(kernel(*arrays), ref, rtol=1e-3, atol=1e-3)
+        ms = bench(kernel, *arrays, repeat=args.repeat, warmup=1).median_ms
+        fused_row[f"{backend}_ms"] = ms
+        fused_row[f"{backend}_vs_ort"] = ort_ms / ms
+    rows.append(fused_row)
+    print(f"Conv+BN+ReLU: onnxruntime (3 nodes, no graph fusion) {ort_ms:.2f} ms; " + "; ".join(
+        f"{b} fused {fused_row[f'{b}_ms']:.2f} ms ({fused_row[f'{b}_vs_ort']:.2f}x)"
+        for b in args.backends.split(",")))
+    if args.json:
+        args.json.write_text(json.dumps({"rows": rows, "loadavg": os.getloadavg()[0]}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
