@@ -64,6 +64,18 @@ def time_ort(sess, x, repeat):
     return float(np.median(times)), sess.run(None, {"x": x})[0]
 
 
+def time_backends(fused: kg.FusedOp, arrays: list[np.ndarray], ref: np.ndarray, ort_ms: float,
+                  backends: list[str], repeat: int) -> dict[str, float]:
+    """Check each backend's kernel against onnxruntime's output, then time it."""
+    row: dict[str, float] = {}
+    for backend in backends:
+        kernel = fused.emit(backend)
+        np.testing.assert_allclose(kernel(*arrays), ref, rtol=1e-3, atol=1e-3)
+        row[f"{backend}_ms"] = bench(kernel, *arrays, repeat=repeat, warmup=1).median_ms
+        row[f"{backend}_vs_ort"] = ort_ms / row[f"{backend}_ms"]
+    return row
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=10)
@@ -78,13 +90,9 @@ def main() -> int:
         ort_ms, ref = time_ort(ort_session(xs, w, pads, group), x, args.repeat)
         xv = kg.tensor("x", xs)
         op = kg.conv(xv, kg.constant("w", w), pads=[pads] * 4, group=group)
-        row = {"conv": name, "onnxruntime_ms": ort_ms}
-        for backend in args.backends.split(","):
-            kernel = kg.fuse(op).emit(backend)
-            np.testing.assert_allclose(kernel(x, w), ref, rtol=1e-3, atol=1e-3)
-            ms = bench(kernel, x, w, repeat=args.repeat, warmup=1).median_ms
-            row[f"{backend}_ms"] = ms
-            row[f"{backend}_vs_ort"] = ort_ms / ms
+        row = {"conv": name, "onnxruntime_ms": ort_ms,
+               **time_backends(kg.fuse(op), [x, w], ref, ort_ms, args.backends.split(","),
+                               args.repeat)}
         rows.append(row)
         print(f"{name}: onnxruntime {ort_ms:.2f} ms; " + "; ".join(
             f"{b} {row[f'{b}_ms']:.2f} ms ({row[f'{b}_vs_ort']:.2f}x of ORT speed)"
@@ -103,15 +111,11 @@ def main() -> int:
                                               zip(("gamma", "beta", "mean", "var"), bn)))
     folded = fold_batchnorm(bn_op)
     relu = kg.relu(folded)
-    fused_row = {"conv": "Conv+BN+ReLU 3x3 64 @56", "onnxruntime_unfused_ms": ort_ms}
-    for backend in args.backends.split(","):
-        fused = kg.fuse(folded, relu)
-        kernel = fused.emit(backend)
-        arrays = [x] + [v.value for v in fused.inputs[1:]]
-        np.testing.assert_allclose(kernel(*arrays), ref, rtol=1e-3, atol=1e-3)
-        ms = bench(kernel, *arrays, repeat=args.repeat, warmup=1).median_ms
-        fused_row[f"{backend}_ms"] = ms
-        fused_row[f"{backend}_vs_ort"] = ort_ms / ms
+    fused = kg.fuse(folded, relu)
+    arrays = [x] + [v.value for v in fused.inputs[1:]]
+    fused_row = {"conv": "Conv+BN+ReLU 3x3 64 @56", "onnxruntime_unfused_ms": ort_ms,
+                 **time_backends(fused, arrays, ref, ort_ms, args.backends.split(","),
+                                 args.repeat)}
     rows.append(fused_row)
     print(f"Conv+BN+ReLU: onnxruntime (3 nodes, no graph fusion) {ort_ms:.2f} ms; " + "; ".join(
         f"{b} fused {fused_row[f'{b}_ms']:.2f} ms ({fused_row[f'{b}_vs_ort']:.2f}x)"
