@@ -65,7 +65,7 @@ def search_space(loop: Any, backend: str) -> list[Config]:
         from kernelgen.loop_ir import contraction
 
         if contraction(loop) is not None:  # register tiles; columns in whole float32x4
-            return [Config.of(tile_m=m, tile_n=n) for m, n in
+            return [Config.of(tile_m=m, tile_n=n, pack_b=p) for p in (False, True) for m, n in
                     ((4, 8), (8, 8), (4, 16), (6, 8), (2, 16), (1, 4))]
     return [Config.of()]  # nothing else to tune (the vector width is the hardware's)
 

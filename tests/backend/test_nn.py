@@ -161,7 +161,8 @@ def test_prologue_sees_zero_padding(backend: str) -> None:
 
 @pytest.mark.parametrize("backend_tile", [("opencl", (1, 1)), ("opencl", (2, 3)),
                                           ("opencl", (4, 4)), ("opencl", (8, 2)),
-                                          ("neon", (1, 4)), ("neon", (3, 8)), ("neon", (8, 12))])
+                                          ("neon", (1, 4)), ("neon", (3, 8)), ("neon", (8, 12)),
+                                          ("neon-packed", (4, 8)), ("neon-packed", (3, 4))])
 @pytest.mark.parametrize("name", ["MatMul", "MatMul-bcast-batch", "Gemm-trans",
                                   "Conv-stride2-bias", "Conv-1x1", "Conv-7x7", "Conv-1d"])
 def test_tiled_contraction_tiles(name: str, backend_tile: tuple[str, tuple[int, int]]) -> None:
@@ -169,12 +170,14 @@ def test_tiled_contraction_tiles(name: str, backend_tile: tuple[str, tuple[int, 
     tiles; a tile taller than the matrix clamps."""
     from conftest import require
     backend_name, tile = backend_tile
+    extra = {"pack_b": True} if backend_name == "neon-packed" else {}
+    backend_name = backend_name.removesuffix("-packed")
     require(backend_name)
     case = next(c for c in CASES if c.name == name)
     values, arrays = case.inputs()
     op = case.build(*values)
     fused = kg.fuse(op)
-    kernel = fused.emit(backend_name, tile_m=tile[0], tile_n=tile[1])
+    kernel = fused.emit(backend_name, tile_m=tile[0], tile_n=tile[1], **extra)
     assert kernel.metadata["schedule"] == "tiled"
     feeds = dict(zip((v.name for v in values), arrays))
     got = kernel(*(feeds[v.name] for v in fused.inputs))
