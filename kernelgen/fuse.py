@@ -20,7 +20,6 @@ from mapping_types import (
     FusionRule,
     IndexMap,
     MappingType,
-    classify,
     fresh_reduce_symbol,
     fusion_rule,
     out_symbols,
@@ -302,7 +301,3 @@ class _Inliner:
             return select(IndexCond(DType.bool, g), value, const(0, node.dtype))
         return Read(node.dtype, self._slot(src), exprs, g, data)
 
-
-def classify_fused(fused: FusedOp) -> dict[tuple[str, str], MappingType]:
-    """The mapping type of every (output, input) pair of a fused operator, from its maps."""
-    return {key: classify(m) for key, m in fused.index_maps.items()}

@@ -6,7 +6,7 @@ what a backend must produce, up to floating-point rounding.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -145,6 +145,3 @@ class _Evaluator:
                 return _REDUCERS[node.kind](body, axis=axes, keepdims=True).astype(dt)
         raise TypeError(f"interpreter cannot evaluate {type(node).__name__}")
 
-
-def run_reference(kernel: LoopKernel, inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
-    return interpret(kernel, *inputs)

@@ -230,14 +230,13 @@ class NeonEmitter(CEmitter):
         """Name the function by a hash of its code, document its parameters, pick helpers."""
         k = self.kernel
         self.schedule = schedule
-        text = code
         doc = "\n".join(f"//   {self.arg_names[b.name]}: {role} '{b.name}' {b.dtype}{list(b.shape)}"
                         for role, bufs in (("input", k.inputs), ("output", k.outputs))
                         for b in bufs)
         digest = hashlib.sha256(code.encode()).hexdigest()[:12]
         name = f"kg_{_c_name(k.name)}_{digest}"
         function = f"// {k.name}\n{doc}\n" + code.replace("KG_FN", name)
-        helpers = {h: code for h, code in _helpers().items() if h in text}
+        helpers = {h: body for h, body in _helpers().items() if h in code}
         return NeonSource(name, helpers, function)
 
 

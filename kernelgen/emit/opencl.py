@@ -360,12 +360,11 @@ def emit_opencl(kernel: LoopKernel, **options: Any) -> tuple[str, Launch, dict[s
     source, launch = emitter.emit()
     tunables = {"local_size": emitter.local, "reduce_strategy": emitter.strategy,
                 "index_type": emitter.index_t}
+    extra: dict[str, Any] = {"schedule": emitter.strategy, "tunables": tunables}
     if emitter.strategy == "tiled":
         tunables.update(tile_m=emitter.effective_tile[0], tile_n=emitter.effective_tile[1])
-        redundancy = producer_redundancy(kernel, emitter.effective_tile[1])
-        return source, launch, {"schedule": emitter.strategy, "tunables": tunables,
-                                "producer_redundancy": redundancy}
-    return source, launch, {"schedule": emitter.strategy, "tunables": tunables}
+        extra["producer_redundancy"] = producer_redundancy(kernel, emitter.effective_tile[1])
+    return source, launch, extra
 
 
 __all__ = ["CAPABILITIES", "Capabilities", "Launch", "OpenCLEmitter", "emit_opencl"]

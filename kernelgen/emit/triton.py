@@ -279,7 +279,8 @@ class TritonEmitter(Emitter):
         body.add("rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)")
         body.add("rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)")
         body.add("acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)")
-        loop = self.open_loop(body, "k0", "0", f"{n_k}, BLOCK_K")
+        body.add(f"for k0 in range(0, {n_k}, BLOCK_K):")
+        loop = body.child()
         loop.add("rk = k0 + tl.arange(0, BLOCK_K)")
         for side, pos_o, pos_k, n_o, axes, operand, lanes in (
                 ("a", "rm[:, None]", "rk[None, :]", n_rows, rows, c.left, "BLOCK_M, BLOCK_K"),
