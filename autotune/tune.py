@@ -124,26 +124,33 @@ def tune(loop: Any, backend: str, inputs: Sequence[np.ndarray] | None = None, *,
          build: Callable[[Config], Any] | None = None,
          constraint: Callable[[Config], str | None] | None = None,
          budget_s: float = 30.0, repeat: int = 10, db: FastRunDB | None = None,
-         use_cache: bool = True, progress: Progress | None = None) -> TuneResult:
+         use_cache: bool = True, progress: Progress | None = None,
+         reference: Sequence[np.ndarray] | None = None,
+         key: dict[str, Any] | None = None) -> TuneResult:
     """Pick the fastest correct configuration of ``loop`` (a ``LoopKernel``) on ``backend``.
 
     ``build(config)`` makes the kernel (default: emit with the config's options).
     ``constraint(config)`` returns a reason to reject a config before building it, or None.
-    With a database, a stored result is returned without measuring (``from_cache``).
+    ``reference`` is the expected output on ``inputs`` when the caller has an independent one
+    cheaper than the loop-IR interpreter (NumPy's matmul for a large GEMM). ``key`` replaces
+    the database key (default ``tuning_key``). With a database, a stored result is returned
+    without measuring (``from_cache``).
     """
     from kernelgen.interp import interpret
     from kernelgen.kernel import emit
     from kernelgen.measure import bench
 
     db = db if db is not None else FastRunDB()
-    key = tuning_key(loop, backend)
+    key = key or tuning_key(loop, backend)
     if use_cache and (hit := db.get(key)) is not None:
         return TuneResult(Config.of(**hit["value"]), hit["ms"], [], from_cache=True)
     build = build or (lambda config: emit(loop, backend, **config.as_options()))
+    if reference is not None and inputs is None:
+        raise ValueError("tune: a reference output needs the inputs it was computed from")
     if inputs is None:
         rng = np.random.default_rng(0)
         inputs = [_random_input(rng, b) for b in loop.inputs]
-    want = interpret(loop, *inputs)
+    want = list(reference) if reference is not None else interpret(loop, *inputs)
     space = list(configs) if configs is not None else search_space(loop, backend)
     report = progress or (_print_progress if len(space) > 4 else None)
     start = time.perf_counter()
@@ -163,6 +170,51 @@ def tune(loop: Any, backend: str, inputs: Sequence[np.ndarray] | None = None, *,
     best = min(good, key=lambda c: c.ms)  # type: ignore[arg-type, return-value]
     db.put(key, dict(best.config.values), best.ms)
     return TuneResult(best.config, best.ms, results)
+
+
+def stored_options(loop: Any, backend: str, measure: bool = False,
+                   db: FastRunDB | None = None) -> dict[str, Any]:
+    """Emit options for ``loop`` from the Fast-Run database: what was measured for this kernel,
+    shape and device, or (``measure``) measured now; {} when the kernel has nothing to tune or
+    nothing was stored. This is how templates use the tuner by default."""
+    if len(search_space(loop, backend)) < 2:
+        return {}
+    if measure:
+        return tune(loop, backend, db=db).best.as_options()
+    hit = (db if db is not None else FastRunDB()).get(tuning_key(loop, backend))
+    return dict(hit["value"]) if hit is not None else {}
+
+
+def algorithm_key(fused: Any, backend: str) -> dict[str, Any]:
+    return {**tuning_key(fused.lower(), backend), "kind": "conv-algorithm"}
+
+
+def stored_algorithm(fused: Any, backend: str, db: FastRunDB | None = None) -> str | None:
+    """The convolution algorithm measured fastest for this block and device, if any."""
+    hit = (db if db is not None else FastRunDB()).get(algorithm_key(fused, backend))
+    return str(hit["value"]["algorithm"]) if hit is not None else None
+
+
+def tune_algorithm(fused: Any, backend: str, *, budget_s: float = 120.0, repeat: int = 10,
+                   db: FastRunDB | None = None, use_cache: bool = True,
+                   tune_tiles: bool = False, progress: Progress | None = None) -> TuneResult:
+    """Measure every convolution algorithm that can run ``fused`` (a ``FusedOp``) on
+    ``backend``, each checked against the interpreter's output, and store the fastest under
+    the block's fingerprint and device. ``tune_tiles`` tunes each stage's tiles first;
+    otherwise stages use stored tiles or the defaults."""
+    from kernelgen.conv_algorithms import applicable, build
+    from kernelgen.graph import Constant
+
+    loop = fused.lower()
+    rng = np.random.default_rng(0)
+    inputs = [np.asarray(v.value) if isinstance(v, Constant) else _random_input(rng, v)
+              for v in fused.inputs]
+    configs = [Config.of(algorithm=a) for a, why in applicable(fused).items() if why is None]
+    return tune(loop, backend, inputs, configs=configs,
+                build=lambda c: build(fused, c.as_options()["algorithm"], backend,
+                                      tuned=True if tune_tiles else None),
+                budget_s=budget_s, repeat=repeat, db=db, use_cache=use_cache,
+                progress=progress, key=algorithm_key(fused, backend))
 
 
 def _try(config: Config, build: Callable[[Config], Any],

@@ -1,6 +1,9 @@
 """Convolutions on OpenCL/PoCL and NEON C (via SIMDe) against onnxruntime's CPU kernels with the
-same thread count (2), and fused Conv+BatchNorm+ReLU (BN folded into the weights, ReLU in the
-epilogue) against onnxruntime running Conv, BatchNormalization and Relu as separate nodes.
+same thread count (2): every applicable algorithm (direct, implicit GEMM, im2col + GEMM,
+Winograd F(2x2,3x3)) timed round-robin on the same shape, each checked against onnxruntime's
+output first; fused Conv+BatchNorm+ReLU (BN folded into the weights, ReLU in the epilogue)
+against onnxruntime running Conv, BatchNormalization and Relu as separate nodes; and AGO's fused
+Conv3x3+ReLU -> Conv1x1 against the two kernels run separately.
 
     python bench/conv.py [--repeat 10] [--json bench/results/conv.json]
 """
@@ -17,7 +20,8 @@ import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
 import kernelgen as kg
-from kernelgen.measure import bench
+from kernelgen.kernel import Kernel
+from kernelgen.measure import bench_interleaved
 from kernelgen.rewrite import fold_batchnorm
 
 SHAPES = {  # name: (input NCHW, weight MCkk, pads, group)
@@ -64,15 +68,65 @@ def time_ort(sess, x, repeat):
     return float(np.median(times)), sess.run(None, {"x": x})[0]
 
 
-def time_backends(fused: kg.FusedOp, arrays: list[np.ndarray], ref: np.ndarray, ort_ms: float,
-                  backends: list[str], repeat: int) -> dict[str, float]:
-    """Check each backend's kernel against onnxruntime's output, then time it."""
-    row: dict[str, float] = {}
+def time_algorithms(fused: kg.FusedOp, arrays: list[np.ndarray], ref: np.ndarray,
+                    ort_ms: float, backends: list[str], repeat: int) -> dict[str, object]:
+    """Check every algorithm's output on each backend against onnxruntime's, then time them
+    round-robin; the row records each time, its speed relative to onnxruntime and the best."""
+    from kernelgen.conv_algorithms import applicable
+
+    algorithms = [a for a, why in applicable(fused).items() if why is None]
+    row: dict[str, object] = {}
     for backend in backends:
-        kernel = fused.emit(backend)
-        np.testing.assert_allclose(kernel(*arrays), ref, rtol=1e-3, atol=1e-3)
-        row[f"{backend}_ms"] = bench(kernel, *arrays, repeat=repeat, warmup=1).median_ms
-        row[f"{backend}_vs_ort"] = ort_ms / row[f"{backend}_ms"]
+        variants = {}
+        for algorithm in algorithms:
+            program = fused.emit(backend, algorithm=algorithm)
+            np.testing.assert_allclose(program(*arrays), ref, rtol=1e-3, atol=1e-3)
+            variants[algorithm] = (program, arrays)
+        times = bench_interleaved(variants, warmup=1, repeat=repeat)
+        for algorithm, m in times.items():
+            row[f"{backend}_{algorithm}_ms"] = m.median_ms
+            row[f"{backend}_{algorithm}_vs_ort"] = ort_ms / m.median_ms
+        best = min(times, key=lambda a: times[a].median_ms)
+        row[f"{backend}_best"] = best
+        row[f"{backend}_best_vs_ort"] = ort_ms / times[best].median_ms
+    return row
+
+
+def describe(row: dict[str, object], backends: list[str]) -> str:
+    parts = []
+    for b in backends:
+        algos = [k[len(b) + 1:-3] for k in row if k.startswith(f"{b}_") and k.endswith("_ms")]
+        timings = ", ".join(f"{a} {row[f'{b}_{a}_ms']:.2f} ms" for a in algos)
+        parts.append(f"{b}: {timings}; best {row[f'{b}_best']} "
+                     f"({row[f'{b}_best_vs_ort']:.2f}x of ORT speed)")
+    return "; ".join(parts)
+
+
+def ago_row(backends: list[str], repeat: int) -> dict[str, object]:
+    """AGO intensive fusion: conv3x3 + ReLU -> conv1x1 as one kernel vs two kernels."""
+    rng = np.random.default_rng(1)
+    xs = (1, 32, 56, 56)
+    x = rng.standard_normal(xs).astype(np.float32)
+    w1 = (rng.standard_normal((32, 32, 3, 3)) * 0.1).astype(np.float32)
+    w2 = (rng.standard_normal((32, 32, 1, 1)) * 0.1).astype(np.float32)
+    c1 = kg.conv(kg.tensor("x", xs), kg.constant("w1", w1), pads=[1, 1, 1, 1])
+    r = kg.relu(c1)
+    c2 = kg.conv(r, kg.constant("w2", w2))
+    row: dict[str, object] = {"conv": "AGO conv3x3+relu -> conv1x1, 32 ch @56"}
+    for backend in backends:
+        fused = kg.fuse(c1, r, c2, force=True).emit(backend)
+        first = kg.fuse(c1, r).emit(backend, algorithm="implicit_gemm")
+        second = kg.fuse(c2).emit(backend, algorithm="implicit_gemm")
+        assert isinstance(fused, Kernel)
+        np.testing.assert_allclose(fused(x, w1, w2), second(first(x, w1), w2),
+                                   rtol=1e-3, atol=1e-3)
+        times = bench_interleaved({"fused": (fused, [x, w1, w2]),
+                                   "separate": ([first, second], [x, w1, w2])},
+                                  warmup=1, repeat=repeat)
+        row[f"{backend}_fused_ms"] = times["fused"].median_ms
+        row[f"{backend}_separate_ms"] = times["separate"].median_ms
+        row[f"{backend}_fused_speedup"] = times["separate"].median_ms / times["fused"].median_ms
+        row[f"{backend}_producer_redundancy"] = fused.metadata["producer_redundancy"]
     return row
 
 
@@ -82,6 +136,7 @@ def main() -> int:
     parser.add_argument("--backends", default="opencl,neon")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
+    backends = args.backends.split(",")
     rng = np.random.default_rng(0)
     rows = []
     for name, (xs, ws, pads, group) in SHAPES.items():
@@ -91,12 +146,9 @@ def main() -> int:
         xv = kg.tensor("x", xs)
         op = kg.conv(xv, kg.constant("w", w), pads=[pads] * 4, group=group)
         row = {"conv": name, "onnxruntime_ms": ort_ms,
-               **time_backends(kg.fuse(op), [x, w], ref, ort_ms, args.backends.split(","),
-                               args.repeat)}
+               **time_algorithms(kg.fuse(op), [x, w], ref, ort_ms, backends, args.repeat)}
         rows.append(row)
-        print(f"{name}: onnxruntime {ort_ms:.2f} ms; " + "; ".join(
-            f"{b} {row[f'{b}_ms']:.2f} ms ({row[f'{b}_vs_ort']:.2f}x of ORT speed)"
-            for b in args.backends.split(",")))
+        print(f"{name}: onnxruntime {ort_ms:.2f} ms; {describe(row, backends)}", flush=True)
     # fused Conv + BN + ReLU against ORT's three nodes
     xs, ws, pads, group = SHAPES["3x3 64->64 @56"]
     x = rng.standard_normal(xs).astype(np.float32)
@@ -114,12 +166,12 @@ def main() -> int:
     fused = kg.fuse(folded, relu)
     arrays = [x] + [v.value for v in fused.inputs[1:]]
     fused_row = {"conv": "Conv+BN+ReLU 3x3 64 @56", "onnxruntime_unfused_ms": ort_ms,
-                 **time_backends(fused, arrays, ref, ort_ms, args.backends.split(","),
-                                 args.repeat)}
+                 **time_algorithms(fused, arrays, ref, ort_ms, backends, args.repeat)}
     rows.append(fused_row)
-    print(f"Conv+BN+ReLU: onnxruntime (3 nodes, no graph fusion) {ort_ms:.2f} ms; " + "; ".join(
-        f"{b} fused {fused_row[f'{b}_ms']:.2f} ms ({fused_row[f'{b}_vs_ort']:.2f}x)"
-        for b in args.backends.split(",")))
+    print(f"Conv+BN+ReLU: onnxruntime (3 nodes, no graph fusion) {ort_ms:.2f} ms; "
+          f"{describe(fused_row, backends)}", flush=True)
+    rows.append(ago_row(backends, args.repeat))
+    print(f"AGO: {rows[-1]}", flush=True)
     if args.json:
         args.json.write_text(json.dumps({"rows": rows, "loadavg": os.getloadavg()[0]}, indent=2))
     return 0

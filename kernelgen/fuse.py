@@ -111,16 +111,33 @@ class FusedOp:
         from .loop_ir import lower
         return lower(self, name or self.name)
 
-    def emit(self, backend: str = "opencl", tuned: bool = False, **options: Any) -> Kernel:
+    def emit(self, backend: str = "opencl", tuned: bool | None = None,
+             algorithm: str | None = None, **options: Any) -> Any:
         """Generate, for ``backend``, a kernel object with ``.source``, ``.metadata`` and a call.
 
-        With ``tuned``, the tunables come from the Fast-Run database, measured now on a miss
-        (``autotune.tune``); explicit ``options`` still win."""
+        Tunables come from the Fast-Run database when it holds a measurement for this kernel,
+        shape and device (``tuned=None``, the default), are measured now on a miss
+        (``tuned=True``, ``autotune.tune``), or are the emitter's defaults (``tuned=False``);
+        explicit ``options`` always win. A block around a convolution runs with ``algorithm``
+        ('direct', 'implicit_gemm', 'im2col', 'winograd'; see ``kernelgen.conv_algorithms``),
+        by default the measured best or, unmeasured, a heuristic's pick; im2col and Winograd
+        return a ``Program`` of several kernels with the same call."""
+        from . import conv_algorithms
+
+        if algorithm is None and not any(op.kind == "Conv" for op in self.ops):
+            return self.emit_kernel(backend, tuned, **options)
+        if algorithm is None:
+            algorithm = conv_algorithms.choose(self, backend, tuned)
+        return conv_algorithms.build(self, algorithm, backend, tuned=tuned, **options)
+
+    def emit_kernel(self, backend: str = "opencl", tuned: bool | None = None,
+                    **options: Any) -> Kernel:
+        """The whole block as one kernel (no algorithm choice); ``tuned`` as in ``emit``."""
         from .kernel import emit
         loop = self.lower()
-        if tuned:
-            from autotune import tune
-            options = {**tune(loop, backend).best.as_options(), **options}
+        if tuned is not False:
+            from autotune import stored_options
+            options = {**stored_options(loop, backend, measure=bool(tuned)), **options}
         return emit(loop, backend, **options)
 
     def report(self) -> str:

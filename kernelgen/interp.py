@@ -16,7 +16,7 @@ from mapping_types import evaluate
 
 from .dtypes import DType
 from .errors import ArgumentError
-from .expr import Call, Cast, Const, Expr, IndexCond, Load, Reduce, Select, walk
+from .expr import Call, Cast, Const, Expr, IndexCond, Load, Reduce, Select
 from .loop_ir import LoopKernel
 
 
@@ -69,20 +69,13 @@ def interpret(kernel: LoopKernel, *inputs: np.ndarray) -> tuple[np.ndarray, ...]
             raise ArgumentError(f"{kernel.name}: input '{buf.name}' expected shape {buf.shape}, "
                                 f"got {arr.shape}")
         buffers[buf.name] = np.ascontiguousarray(arr, dtype=buf.dtype.numpy).reshape(-1)
-    symbols = [s for s, _ in kernel.domain]
-    for st in kernel.stores:
-        symbols += [s for n in walk(st.value) if isinstance(n, Reduce) for s, _ in n.axes
-                    if s not in symbols]
-    extents = dict(kernel.domain)
-    extents.update({s: e for st in kernel.stores for n in walk(st.value)
-                    if isinstance(n, Reduce) for s, e in n.axes})
-    ndim = len(symbols)
+    axis_of, extents = _axes(kernel)
+    ndim = max(axis_of.values(), default=-1) + 1
     env: dict[sympy.Symbol, Any] = {}
-    for pos, s in enumerate(symbols):
+    for s, pos in axis_of.items():
         shape = [1] * ndim
         shape[pos] = extents[s]
         env[s] = np.arange(extents[s], dtype=np.int64).reshape(shape)
-    axis_of = {s: k for k, s in enumerate(symbols)}
     ev = _Evaluator(buffers, env, axis_of, extents, ndim)
     full = tuple(e for _, e in kernel.domain) + (1,) * (ndim - len(kernel.domain))
     outs = []
@@ -90,6 +83,42 @@ def interpret(kernel: LoopKernel, *inputs: np.ndarray) -> tuple[np.ndarray, ...]
         value = np.broadcast_to(np.asarray(ev.value(st.value)), full)
         outs.append(value.reshape(buf.shape).astype(buf.dtype.numpy))
     return tuple(outs)
+
+
+def _axes(kernel: LoopKernel) -> tuple[dict[sympy.Symbol, int], dict[sympy.Symbol, int]]:
+    """A NumPy axis per symbol: the domain's first, then each reduction symbol one past the
+    deepest symbol that ever encloses it. Symbols never nested in each other are never live
+    together, so they share axes (keepdims leaves a reduced axis size 1), and deeply inlined
+    blocks (softmax of softmax of ...) stay far below NumPy's 32/64-dimension limits."""
+    extents = dict(kernel.domain)
+    parents: dict[sympy.Symbol, set[sympy.Symbol | None]] = {}
+    seen: set[tuple[int, sympy.Symbol | None]] = set()
+
+    def visit(node: Expr, inner: sympy.Symbol | None) -> None:
+        if (id(node), inner) in seen:
+            return
+        seen.add((id(node), inner))
+        if isinstance(node, Reduce):
+            for s, n in node.axes:  # a reduction's own axes nest in the order given
+                extents[s] = n
+                parents.setdefault(s, set()).add(inner)
+                inner = s
+        for child in node.children():
+            visit(child, inner)
+
+    for st in kernel.stores:
+        visit(st.value, None)
+    depth: dict[sympy.Symbol, int] = {}
+
+    def depth_of(s: sympy.Symbol) -> int:
+        if s not in depth:
+            depth[s] = 1 + max(-1 if p is None else depth_of(p) for p in parents[s])
+        return depth[s]
+
+    base = len(kernel.domain)
+    axis_of = {s: k for k, (s, _) in enumerate(kernel.domain)}
+    axis_of.update({s: base + depth_of(s) for s in parents})
+    return axis_of, extents
 
 
 class _Evaluator:

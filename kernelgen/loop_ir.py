@@ -312,15 +312,18 @@ def fingerprint(kernel: LoopKernel) -> str:
 class Contraction:
     """A kernel whose only hoisted reduction is ``sum(P * Q)`` with P and Q depending on disjoint
     domain axes (rows and columns): MatMul, Gemm, group-1 convolution as an implicit GEMM, with
-    any elementwise prologue inside P/Q and any epilogue around the sum. An operand may itself
-    be a reduction (AGO's intensive fusion: Conv -> 1x1 Conv, MatMul -> MatMul): each tile then
-    computes the producer values it needs, once per column tile."""
+    any elementwise prologue inside P/Q and any epilogue around the sum. Axes both operands
+    depend on are batch axes (batched MatMul, Winograd's 16 transform positions): each batch
+    point is an independent contraction. An operand may itself be a reduction (AGO's intensive
+    fusion: Conv -> 1x1 Conv, MatMul -> MatMul): each tile then computes the producer values it
+    needs, once per column tile."""
 
     reduce: Reduce
     left: Expr
     right: Expr
-    rows: tuple[int, ...]  # domain positions the left operand depends on (and unused ones)
-    cols: tuple[int, ...]
+    rows: tuple[int, ...]  # domain positions only the left operand depends on (and unused ones)
+    cols: tuple[int, ...]  # positions only the right operand depends on
+    batch: tuple[int, ...] = ()  # positions both depend on
 
 
 def contraction(kernel: LoopKernel) -> Contraction | None:
@@ -334,12 +337,13 @@ def contraction(kernel: LoopKernel) -> Contraction | None:
     left, right = r.body.args
     own = {s for s, _ in r.axes}
     fl, fr = free_index_symbols(left) - own, free_index_symbols(right) - own
-    if fl & fr or not fr:
-        return None
     syms = [s for s, _ in kernel.domain]
-    cols = tuple(k for k, s in enumerate(syms) if s in fr)
-    rows = tuple(k for k in range(len(syms)) if k not in cols)
-    return Contraction(r, left, right, rows, cols)
+    if not fr - fl or (fl & fr) - set(syms):
+        return None
+    batch = tuple(k for k, s in enumerate(syms) if s in fl & fr)
+    cols = tuple(k for k, s in enumerate(syms) if s in fr - fl)
+    rows = tuple(k for k in range(len(syms)) if k not in cols and k not in batch)
+    return Contraction(r, left, right, rows, cols, batch)
 
 
 def operand_has_reduction(side: Expr) -> bool:

@@ -13,7 +13,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -21,6 +21,9 @@ from .errors import ArgumentError
 from .fuse import fuse
 from .graph import Op
 from .kernel import Kernel
+
+if TYPE_CHECKING:
+    from .program import Program
 
 
 @dataclass(frozen=True)
@@ -63,15 +66,29 @@ def unfused(ops: Sequence[Op], backend: str = "opencl", **options: Any) -> list[
     return [fuse(op).emit(backend, **options) for op in ops]
 
 
-def runner(kernels: Kernel | Sequence[Kernel], *inputs: np.ndarray) -> Callable[[], None]:
-    """A zero-argument callable that runs ``kernels`` (one kernel, or a chain wired by buffer
-    name) on device-resident copies of ``inputs`` and waits for the last one. Buffers are
-    allocated once, here; the first launch (compilation happens there) too. This is the
-    callable to hand to pytest-benchmark's ``benchmark`` fixture."""
-    chain = [kernels] if isinstance(kernels, Kernel) else list(kernels)
+def _chain(kernels: Any) -> list[Kernel]:
+    from .program import Program
+
+    if isinstance(kernels, Program):
+        return list(kernels.kernels)
+    return [kernels] if isinstance(kernels, Kernel) else list(kernels)
+
+
+def runner(kernels: Kernel | Sequence[Kernel] | Program, *inputs: np.ndarray
+           ) -> Callable[[], None]:
+    """A zero-argument callable that runs ``kernels`` (one kernel, a chain wired by buffer
+    name, or a ``Program``) on device-resident copies of ``inputs`` and waits for the last one.
+    Buffers are allocated once, here; the first launch (compilation happens there) too. This
+    is the callable to hand to pytest-benchmark's ``benchmark`` fixture."""
+    from .program import Program
+
+    chain = _chain(kernels)
     if len({k.backend for k in chain}) != 1:
         raise ArgumentError("bench: every kernel of a chain must come from the same backend")
     ins, _ = pipeline_io(chain)
+    if isinstance(kernels, Program):
+        env = kernels.bind(*inputs)
+        inputs = tuple(env[b.name] for b in ins)
     if len(inputs) != len(ins):
         raise ArgumentError(f"bench: the kernels take {len(ins)} inputs "
                             f"({', '.join(b.name for b in ins)}), got {len(inputs)}")
@@ -97,14 +114,14 @@ def runner(kernels: Kernel | Sequence[Kernel], *inputs: np.ndarray) -> Callable[
     return run_once
 
 
-def bench(kernels: Kernel | Sequence[Kernel], *inputs: np.ndarray, warmup: int = 3,
+def bench(kernels: Kernel | Sequence[Kernel] | Program, *inputs: np.ndarray, warmup: int = 3,
           repeat: int = 20, min_time_s: float = 0.0) -> Measurement:
-    """Time ``kernels`` (one kernel, or a chain wired by buffer name) on ``inputs``.
+    """Time ``kernels`` (one kernel, a chain wired by buffer name, or a ``Program``) on
+    ``inputs``.
 
     At least ``repeat`` timed runs after ``warmup`` untimed ones, more until ``min_time_s``.
     """
-    chain = [kernels] if isinstance(kernels, Kernel) else list(kernels)
-    run_once = runner(chain, *inputs)
+    run_once = runner(kernels, *inputs)
     for _ in range(warmup):
         run_once()
     times: list[float] = []
@@ -113,10 +130,10 @@ def bench(kernels: Kernel | Sequence[Kernel], *inputs: np.ndarray, warmup: int =
         t0 = time.perf_counter()
         run_once()
         times.append((time.perf_counter() - t0) * 1e3)
-    return _measurement(chain, times)
+    return _measurement(kernels, times)
 
 
-def bench_interleaved(variants: dict[str, tuple[Kernel | Sequence[Kernel], Sequence[np.ndarray]]],
+def bench_interleaved(variants: dict[str, tuple[Any, Sequence[np.ndarray]]],
                       warmup: int = 3, repeat: int = 20) -> dict[str, Measurement]:
     """Time several variants round-robin (one run of each per round), so that drift in the
     machine's state (the other core's load, frequency) hits every variant alike and their ratios
@@ -134,8 +151,8 @@ def bench_interleaved(variants: dict[str, tuple[Kernel | Sequence[Kernel], Seque
     return {name: _measurement(variants[name][0], times[name]) for name in runners}
 
 
-def _measurement(kernels: Kernel | Sequence[Kernel], times: list[float]) -> Measurement:
-    chain = [kernels] if isinstance(kernels, Kernel) else list(kernels)
+def _measurement(kernels: Any, times: list[float]) -> Measurement:
+    chain = _chain(kernels)
     ins, outs = pipeline_io(chain)
     n_bytes = sum(b.numel * b.dtype.itemsize for b in ins + outs)
     n_flops = sum(k.loop.flops() for k in chain)

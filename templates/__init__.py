@@ -16,8 +16,13 @@ def _text(backend: str, name: str) -> str:
 
 
 def render(backend: str, template: str, **holes: str) -> str:
-    """Fill ``templates/<backend>/<template>.tmpl``; every hole must be given."""
+    """Fill ``templates/<backend>/<template>.tmpl``; every hole must be given. A hole alone on
+    its line that is filled with nothing leaves no blank line."""
+    text = _text(backend, template)
+    for name, value in holes.items():
+        if not value:
+            text = text.replace(f"\n${name}\n", "\n")
     try:
-        return string.Template(_text(backend, template)).substitute(holes)
+        return string.Template(text).substitute(holes)
     except KeyError as exc:
         raise KeyError(f"template {backend}/{template}.tmpl needs hole {exc}") from None

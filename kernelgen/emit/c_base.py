@@ -240,20 +240,24 @@ class CEmitter(Emitter):
     # --- the register-tiled contraction (templates/<backend>/contraction.*) ---------------------
 
     def contraction_holes(self, tm: int, tn: int, depth: int) -> dict[str, str]:
-        """Hole texts shared by the C-family contraction templates: the reduction position
-        ``kg_k`` bound to the reduction axes, operand loads ``kg_a[kg_i]``/``kg_b[kg_j]`` (rows
-        and columns past the end clamp to the last one), and the guarded epilogue storing
-        ``kg_acc_at`` (the template defines it as this element's sum). ``depth`` is the
-        indentation of the template's loop bodies."""
+        """Hole texts shared by the C-family contraction templates: ``batch_bind`` binds the
+        batch axes from ``kg_bt`` (the template's batch position), ``k_bind`` the reduction
+        axes from ``kg_k``, operand loads ``kg_a[kg_i]``/``kg_b[kg_j]`` (rows and columns past
+        the end clamp to the last one), and the guarded epilogue storing ``kg_acc_at`` (the
+        template defines it as this element's sum). ``depth`` is the indentation of the
+        template's loop bodies."""
         from ..loop_ir import contraction
 
         k, c = self.kernel, contraction(self.kernel)
         assert c is not None
         rows = [k.domain[i] for i in c.rows]
         cols = [k.domain[i] for i in c.cols]
+        batch = [k.domain[i] for i in c.batch]
         n_rows, n_cols = prod(n for _, n in rows), prod(n for _, n in cols)
         t = self.index_t
-        k_scope = Scope([], depth - 1)
+        tile_scope = Scope([], depth - 2)
+        self.decompose("kg_bt", batch, tile_scope)
+        k_scope = Scope([], depth - 1, parent=tile_scope)
         self.decompose("kg_k", list(c.reduce.axes), k_scope)
         a = Scope([], depth, parent=k_scope)
         a.add(f"const {t} kg_row = kg_min(kg_tr * {tm} + kg_i, ({t}){n_rows - 1});")
@@ -263,18 +267,20 @@ class CEmitter(Emitter):
         b.add(f"const {t} kg_col = kg_min(kg_tc * {tn} + kg_j, ({t}){n_cols - 1});")
         self.decompose("kg_col", cols, b)
         b.add(f"kg_b[kg_j] = {self.expr(c.right, b)};")
-        out = Scope([], depth)
+        out = Scope([], depth, parent=tile_scope)
         out.add(f"const {t} kg_row = kg_tr * {tm} + kg_i, kg_col = kg_tc * {tn} + kg_j;")
         out.add(f"if (kg_row >= {n_rows} || kg_col >= {n_cols}) continue;")
         self.decompose("kg_row", rows, out)
         self.decompose("kg_col", cols, out)
         out.names[c.reduce] = "kg_acc_at"
         self.stores(out)
-        return {"k_bind": "\n".join(k_scope.lines), "a_load": "\n".join(a.lines),
-                "b_load": "\n".join(b.lines), "epilogue": "\n".join(out.lines),
+        return {"batch_bind": "\n".join(tile_scope.lines), "k_bind": "\n".join(k_scope.lines),
+                "a_load": "\n".join(a.lines), "b_load": "\n".join(b.lines),
+                "epilogue": "\n".join(out.lines),
                 "k_extent": str(prod(n for _, n in c.reduce.axes)), "index_t": t,
                 "tm": str(tm), "tn": str(tn), "tiles_r": str(-(-n_rows // tm)),
-                "tiles_c": str(-(-n_cols // tn)), "n_rows": str(n_rows), "n_cols": str(n_cols)}
+                "tiles_c": str(-(-n_cols // tn)), "batches": str(prod(n for _, n in batch)),
+                "n_rows": str(n_rows), "n_cols": str(n_cols)}
 
     # --- explicit vector loops ------------------------------------------------------------------
 

@@ -186,7 +186,7 @@ class NeonEmitter(CEmitter):
             if k.numel >= PARALLEL_MIN_ELEMENTS else "// one thread: too small to split"
         if self.pack_b is None:  # measured: packing pays at 2048^3, costs at 1024^3
             right_bytes = 4 * prod(n for _, n in c.reduce.axes) * \
-                prod(k.domain[i][1] for i in c.cols)
+                prod(k.domain[i][1] for i in c.cols + c.batch)
             self.pack_b = right_bytes > PACK_B_MIN_BYTES
         template = "contraction_packed.c" if self.pack_b else "contraction.c"
         return templates.render("neon", template, name="KG_FN", params=self.params(),

@@ -303,9 +303,9 @@ class OpenCLEmitter(CEmitter):
             tn = n_cols
         self.effective_tile = (tm, tn)
         holes = self.contraction_holes(tm, tn, depth=3)
-        tiles_r, tiles_c = int(holes["tiles_r"]), int(holes["tiles_c"])
-        local = _local_shape([tiles_c, tiles_r], min(self.local, 64))
-        global_ = tuple(-(-s // l) * l for s, l in zip((tiles_c, tiles_r), local))
+        sizes = [int(holes["tiles_c"]), int(holes["tiles_r"]), int(holes["batches"])]
+        local = _local_shape(sizes, min(self.local, 64))
+        global_ = tuple(-(-s // l) * l for s, l in zip(sizes, local))
         src = templates.render("opencl", "contraction.cl", name=k.name, params=self.params(),
                                **holes)
         return src, Launch(global_, local)

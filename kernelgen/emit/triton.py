@@ -225,7 +225,7 @@ class TritonEmitter(Emitter):
                         for role, bufs in (("input", k.inputs), ("output", k.outputs))
                         for b in bufs)
         helpers = _used_helpers(function_code)
-        helpers = f"\n\n{helpers}\n\n" if helpers else ""
+        helpers = f"{helpers}\n\n" if helpers else ""
         module = templates.render("triton", "module.py", version=_version(), helpers=helpers,
                                   doc=doc, kernel=function_code.replace("KG_FN", function))
         signature = {self.params[b.name]: SIGNATURE[b.dtype] for b in k.inputs + k.outputs}
@@ -268,11 +268,16 @@ class TritonEmitter(Emitter):
     def _dot(self, body: Scope) -> tuple[str, dict[str, int], tuple[int, ...]]:
         """A contraction as tiles of tl.dot: operand tiles are the fused operand expressions
         evaluated on [BLOCK_M, BLOCK_K] and [BLOCK_K, BLOCK_N] index grids (prologues included),
-        the epilogue runs on the accumulator tile."""
+        the epilogue runs on the accumulator tile. Batch axes (both operands depend on them)
+        are grid dimension 2, scalars inside the program."""
         k, c = self.kernel, self.contraction
         assert c is not None
         rows = [k.domain[i] for i in c.rows]
         cols = [k.domain[i] for i in c.cols]
+        batch = [k.domain[i] for i in c.batch]
+        if batch:
+            self.decompose("tl.program_id(2)" + (".to(tl.int64)" if self.wide else ""),
+                           batch, body)
         n_rows, n_cols = prod(n for _, n in rows), prod(n for _, n in cols)
         n_k = prod(n for _, n in c.reduce.axes)
         bm, bn, bk = self.dot_blocks
@@ -313,7 +318,9 @@ class TritonEmitter(Emitter):
         self._stores(out)
         self._leave_lanes()
         blocks = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
-        return "dot", blocks, (-(-n_rows // bm), -(-n_cols // bn))
+        grid: tuple[int, ...] = (-(-n_rows // bm), -(-n_cols // bn))
+        grid += (prod(n for _, n in batch),) if batch else ()
+        return "dot", blocks, grid
 
     def _lane_loop(self, scope: Scope, block: str, count: int,
                    axes: list[tuple[sympy.Symbol, int]]) -> Scope:

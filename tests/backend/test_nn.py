@@ -19,6 +19,7 @@ CASES: list[Case] = [
     Case("MatMul", kg.matmul, [(7, 13), (13, 11)]),
     Case("MatMul-batched", kg.matmul, [(2, 3, 5), (5, 4)]),
     Case("MatMul-bcast-batch", kg.matmul, [(2, 1, 3, 5), (3, 5, 2)]),
+    Case("MatMul-shared-batch", kg.matmul, [(2, 3, 7, 5), (2, 1, 5, 9)]),
     Case("MatMul-vec-mat", kg.matmul, [(5,), (5, 3)]),
     Case("MatMul-mat-vec", kg.matmul, [(3, 5), (5,)]),
     Case("MatMul-K1", kg.matmul, [(4, 1), (1, 6)]),
@@ -163,7 +164,8 @@ def test_prologue_sees_zero_padding(backend: str) -> None:
                                           ("opencl", (4, 4)), ("opencl", (8, 2)),
                                           ("neon", (1, 4)), ("neon", (3, 8)), ("neon", (8, 12)),
                                           ("neon-packed", (4, 8)), ("neon-packed", (3, 4))])
-@pytest.mark.parametrize("name", ["MatMul", "MatMul-bcast-batch", "Gemm-trans",
+@pytest.mark.parametrize("name", ["MatMul", "MatMul-bcast-batch", "MatMul-shared-batch",
+                                  "Gemm-trans",
                                   "Conv-stride2-bias", "Conv-1x1", "Conv-7x7", "Conv-1d"])
 def test_tiled_contraction_tiles(name: str, backend_tile: tuple[str, tuple[int, int]]) -> None:
     """The register-tiled contraction templates on sizes that no tile divides, for several

@@ -22,16 +22,18 @@
 // Register-tiled contraction: each tile of 4x8 outputs keeps its sums in 4x2
 // float32x4_t accumulators and streams the reduction once; vfmaq_n_f32 multiplies a row of the
 // right operand by one value of the left. Prologues are inlined into the operand loads, the
-// epilogue into the store. Threads: OpenMP over tiles.
+// epilogue into the store. Batch axes (both operands depend on them) run outermost. Threads:
+// OpenMP over tiles.
 #define kg_min(a, b) ((a) < (b) ? (a) : (b))
-void kg_fused_gemm_relu_671228259e54(const float* restrict in0,
+void kg_fused_gemm_relu_032ada919603(const float* restrict in0,
         const float* restrict in1,
         const float* restrict in2,
         float* restrict out0)
 {
     // one thread: too small to split
-    for (int kg_t = 0; kg_t < 9 * 2; ++kg_t) {
-        const int kg_tr = kg_t / 2, kg_tc = kg_t % 2;
+    for (int kg_t = 0; kg_t < 1 * 9 * 2; ++kg_t) {
+        const int kg_bt = kg_t / (9 * 2), kg_tr = kg_t / 2 % 9,
+            kg_tc = kg_t % 2;
         float32x4_t kg_acc[4][2];
         for (int kg_i = 0; kg_i < 4; ++kg_i)
             for (int kg_v = 0; kg_v < 2; ++kg_v)

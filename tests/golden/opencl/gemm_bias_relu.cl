@@ -4,17 +4,17 @@
 #define KG_FLOORMOD(a, b) ((((a) % (b)) + (b)) % (b))
 
 // Register-tiled contraction: each work-item owns a 4x4 tile of outputs (rows: the axes
-// the left operand depends on, columns: the right operand's), keeps the tile's sums in
-// registers, and streams the reduction once. Prologues are inlined into the operand loads,
-// the epilogue into the store.
+// the left operand depends on, columns: the right operand's, NDRange dimension 2: batch axes
+// both depend on), keeps the tile's sums in registers, and streams the reduction once.
+// Prologues are inlined into the operand loads, the epilogue into the store.
 #define kg_min(a, b) min(a, b)
 __kernel void fused_gemm_relu(__global const float* restrict a,
         __global const float* restrict b,
         __global const float* restrict c,
         __global float* restrict y)
 {
-    const int kg_tc = get_global_id(0), kg_tr = get_global_id(1);
-    if (kg_tc >= 3 || kg_tr >= 9) return;
+    const int kg_tc = get_global_id(0), kg_tr = get_global_id(1), kg_bt = get_global_id(2);
+    if (kg_tc >= 3 || kg_tr >= 9 || kg_bt >= 1) return;
     float kg_acc[4][4];
     for (int kg_i = 0; kg_i < 4; ++kg_i)
         for (int kg_j = 0; kg_j < 4; ++kg_j)

@@ -1,0 +1,311 @@
+"""Convolution algorithms (MegEngine's CPU inference, seed 004): one fused Conv block, four ways
+to run it. Every way keeps the block's prologue (elementwise ops on the input) and epilogue
+(bias, BN, activation, residual...) fused.
+
+- ``direct``: one kernel, a sliding window per output element (the generic schedules).
+- ``implicit_gemm``: one kernel, the contraction template reading patches through the conv's
+  index map (the default single-kernel form; needs ``group == 1``).
+- ``im2col``: the prologue is applied while the patches are packed into a
+  (C·KH·KW) × (OH·OW) matrix per image, laid out as the GEMM's right operand streams it
+  (contiguous along output pixels); then the contraction template runs a plain GEMM with the
+  epilogue fused into its store.
+- ``winograd``: F(2×2, 3×3) for 3×3, stride 1, dilation 1, 2-D. The filter transform
+  U = G·g·Gᵀ runs once when the weights are constant; the input transform V = Bᵀ·d·B per
+  4×4 tile (prologue fused); 16 independent GEMMs U·V (one batched contraction, 2.25× fewer
+  multiplications than direct); the output transform Y = Aᵀ·M·A with the epilogue fused.
+
+Which one runs is measured (``autotune.tune_algorithm``, stored in the Fast-Run database) or,
+when nothing was measured for this shape and device, chosen by ``heuristic``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import sympy
+
+from mapping_types import FloorDiv, FloorMod, fresh_reduce_symbol, out_symbols
+
+from .dtypes import DType
+from .errors import UnsupportedError
+from .expr import Expr, Read, call, reduce
+from .fuse import FusedOp, fuse
+from .graph import Constant, Op, Value, constant, new_name
+from .ops.common import make_op
+from .shapes import prod
+
+ALGORITHMS = ("direct", "implicit_gemm", "im2col", "winograd")
+
+# Options that keep each backend off the contraction template (a sliding window per output).
+DIRECT_OPTIONS: dict[str, dict[str, Any]] = {
+    "opencl": {"reduce_strategy": "item"}, "neon": {"schedule": "row"},
+    "triton": {"schedule": "row"}}
+
+# F(2x2, 3x3) transforms (Lavin & Gray): Y = A^T [(G g G^T) * (B^T d B)] A
+WINOGRAD_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], np.float32)
+WINOGRAD_BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float32)
+WINOGRAD_AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float32)
+
+
+@dataclass(frozen=True)
+class ConvBlock:
+    """A fused block around exactly one Conv: the ops its input goes through first (prologue)
+    and the ops applied to its output (epilogue), each in block order."""
+
+    fused: FusedOp
+    conv: Op
+    prologue: tuple[Op, ...]
+    epilogue: tuple[Op, ...]
+
+
+def conv_block(fused: FusedOp) -> ConvBlock | None:
+    """The block's single Conv with its prologue and epilogue, or None when the block is not
+    one convolution with fusable neighbours (two convs, in-block weights, several outputs)."""
+    convs = [op for op in fused.ops if op.kind == "Conv"]
+    if len(convs) != 1 or len(fused.outputs) != 1:
+        return None
+    conv = convs[0]
+    members = {id(op) for op in fused.ops}
+    if any(id(v) in members for v in conv.inputs[1:]):
+        return None  # weights or bias computed inside the block
+    before = _ancestors(conv.inputs[0], members)
+    prologue = tuple(op for op in fused.ops if id(op) in before)
+    epilogue = tuple(op for op in fused.ops if op is not conv and id(op) not in before)
+    if any(id(conv) in _ancestors(op, members) for op in prologue):
+        return None
+    return ConvBlock(fused, conv, prologue, epilogue)
+
+
+def _ancestors(value: Value, members: set[int]) -> set[int]:
+    """ids of the block members ``value`` depends on, itself included."""
+    seen: set[int] = set()
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if id(v) in members and id(v) not in seen and isinstance(v, Op):
+            seen.add(id(v))
+            stack.extend(v.inputs)
+    return seen
+
+
+def applicable(fused: FusedOp) -> dict[str, str | None]:
+    """Each algorithm with None when it can run this block, else the reason it cannot."""
+    from .loop_ir import contraction
+
+    block = conv_block(fused)
+    out: dict[str, str | None] = {"direct": None}
+    out["implicit_gemm"] = None if contraction(fused.lower()) is not None else \
+        "the block is not one sum of products on disjoint axes (grouped or depthwise conv?)"
+    if block is None:
+        why = "the block is not exactly one Conv with elementwise neighbours and one output"
+        out.update(im2col=why, winograd=why)
+        return out
+    a = block.conv.attrs
+    float32 = block.conv.dtype is DType.float32
+    out["im2col"] = None if a["group"] == 1 and float32 else "needs group == 1 and float32"
+    square = block.conv.rank == 4 and list(a["kernel_shape"]) == [3, 3]
+    unit = list(a["strides"]) == [1, 1] and list(a["dilations"]) == [1, 1]
+    out["winograd"] = None if square and unit and a["group"] == 1 and float32 else \
+        "F(2x2,3x3) needs a 2-D 3x3 kernel, stride 1, dilation 1, group 1 and float32"
+    return out
+
+
+def heuristic(fused: FusedOp, backend: str) -> str:
+    """The algorithm to use when nothing was measured for this block on this device. From
+    ``bench/conv.py``-style runs on this project's CPU backends (ResNet 3x3 and 1x1 at 56x56):
+    Winograd beat im2col by 1.6-1.8x and im2col beat implicit GEMM by 1.05-2.1x; small convs
+    stay one kernel, where launches and the patch matrix's round trip would dominate."""
+    ok = [name for name, why in applicable(fused).items() if why is None]
+    block = conv_block(fused)
+    if block is not None:
+        conv = block.conv
+        c, m = conv.inputs[0].shape[1], conv.shape[1]
+        pixels = prod(conv.shape[2:])
+        if "winograd" in ok and c >= 16 and m >= 16 and pixels >= 196:
+            return "winograd"
+        if "im2col" in ok and c * prod(conv.attrs["kernel_shape"]) >= 32 and m >= 16 \
+                and pixels >= 196:
+            return "im2col"
+    return "implicit_gemm" if "implicit_gemm" in ok else "direct"
+
+
+def choose(fused: FusedOp, backend: str, tuned: bool | None = None) -> str:
+    """The measured best algorithm from the Fast-Run database (measured now when ``tuned`` is
+    True and nothing is stored), else ``heuristic``'s pick."""
+    if tuned is False:
+        return heuristic(fused, backend)
+    from autotune import stored_algorithm, tune_algorithm
+
+    if tuned:
+        return str(tune_algorithm(fused, backend).best.as_options()["algorithm"])
+    return stored_algorithm(fused, backend) or heuristic(fused, backend)
+
+
+def build(fused: FusedOp, algorithm: str, backend: str, tuned: bool | None = None,
+          **options: Any) -> Any:
+    """``fused`` run with ``algorithm`` on ``backend``: a Kernel for the one-kernel algorithms,
+    a ``Program`` for im2col and Winograd. ``tuned`` and ``options`` (tiles) go to every
+    stage."""
+    from .program import Program
+
+    why = applicable(fused).get(algorithm, f"unknown algorithm (known: {', '.join(ALGORITHMS)})")
+    if why is not None:
+        raise UnsupportedError(backend, f"convolution algorithm '{algorithm}'",
+                               f"block '{fused.name}': {why}")
+    if algorithm == "direct":
+        if applicable(fused)["implicit_gemm"] is not None:  # the emitters' own choice is direct
+            return fused.emit_kernel(backend, tuned, **options)
+        return fused.emit_kernel(backend, tuned=False, **{**DIRECT_OPTIONS[backend], **options})
+    if algorithm == "implicit_gemm":
+        return fused.emit_kernel(backend, tuned, **options)
+    block = conv_block(fused)
+    assert block is not None
+    stages = _im2col_stages(block) if algorithm == "im2col" else \
+        _winograd_stages(block, backend)
+    folded: dict[str, np.ndarray] = {}
+    kernels = []
+    external = {id(v) for v in fused.inputs}
+    for stage in stages:
+        if isinstance(stage, Constant):  # computed when the program was built
+            folded[stage.name] = stage.value
+            continue
+        kernels.append(stage.emit_kernel(backend, tuned, **options))
+        folded.update((v.name, v.value) for v in stage.inputs  # the transforms' matrices
+                      if isinstance(v, Constant) and id(v) not in external)
+    return Program(f"{fused.name}_{algorithm}", backend, fused.inputs, kernels, folded,
+                   {"algorithm": algorithm})
+
+
+# --- graph surgery --------------------------------------------------------------------------
+
+def _rewire(ops: tuple[Op, ...], old: Value, new: Value) -> list[Op]:
+    """Copies of ``ops`` (in order) reading ``new`` where they read ``old``."""
+    swap: dict[int, Value] = {id(old): new}
+    out = []
+    for op in ops:
+        inputs = tuple(swap.get(id(v), v) for v in op.inputs)
+        copy = replace(op, inputs=inputs) if inputs != op.inputs else op
+        swap[id(op)] = copy
+        out.append(copy)
+    return out
+
+
+def _tail(block: ConvBlock, core: Op) -> FusedOp:
+    """The stage computing ``core`` (standing in for the conv) with the epilogue fused, plus
+    any prologue op the epilogue reads directly (a residual of the conv's own input)."""
+    epilogue = _rewire(block.epilogue, block.conv, core)
+    members = {id(op) for op in block.prologue}
+    reread = [op for op in block.prologue if any(
+        id(op) in _ancestors(v, members) for e in epilogue for v in e.inputs)]
+    return fuse(core, *epilogue, *reread, force=True)
+
+
+def _spatial_reads(conv: Op, out_axes: list[sympy.Expr], kernel_axes: list[sympy.Expr]
+                   ) -> tuple[list[sympy.Expr], sympy.Basic]:
+    """The input's spatial index of output ``out_axes`` and kernel offsets, and the guard that
+    it lies inside the (unpadded) input."""
+    x = conv.inputs[0]
+    a = conv.attrs
+    nd = len(a["kernel_shape"])
+    begin = a["pads"][:nd]
+    idx = [o * s + k * d - p for o, k, s, d, p in
+           zip(out_axes, kernel_axes, a["strides"], a["dilations"], begin)]
+    inside = sympy.And(*(sympy.And(e >= 0, e < n) for e, n in zip(idx, x.shape[2:])))
+    return idx, inside
+
+
+# --- im2col + GEMM ----------------------------------------------------------------------------
+
+def _im2col_stages(block: ConvBlock) -> list[FusedOp]:
+    conv = block.conv
+    x, w = conv.inputs[0], conv.inputs[1]
+    kernel = list(conv.attrs["kernel_shape"])
+    nd = len(kernel)
+    n, c = x.shape[:2]
+    out = list(conv.shape[2:])
+    # cols[n, c, k..., o...]: memory order (n, C*K, OH*OW), the GEMM's right operand
+    o = out_symbols(2 + 2 * nd)
+    idx, inside = _spatial_reads(conv, list(o[2 + nd:]), list(o[2:2 + nd]))
+    cols = make_op("Im2Col", [x], (n, c, *kernel, *out), x.dtype,
+                   Read(x.dtype, 0, (o[0], o[1], *idx), inside), {"of": conv.name})
+    # out[n, m, o...] = sum_{c, k...} w[m, c, k...] * cols[n, c, k..., o...]
+    q = out_symbols(conv.rank)
+    rc = fresh_reduce_symbol("c")
+    rk = [fresh_reduce_symbol("kk") for _ in kernel]
+    body: Expr = reduce("sum", call("mul", Read(w.dtype, 1, (q[1], rc, *rk)),
+                                    Read(x.dtype, 0, (q[0], rc, *rk, *q[2:]))),
+                        ((rc, c), *zip(rk, kernel)))
+    inputs = [cols, w]
+    if len(conv.inputs) > 2:
+        body = call("add", body, Read(conv.dtype, 2, (q[1],)))
+        inputs.append(conv.inputs[2])
+    gemm = make_op("Conv", inputs, conv.shape, conv.dtype, body,
+                   {**conv.attrs, "algorithm": "im2col"}, name=conv.name)
+    return [fuse(*block.prologue, cols, force=True), _tail(block, gemm)]
+
+
+# --- Winograd F(2x2, 3x3) ---------------------------------------------------------------------
+
+def _winograd_stages(block: ConvBlock, backend: str) -> list[FusedOp | Constant]:
+    conv = block.conv
+    x, w = conv.inputs[0], conv.inputs[1]
+    n, c = x.shape[:2]
+    m = conv.shape[1]
+    th, tw = (-(-s // 2) for s in conv.shape[2:])
+    f32 = DType.float32
+    stages: list[FusedOp | Constant] = []
+
+    # U[a, b, m, c] = sum_ij G[a, i] G[b, j] w[m, c, i, j]; once, when w is a constant
+    g = constant(new_name("winograd_g"), WINOGRAD_G)
+    a_, b_, m_, c_ = out_symbols(4)
+    i, j = fresh_reduce_symbol("i"), fresh_reduce_symbol("j")
+    coef = call("mul", Read(f32, 0, (a_, i)), Read(f32, 0, (b_, j)))
+    u_op = make_op("WinogradFilter", [g, w], (4, 4, m, c), f32,
+                   reduce("sum", call("mul", coef, Read(f32, 1, (m_, c_, i, j))),
+                          ((i, 3), (j, 3))), {"of": conv.name})
+    u_stage = fuse(u_op)
+    u: Value = u_op
+    if isinstance(w, Constant):
+        kernel = u_stage.emit_kernel(backend, tuned=False)
+        u = constant(u_op.name, kernel(*(v.value for v in u_stage.inputs
+                                         if isinstance(v, Constant))))
+        stages.append(u)
+    else:
+        stages.append(u_stage)
+
+    # V[a, b, c, n, th, tw] = sum_ij BT[a, i] BT[b, j] x[n, c, 2th + i - p, 2tw + j - p]
+    bt = constant(new_name("winograd_bt"), WINOGRAD_BT)
+    a_, b_, c_, n_, t_h, t_w = out_symbols(6)
+    i, j = fresh_reduce_symbol("i"), fresh_reduce_symbol("j")
+    idx, inside = _spatial_reads(conv, [2 * t_h, 2 * t_w], [i, j])
+    coef = call("mul", Read(f32, 1, (a_, i)), Read(f32, 1, (b_, j)))
+    v_op = make_op("WinogradInput", [x, bt], (4, 4, c, n, th, tw), f32,
+                   reduce("sum", call("mul", coef, Read(f32, 0, (n_, c_, *idx), inside)),
+                          ((i, 4), (j, 4))), {"of": conv.name})
+    stages.append(fuse(*block.prologue, v_op, force=True))
+
+    # M[a, b, m, n, th, tw] = sum_c U[a, b, m, c] V[a, b, c, n, th, tw]: 16 batched GEMMs
+    a_, b_, m_, n_, t_h, t_w = out_symbols(6)
+    rc = fresh_reduce_symbol("c")
+    mm = make_op("WinogradGemm", [u, v_op], (4, 4, m, n, th, tw), f32,
+                 reduce("sum", call("mul", Read(f32, 0, (a_, b_, m_, rc)),
+                                    Read(f32, 1, (a_, b_, rc, n_, t_h, t_w))), ((rc, c),)),
+                 {"of": conv.name})
+    stages.append(fuse(mm))
+
+    # Y[n, m, y, x] = sum_ab AT[y % 2, a] AT[x % 2, b] M[a, b, m, n, y // 2, x // 2] (+ bias)
+    at = constant(new_name("winograd_at"), WINOGRAD_AT)
+    q = out_symbols(4)
+    ra, rb = fresh_reduce_symbol("a"), fresh_reduce_symbol("b")
+    coef = call("mul", Read(f32, 1, (FloorMod(q[2], 2), ra)), Read(f32, 1, (FloorMod(q[3], 2), rb)))
+    tile = Read(f32, 0, (ra, rb, q[1], q[0], FloorDiv(q[2], 2), FloorDiv(q[3], 2)))
+    body: Expr = reduce("sum", call("mul", coef, tile), ((ra, 4), (rb, 4)))
+    inputs: list[Value] = [mm, at]
+    if len(conv.inputs) > 2:
+        body = call("add", body, Read(f32, 2, (q[1],)))
+        inputs.append(conv.inputs[2])
+    y = make_op("Conv", inputs, conv.shape, f32, body, {**conv.attrs, "algorithm": "winograd"},
+                name=conv.name)
+    stages.append(_tail(block, y))
+    return stages

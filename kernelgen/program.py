@@ -1,0 +1,103 @@
+"""A program: several kernels of one backend run in order, wired by buffer name, called like one
+kernel. Convolution algorithms that need more than one pass (im2col + GEMM, Winograd's
+transforms around a batched GEMM) return one.
+
+Stages whose inputs are all constants (Winograd's filter transform of constant weights) ran
+once when the program was built; their results are ``folded`` constants, and the original
+constant they came from must be passed unchanged (checked, since a different value would
+otherwise be silently ignored).
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .errors import ArgumentError
+from .graph import Constant, Value
+from .kernel import Kernel
+
+
+class Program:
+    """Kernels run in order on named buffers. ``program(*arrays)`` takes the arrays of
+    ``inputs`` (those of the fused block it implements) and returns the last stage's output."""
+
+    def __init__(self, name: str, backend: str, inputs: Sequence[Value], kernels: Sequence[Kernel],
+                 folded: dict[str, np.ndarray], info: dict[str, Any]) -> None:
+        self._name = name
+        self.backend = backend
+        self.inputs = tuple(inputs)
+        self.kernels = tuple(kernels)
+        self.folded = dict(folded)
+        produced = {b.name for k in self.kernels for b in k.loop.outputs}
+        needed = {b.name for k in self.kernels for b in k.loop.inputs} - produced
+        self.used = tuple(v for v in self.inputs if v.name in needed)
+        self.metadata = _metadata(self, info)
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def source(self) -> str:
+        """Every stage's source, in launch order, each under a comment naming the stage."""
+        mark = "#" if self.backend == "triton" else "//"
+        return "\n\n".join(f"{mark} ---- stage {i}: {k.name} ----\n{k.source}"
+                           for i, k in enumerate(self.kernels))
+
+    @property
+    def runtime(self) -> Any:
+        return self.kernels[-1].runtime
+
+    def __repr__(self) -> str:
+        return (f"<Program {self.name} on {self.backend}: {self.metadata['algorithm']}, "
+                f"{len(self.kernels)} kernels>")
+
+    def bind(self, *arrays: Any) -> dict[str, np.ndarray]:
+        """Check ``arrays`` against ``inputs``; return every external buffer by name (folded
+        constants included)."""
+        if len(arrays) != len(self.inputs):
+            names = ", ".join(v.name for v in self.inputs)
+            raise ArgumentError(f"program '{self.name}' takes {len(self.inputs)} inputs "
+                                f"({names}), got {len(arrays)}")
+        env: dict[str, np.ndarray] = dict(self.folded)
+        for value, arr in zip(self.inputs, arrays):
+            arr = np.asarray(arr)
+            if arr.shape != value.shape or arr.dtype != value.dtype.numpy:
+                raise ArgumentError(f"program '{self.name}': input '{value.name}' expected "
+                                    f"{value.dtype}{list(value.shape)}, got "
+                                    f"{arr.dtype}{list(arr.shape)}")
+            if isinstance(value, Constant) and value not in self.used and \
+                    not np.array_equal(arr, value.value):
+                raise ArgumentError(f"program '{self.name}': constant '{value.name}' was folded "
+                                    f"into the program when it was built; pass the same value "
+                                    f"or build the program again")
+            env[value.name] = np.ascontiguousarray(arr)
+        return env
+
+    def __call__(self, *arrays: Any) -> np.ndarray:
+        env = self.bind(*arrays)
+        for k in self.kernels:
+            result = k(*(env[b.name] for b in k.loop.inputs))
+            outs = result if isinstance(result, tuple) else (result,)
+            env.update((b.name, o) for b, o in zip(k.loop.outputs, outs))
+        return env[self.kernels[-1].loop.outputs[0].name]
+
+
+def _metadata(program: Program, info: dict[str, Any]) -> dict[str, Any]:
+    from . import __version__
+
+    last = program.kernels[-1].loop.outputs[0]
+    args = [{"name": v.name, "role": "input", "dtype": str(v.dtype), "shape": list(v.shape)}
+            for v in program.inputs]
+    args.append({"name": last.name, "role": "output", "dtype": str(last.dtype),
+                 "shape": list(last.shape)})
+    meta = {"name": program.name, "backend": program.backend, "kernelgen_version": __version__,
+            "schedule": "program", "args": args, **info,
+            "folded_constants": sorted(program.folded),
+            "flops": sum(k.loop.flops() for k in program.kernels),
+            "stages": [k.metadata for k in program.kernels]}
+    json.dumps(meta)
+    return meta

@@ -1,0 +1,196 @@
+"""Convolution algorithms (direct, implicit GEMM, im2col + GEMM, Winograd F(2x2,3x3)) on every
+backend against ONNX's reference, each with a fused prologue and epilogue, on awkward shapes:
+odd channels, batch 2, sizes that leave partial Winograd tiles, asymmetric pads, stride 2, 1x1
+and 7x7 kernels, 1-D, dilation, weights that are not constants. Then the choice between them:
+the heuristic, the measured choice stored in the Fast-Run database, and a wrong candidate that
+the tuner must discard."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from conftest import assert_close, require
+from reference import evaluate_chain
+
+import autotune
+import kernelgen as kg
+from kernelgen.conv_algorithms import ALGORITHMS, applicable, heuristic
+from kernelgen.program import Program
+
+BACKENDS = ["opencl", "neon", "triton"]
+
+
+@dataclass(frozen=True)
+class ConvCase:
+    name: str
+    x: tuple[int, ...]
+    w: tuple[int, ...]
+    attrs: dict
+    bias: bool = True
+    constant_w: bool = True
+
+    def build(self) -> tuple[list[kg.Op], dict[str, np.ndarray], kg.Op]:
+        """relu prologue -> Conv -> sigmoid and a residual-free broadcast multiply epilogue."""
+        rng = np.random.default_rng(len(self.name))
+        arrays = {"x": rng.standard_normal(self.x).astype(np.float32),
+                  "w": (rng.standard_normal(self.w) / 3).astype(np.float32),
+                  "b": rng.standard_normal(self.w[0]).astype(np.float32)}
+        x = kg.tensor("x", self.x)
+        w = kg.constant("w", arrays["w"]) if self.constant_w else kg.tensor("w", self.w)
+        b = [kg.constant("b", arrays["b"])] if self.bias else []
+        pre = kg.relu(x)
+        conv = kg.conv(pre, w, *b, **self.attrs)
+        post = kg.sigmoid(conv)
+        return [pre, conv, post], arrays, conv
+
+
+CASES = [
+    ConvCase("3x3-pad-asym-odd", (2, 5, 7, 9), (6, 5, 3, 3), {"pads": [1, 0, 1, 2]}),
+    ConvCase("3x3-valid-partial-tiles", (1, 3, 5, 4), (4, 3, 3, 3), {}, bias=False),
+    ConvCase("3x3-tensor-weights", (1, 2, 6, 7), (3, 2, 3, 3), {"pads": [1, 1, 1, 1]},
+             constant_w=False),
+    ConvCase("1x1-stride2", (2, 7, 5, 6), (3, 7, 1, 1), {"strides": [2, 2]}),
+    ConvCase("7x7-stride2", (1, 3, 11, 11), (2, 3, 7, 7),
+             {"pads": [3, 3, 3, 3], "strides": [2, 2]}),
+    ConvCase("3x3-dilation", (1, 2, 9, 7), (3, 2, 3, 3),
+             {"dilations": [2, 1], "pads": [2, 1, 2, 1]}),
+    ConvCase("1d", (2, 3, 17), (4, 3, 5), {"pads": [2, 2]}),
+]
+
+
+def _check(case: ConvCase, backend: str, algorithm: str) -> kg.FusedOp:
+    ops, arrays, _ = case.build()
+    want = evaluate_chain(ops, arrays)[ops[-1].name]
+    fused = kg.fuse(*ops)
+    program = fused.emit(backend, algorithm=algorithm)
+    got = program(*(arrays[v.name] for v in fused.inputs))
+    assert_close(got, want, scale=50)
+    return fused
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_every_applicable_algorithm(case: ConvCase, backend: str) -> None:
+    require(backend)
+    ops, _, _ = case.build()
+    usable = [a for a, why in applicable(kg.fuse(*ops)).items() if why is None]
+    assert {"direct", "implicit_gemm", "im2col"} <= set(usable)
+    square_unit = case.w[2:] == (3, 3) and "strides" not in case.attrs \
+        and "dilations" not in case.attrs
+    assert ("winograd" in usable) == square_unit
+    for algorithm in usable:
+        _check(case, backend, algorithm)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_program_shape(backend: str) -> None:
+    """im2col is two kernels, Winograd three once the constant filter transform is folded;
+    the metadata says which algorithm ran and lists every stage."""
+    require(backend)
+    ops, _, _ = CASES[0].build()
+    fused = kg.fuse(*ops)
+    im2col = fused.emit(backend, algorithm="im2col")
+    winograd = fused.emit(backend, algorithm="winograd")
+    assert isinstance(im2col, Program) and len(im2col.kernels) == 2
+    assert isinstance(winograd, Program) and len(winograd.kernels) == 3
+    assert winograd.metadata["algorithm"] == "winograd"
+    assert [s["schedule"] for s in winograd.metadata["stages"]][1] in ("tiled", "dot")
+    assert any(name.startswith("winogradfilter") for name in winograd.metadata["folded_constants"])
+    assert "stage 2" in winograd.source
+
+
+def test_folded_constant_must_not_change() -> None:
+    require("opencl")
+    ops, arrays, _ = CASES[0].build()
+    fused = kg.fuse(*ops)
+    program = fused.emit("opencl", algorithm="winograd")
+    feeds = [arrays[v.name] for v in fused.inputs]
+    program(*feeds)
+    feeds[[v.name for v in fused.inputs].index("w")] = arrays["w"] + 1
+    with pytest.raises(kg.ArgumentError, match="constant 'w' was folded"):
+        program(*feeds)
+
+
+def test_inapplicable_algorithm_names_the_reason() -> None:
+    x, w = kg.tensor("x", (1, 4, 6, 6)), kg.tensor("w", (4, 1, 3, 3))
+    depthwise = kg.fuse(kg.conv(x, w, group=4, pads=[1, 1, 1, 1]))
+    with pytest.raises(kg.UnsupportedError, match="winograd.*group 1"):
+        depthwise.emit("opencl", algorithm="winograd")
+    with pytest.raises(kg.UnsupportedError, match="im2col.*group == 1"):
+        depthwise.emit("opencl", algorithm="im2col")
+    with pytest.raises(kg.UnsupportedError, match="unknown algorithm"):
+        depthwise.emit("opencl", algorithm="fft")
+    gemm = kg.fuse(kg.matmul(kg.tensor("a", (3, 4)), kg.tensor("b", (4, 5))))
+    with pytest.raises(kg.UnsupportedError, match="exactly one Conv"):
+        gemm.emit("opencl", algorithm="im2col")
+
+
+def test_heuristic_when_nothing_is_measured() -> None:
+    def pick(x: tuple[int, ...], w: tuple[int, ...], **attrs: object) -> str:
+        return heuristic(kg.fuse(kg.conv(kg.tensor("x", x), kg.tensor("w", w), **attrs)),
+                         "opencl")
+
+    assert pick((1, 64, 56, 56), (64, 64, 3, 3), pads=[1, 1, 1, 1]) == "winograd"
+    assert pick((1, 64, 56, 56), (128, 64, 3, 3), pads=[1, 1, 1, 1], strides=[2, 2]) == "im2col"
+    assert pick((1, 64, 56, 56), (64, 1, 3, 3), group=64) == "direct"
+    assert pick((1, 3, 7, 7), (4, 3, 3, 3)) == "implicit_gemm"  # too small to split
+    assert set(ALGORITHMS) == {"direct", "implicit_gemm", "im2col", "winograd"}
+
+
+def test_measured_choice_is_stored_and_used_by_default(tmp_path, monkeypatch) -> None:
+    """tune_algorithm measures every algorithm, stores the fastest; a later emit() with no
+    arguments uses it (and stored tiles), a cold database falls back to the heuristic."""
+    require("opencl")
+    monkeypatch.setenv("KERNELGEN_CACHE_DIR", str(tmp_path))
+    ops, arrays, _ = CASES[1].build()
+    fused = kg.fuse(*ops)
+    assert autotune.stored_algorithm(fused, "opencl") is None
+    result = autotune.tune_algorithm(fused, "opencl", repeat=3, progress=lambda *a: None)
+    statuses = {c.config.as_options()["algorithm"]: c.status for c in result.candidates}
+    assert set(statuses) == {"direct", "implicit_gemm", "im2col", "winograd"}
+    assert all(s == "ok" for s in statuses.values()), statuses
+    best = result.best.as_options()["algorithm"]
+    assert autotune.stored_algorithm(fused, "opencl") == best
+    default = fused.emit("opencl")
+    assert isinstance(default, Program) == (best in ("im2col", "winograd"))
+    want = evaluate_chain(ops, arrays)[ops[-1].name]
+    assert_close(default(*(arrays[v.name] for v in fused.inputs)), want, scale=50)
+
+
+def test_stored_tiles_are_used_by_default(tmp_path, monkeypatch) -> None:
+    """The templates take their tunables from the Fast-Run database without being asked."""
+    require("opencl")
+    monkeypatch.setenv("KERNELGEN_CACHE_DIR", str(tmp_path))
+    fused = kg.fuse(kg.matmul(kg.tensor("a", (13, 17)), kg.tensor("b", (17, 19))))
+    assert fused.emit("opencl").metadata["tunables"]["tile_m"] == 4  # emitter default
+    loop = fused.lower()
+    autotune.tune(loop, "opencl", configs=[autotune.Config.of(tile_m=2, tile_n=8)], repeat=2)
+    tunables = fused.emit("opencl").metadata["tunables"]
+    assert (tunables["tile_m"], tunables["tile_n"]) == (2, 8)
+    assert fused.emit("opencl", tuned=False).metadata["tunables"]["tile_m"] == 4
+    assert fused.emit("opencl", tile_m=1).metadata["tunables"]["tile_m"] == 1  # explicit wins
+
+
+def test_tuner_discards_a_wrong_algorithm(tmp_path, monkeypatch) -> None:
+    """A candidate that computes the wrong thing is discarded however fast it is."""
+    require("opencl")
+    monkeypatch.setenv("KERNELGEN_CACHE_DIR", str(tmp_path))
+    from kernelgen import conv_algorithms
+
+    ops, _, _ = CASES[1].build()
+    fused = kg.fuse(*ops)
+    real: Callable = conv_algorithms.build
+
+    def sabotaged(block: kg.FusedOp, algorithm: str, backend: str, **kw: object) -> object:
+        made = real(block, algorithm, backend, **kw)
+        if algorithm != "winograd":
+            return made
+        return lambda *arrays: made(*arrays) + 1e-2  # Winograd with a wrong last digit
+
+    monkeypatch.setattr(conv_algorithms, "build", sabotaged)
+    result = autotune.tune_algorithm(fused, "opencl", repeat=2, progress=lambda *a: None)
+    statuses = {c.config.as_options()["algorithm"]: c.status for c in result.candidates}
+    assert statuses["winograd"] == "wrong"
+    assert result.best.as_options()["algorithm"] != "winograd"
