@@ -18,6 +18,7 @@ from .fuse import FusedOp, fuse
 from .graph import Constant, MathProperties, Op, Placeholder, Value, constant, tensor
 from .interp import interpret
 from .measure import Measurement, bench
+from .program import Program
 from .ops import (average_pool, batch_normalization, clip, concat, conv, depth_to_space, expand,
                   flatten, gather, gemm, global_pool, instance_normalization, layer_normalization,
                   log_softmax, matmul, max_pool, mod, pad, prelu, reshape, resize, softmax,
@@ -44,7 +45,8 @@ __all__ = [
     *api.__all__, "Constant", "constant", "ArgumentError", "AttributeError_", "AxisError",
     "BroadcastError",
     "CONSTRUCTORS", "DType", "DtypeError", "FusedOp", "FusionError", "KernelgenError",
-    "MathProperties", "Measurement", "Op", "Placeholder", "ShapeError", "UnsupportedError",
+    "MathProperties", "Measurement", "Op", "Placeholder", "Program", "ShapeError",
+    "UnsupportedError",
     "Value", "average_pool", "batch_normalization", "bench", "cast", "clip", "concat", "conv",
     "depth_to_space", "expand", "flatten", "fuse", "gather", "gemm", "global_pool",
     "instance_normalization", "interpret", "layer_normalization", "log_softmax", "matmul",

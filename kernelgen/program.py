@@ -47,10 +47,6 @@ class Program:
         return "\n\n".join(f"{mark} ---- stage {i}: {k.name} ----\n{k.source}"
                            for i, k in enumerate(self.kernels))
 
-    @property
-    def runtime(self) -> Any:
-        return self.kernels[-1].runtime
-
     def __repr__(self) -> str:
         return (f"<Program {self.name} on {self.backend}: {self.metadata['algorithm']}, "
                 f"{len(self.kernels)} kernels>")

@@ -113,6 +113,20 @@ def test_decomposed_layernorm(backend: str) -> None:
     assert fused.forced
 
 
+def test_deeply_inlined_reductions() -> None:
+    """Regression (found by Hypothesis): softmax of softmax of ... inlines hundreds of distinct
+    reduction symbols; the interpreter gives unnested ones shared NumPy axes, so it stays
+    under NumPy's dimension limit and still matches the reference."""
+    x = kg.tensor("x", (1, 2))
+    ops: list[kg.Op] = [kg.reduce_sum(x, [0])]
+    for _ in range(5):
+        ops.append(kg.softmax(ops[-1], 1))
+    X = data((1, 2))
+    want = evaluate_chain(ops, {"x": X})[ops[-1].name]
+    (got,) = run("interp", kg.fuse(*ops, force=True), X)
+    assert_close(got, want, scale=10)
+
+
 # --- Hypothesis: random chains and diamonds --------------------------------------------------
 
 UNARY = ["Relu", "Neg", "Tanh", "Sigmoid", "Abs", "Softsign", "Exp"]
