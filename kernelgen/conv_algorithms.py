@@ -33,6 +33,7 @@ from .expr import Expr, Read, call, reduce
 from .fuse import FusedOp, fuse
 from .graph import Constant, Op, Value, constant, new_name
 from .ops.common import make_op
+from .ops.nn import window_index
 from .shapes import prod
 
 ALGORITHMS = ("direct", "implicit_gemm", "im2col", "winograd")
@@ -203,16 +204,11 @@ def _tail(block: ConvBlock, core: Op) -> FusedOp:
 
 def _spatial_reads(conv: Op, out_axes: list[sympy.Expr], kernel_axes: list[sympy.Expr]
                    ) -> tuple[list[sympy.Expr], sympy.Basic]:
-    """The input's spatial index of output ``out_axes`` and kernel offsets, and the guard that
-    it lies inside the (unpadded) input."""
-    x = conv.inputs[0]
+    """``window_index`` with ``conv``'s own strides, dilations and begin pads."""
     a = conv.attrs
-    nd = len(a["kernel_shape"])
-    begin = a["pads"][:nd]
-    idx = [o * s + k * d - p for o, k, s, d, p in
-           zip(out_axes, kernel_axes, a["strides"], a["dilations"], begin)]
-    inside = sympy.And(*(sympy.And(e >= 0, e < n) for e, n in zip(idx, x.shape[2:])))
-    return idx, inside
+    begin = a["pads"][:len(a["kernel_shape"])]
+    return window_index(out_axes, kernel_axes, a["strides"], a["dilations"], begin,
+                        conv.inputs[0].shape[2:])
 
 
 # --- im2col + GEMM ----------------------------------------------------------------------------

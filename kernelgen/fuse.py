@@ -74,6 +74,7 @@ class FusedOp:
         self.edges = tuple(edges)
         self.mapping_type = mapping_type
         self.ranges = ranges  # extents of every reduction and data symbol in the bodies
+        self._lowered: dict[str, LoopKernel] = {}
 
     @property
     def name(self) -> str:
@@ -107,9 +108,13 @@ class FusedOp:
         return maps
 
     def lower(self, name: str | None = None) -> LoopKernel:
-        """The loop IR of this block (see ``loop_ir.lower``)."""
+        """The loop IR of this block (see ``loop_ir.lower``), lowered once per name: emitting,
+        tuning and the algorithm choice all ask for it, and the block never changes."""
         from .loop_ir import lower
-        return lower(self, name or self.name)
+        name = name or self.name
+        if name not in self._lowered:
+            self._lowered[name] = lower(self, name)
+        return self._lowered[name]
 
     def emit(self, backend: str = "opencl", tuned: bool | None = None,
              algorithm: str | None = None, **options: Any) -> Any:

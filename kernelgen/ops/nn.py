@@ -144,6 +144,18 @@ def _window(op: str, x: Value, kernel: Sequence[int], strides: Sequence[int] | N
     return out, strides, pads[:nd], dilations
 
 
+def window_index(out_axes: Sequence[sympy.Expr], kernel_axes: Sequence[sympy.Expr],
+                 strides: Sequence[int], dilations: Sequence[int], begin: Sequence[int],
+                 sizes: Sequence[int]) -> tuple[list[sympy.Expr], sympy.Basic]:
+    """The input's spatial index under a sliding window (output position times stride, plus
+    kernel offset times dilation, minus the begin pad), and the guard that it lies inside an
+    input of spatial ``sizes`` (reads outside are padding)."""
+    idx = [o * s + k * d - p for o, k, s, d, p in
+           zip(out_axes, kernel_axes, strides, dilations, begin)]
+    inside = sympy.And(*(sympy.And(e >= 0, e < n) for e, n in zip(idx, sizes)))
+    return idx, inside
+
+
 def conv(x: Value, w: Value, b: Value | None = None, auto_pad: str = "NOTSET",
          dilations: Sequence[int] | None = None, group: int = 1,
          kernel_shape: Sequence[int] | None = None, pads: Sequence[int] | None = None,
@@ -172,9 +184,7 @@ def conv(x: Value, w: Value, b: Value | None = None, auto_pad: str = "NOTSET",
     rc = fresh_reduce_symbol("c")
     rk = [fresh_reduce_symbol("kk") for _ in kernel]
     g = FloorDiv(o[1], m // group)
-    spatial = [o[2 + a] * s + r * d - p
-               for a, (s, r, d, p) in enumerate(zip(strides_, rk, dil, begin))]
-    inside = sympy.And(*(sympy.And(e >= 0, e < size) for e, size in zip(spatial, x.shape[2:])))
+    spatial, inside = window_index(o[2:], rk, strides_, dil, begin, x.shape[2:])
     x_read = Read(x.dtype, 0, (o[0], g * cg + rc, *spatial), inside)
     w_read = Read(w.dtype, 1, (o[1], rc, *rk))
     axes = ((rc, cg), *zip(rk, kernel))
@@ -208,9 +218,7 @@ def _pool(kind: str, x: Value, kernel_shape: Sequence[int], auto_pad: str, ceil_
     shape = (*x.shape[:2], *out)
     o = out_symbols(len(shape))
     rk = [fresh_reduce_symbol("kk") for _ in kernel]
-    spatial = [o[2 + a] * s + r * d - p
-               for a, (s, r, d, p) in enumerate(zip(strides_, rk, dil, begin))]
-    inside = sympy.And(*(sympy.And(e >= 0, e < n) for e, n in zip(spatial, x.shape[2:])))
+    spatial, inside = window_index(o[2:], rk, strides_, dil, begin, x.shape[2:])
     read = Read(x.dtype, 0, (o[0], o[1], *spatial), inside)
     axes = tuple(zip(rk, kernel))
     valid = IndexCond(DType.bool, inside)
