@@ -43,9 +43,10 @@ def search_space(loop: Any, backend: str) -> list[Config]:
     if backend == "opencl":
         from kernelgen.loop_ir import contraction
 
-        if contraction(loop) is not None:  # register tiles of the contraction template
+        if contraction(loop) is not None:  # register tiles of the contraction templates
+            # rows x columns; columns in float16 vectors (8 or 4 lanes on short runs)
             return [Config.of(tile_m=m, tile_n=n) for m, n in
-                    ((4, 4), (8, 8), (4, 8), (8, 4), (2, 8), (8, 2), (1, 1))]
+                    ((8, 32), (8, 48), (4, 64), (12, 32), (6, 32), (8, 16), (4, 16), (4, 4))]
         strategies: list[str | None] = [None]
         if loop.hoisted:
             strategies += ["row", "group", "item"]

@@ -113,20 +113,27 @@ def applicable(fused: FusedOp) -> dict[str, str | None]:
 
 
 def heuristic(fused: FusedOp, backend: str) -> str:
-    """The algorithm to use when nothing was measured for this block on this device. From
-    ``bench/conv.py``-style runs on this project's CPU backends (ResNet 3x3 and 1x1 at 56x56):
-    Winograd beat im2col by 1.6-1.8x and im2col beat implicit GEMM by 1.05-2.1x; small convs
-    stay one kernel, where launches and the patch matrix's round trip would dominate."""
+    """The algorithm to use when nothing was measured for this block on this device, from
+    ``bench/conv.py`` runs (ResNet 3x3 and 1x1 at 56x56). OpenCL: the vector-column GEMM makes
+    im2col the fastest 3x3 (1.8 ms against Winograd's 3.5, whose transforms are scalar) and a
+    pointwise conv reads its input as the GEMM operand directly (implicit GEMM; im2col would
+    only copy it). NEON: Winograd beat im2col by 1.0-1.8x and im2col beat implicit GEMM by
+    1.05-2.1x. Small convs stay one kernel, where launches and the patch matrix's round trip
+    would dominate."""
     ok = [name for name, why in applicable(fused).items() if why is None]
     block = conv_block(fused)
     if block is not None:
         conv = block.conv
         c, m = conv.inputs[0].shape[1], conv.shape[1]
         pixels = prod(conv.shape[2:])
-        if "winograd" in ok and c >= 16 and m >= 16 and pixels >= 196:
+        big = m >= 16 and pixels >= 196
+        pointwise = prod(conv.attrs["kernel_shape"]) == 1 and not any(conv.attrs["pads"]) \
+            and set(conv.attrs["strides"]) == {1}
+        if backend == "opencl" and pointwise and "implicit_gemm" in ok:
+            return "implicit_gemm"
+        if backend != "opencl" and "winograd" in ok and c >= 16 and big:
             return "winograd"
-        if "im2col" in ok and c * prod(conv.attrs["kernel_shape"]) >= 32 and m >= 16 \
-                and pixels >= 196:
+        if "im2col" in ok and c * prod(conv.attrs["kernel_shape"]) >= 32 and big:
             return "im2col"
     return "implicit_gemm" if "implicit_gemm" in ok else "direct"
 

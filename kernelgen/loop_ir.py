@@ -360,3 +360,37 @@ def producer_redundancy(kernel: LoopKernel, tile_n: int) -> float:
         return 1.0
     n_cols = prod(kernel.domain[i][1] for i in c.cols)
     return float(-(-n_cols // tile_n))
+
+
+def flatten_axes(root: Expr, axes: list[Axis], flat: sympy.Symbol) -> Expr | None:
+    """``root`` with the row-major ``axes`` replaced by their flat position ``flat``, or None
+    when some use is not a load whose offset walks them as one contiguous run (stride of each
+    axis = the next one's stride times its extent) or they appear in a guard or condition.
+    Lets a vector run over merged output axes (a conv's (OH, OW) pixels) instead of the last."""
+    syms = [s for s, _ in axes]
+    if not any(s in free_index_symbols(root) for s in syms):
+        return root
+    failed = False
+
+    def visit(node: Expr, recurse: Callable[[Expr], Expr]) -> Expr | None:
+        nonlocal failed
+        used = set(syms) & free_index_symbols(node)
+        if not used or failed:
+            return node
+        if isinstance(node, Load):
+            offset = sympy.expand(node.offset)
+            coeffs = [offset.coeff(s) for s in syms]
+            rest = sympy.expand(offset - sum(c * s for c, s in zip(coeffs, syms)))
+            runs = all(coeffs[i] == coeffs[i + 1] * axes[i + 1][1] for i in range(len(axes) - 1))
+            if not runs or set(syms) & (rest.free_symbols | node.guard.free_symbols) \
+                    or any(set(syms) & free_index_symbols(v) for _, _, v in node.data):
+                failed = True
+                return node
+            return replace(node, offset=rest + coeffs[-1] * flat)
+        if isinstance(node, (IndexCond, Read)):
+            failed = True
+            return node
+        return None
+
+    out = transform(root, visit)
+    return None if failed else out

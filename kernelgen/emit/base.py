@@ -297,18 +297,29 @@ class Emitter:
         vector loop may have covered the positions before it)."""
         opened: list[Scope] = []
         inner = scope
+        unroll = self.unrolls(node)
         for k, (s, n) in enumerate(node.axes):
             name = self.fresh("r")
             self.symbol_names[s] = name
             opened.append(inner)
+            if unroll:
+                inner.add(self.unroll_pragma)
             inner = self.open_loop(inner, name, start if k == 0 else "0", self.int_literal(n))
         self.accumulate(inner, acc, node, self.expr(node.body, inner))
-        self.loop_tail(inner)
+        if not unroll:
+            self.loop_tail(inner)
         for outer in reversed(opened):
             self.close_loop(outer)
 
     def loop_tail(self, scope: Scope) -> None:
         """Statements at the end of every serial loop body (OpenCL's barrier trick)."""
+
+    unroll_pragma = ""
+
+    def unrolls(self, node: Reduce) -> bool:
+        """Whether ``node``'s serial loops are unrolled completely (``unroll_pragma`` before
+        each loop; no ``loop_tail``)."""
+        return False
 
     def decompose(self, flat: str, axes: list[tuple[sympy.Symbol, int]], scope: Scope) -> None:
         """Bind each axis symbol from a row-major flat position ``flat`` over ``axes``."""

@@ -361,9 +361,11 @@ class _VectorPrinter:
     """Prints an expression as vector code for lanes ``base .. base+width-1`` of ``sym``.
     Sub-expressions that do not depend on ``sym`` were named before the loop and broadcast."""
 
-    def __init__(self, emitter: CEmitter, sym: sympy.Symbol, base: str, scope: Scope) -> None:
-        assert emitter.vector is not None
-        self.em, self.v, self.sym, self.scope = emitter, emitter.vector, sym, scope
+    def __init__(self, emitter: CEmitter, sym: sympy.Symbol, base: str, scope: Scope,
+                 syntax: VectorSyntax | None = None) -> None:
+        v = syntax or emitter.vector
+        assert v is not None
+        self.em, self.v, self.sym, self.scope = emitter, v, sym, scope
         self.base = base
         self.names: dict[Expr, str] = {}
 

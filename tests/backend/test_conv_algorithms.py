@@ -128,12 +128,17 @@ def test_inapplicable_algorithm_names_the_reason() -> None:
 
 
 def test_heuristic_when_nothing_is_measured() -> None:
-    def pick(x: tuple[int, ...], w: tuple[int, ...], **attrs: object) -> str:
+    def pick(x: tuple[int, ...], w: tuple[int, ...], backend: str = "opencl",
+             **attrs: object) -> str:
         return heuristic(kg.fuse(kg.conv(kg.tensor("x", x), kg.tensor("w", w), **attrs)),
-                         "opencl")
+                         backend)
 
-    assert pick((1, 64, 56, 56), (64, 64, 3, 3), pads=[1, 1, 1, 1]) == "winograd"
+    resnet_3x3 = ((1, 64, 56, 56), (64, 64, 3, 3))
+    assert pick(*resnet_3x3, pads=[1, 1, 1, 1]) == "im2col"
+    assert pick(*resnet_3x3, "neon", pads=[1, 1, 1, 1]) == "winograd"
     assert pick((1, 64, 56, 56), (128, 64, 3, 3), pads=[1, 1, 1, 1], strides=[2, 2]) == "im2col"
+    assert pick((1, 64, 56, 56), (256, 64, 1, 1)) == "implicit_gemm"  # im2col would copy x
+    assert pick((1, 64, 56, 56), (256, 64, 1, 1), "neon") == "im2col"
     assert pick((1, 64, 56, 56), (64, 1, 3, 3), group=64) == "direct"
     assert pick((1, 3, 7, 7), (4, 3, 3, 3)) == "implicit_gemm"  # too small to split
     assert set(ALGORITHMS) == {"direct", "implicit_gemm", "im2col", "winograd"}
@@ -163,13 +168,16 @@ def test_stored_tiles_are_used_by_default(tmp_path, monkeypatch) -> None:
     """The templates take their tunables from the Fast-Run database without being asked."""
     require("opencl")
     monkeypatch.setenv("KERNELGEN_CACHE_DIR", str(tmp_path))
+    from kernelgen.emit.opencl import VECTOR_TILE
+
     fused = kg.fuse(kg.matmul(kg.tensor("a", (13, 17)), kg.tensor("b", (17, 19))))
-    assert fused.emit("opencl").metadata["tunables"]["tile_m"] == 4  # emitter default
+    default = VECTOR_TILE[0]
+    assert fused.emit("opencl").metadata["tunables"]["tile_m"] == default
     loop = fused.lower()
     autotune.tune(loop, "opencl", configs=[autotune.Config.of(tile_m=2, tile_n=8)], repeat=2)
     tunables = fused.emit("opencl").metadata["tunables"]
     assert (tunables["tile_m"], tunables["tile_n"]) == (2, 8)
-    assert fused.emit("opencl", tuned=False).metadata["tunables"]["tile_m"] == 4
+    assert fused.emit("opencl", tuned=False).metadata["tunables"]["tile_m"] == default
     assert fused.emit("opencl", tile_m=1).metadata["tunables"]["tile_m"] == 1  # explicit wins
 
 

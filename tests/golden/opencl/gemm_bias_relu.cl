@@ -3,52 +3,58 @@
 #define KG_FLOORDIV(a, b) (((a) - (((a) % (b) + (b)) % (b))) / (b))
 #define KG_FLOORMOD(a, b) ((((a) % (b)) + (b)) % (b))
 
-// Register-tiled contraction: each work-item owns a 4x4 tile of outputs (rows: the axes
-// the left operand depends on, columns: the right operand's, NDRange dimension 2: batch axes
-// both depend on), keeps the tile's sums in registers, and streams the reduction once.
-// Prologues are inlined into the operand loads, the epilogue into the store.
+// Register-tiled contraction with vector columns: each work-item owns 8 rows x 1 vectors of
+// 8 columns (the right operand's contiguous run of output axes) and keeps the sums in
+// float8 registers; each left-operand element is broadcast across the lanes. NDRange dimension 0
+// walks rows, so neighbouring work-items share the right operand's panel in cache; dimension 2
+// holds batch axes both operands depend on. PoCL keeps the arrays in registers only because every
+// loop over them is unrolled. A partial last column tile shifts left to stay whole and stores
+// only its own columns. Prologues are inlined into the loads, the epilogue into the store.
 #define kg_min(a, b) min(a, b)
 __kernel void fused_gemm_relu(__global const float* restrict a,
         __global const float* restrict b,
         __global const float* restrict c,
         __global float* restrict y)
 {
-    const int kg_tc = get_global_id(0), kg_tr = get_global_id(1), kg_bt = get_global_id(2);
-    if (kg_tc >= 3 || kg_tr >= 9 || kg_bt >= 1) return;
-    float kg_acc[4][4];
-    for (int kg_i = 0; kg_i < 4; ++kg_i)
-        for (int kg_j = 0; kg_j < 4; ++kg_j)
-            kg_acc[kg_i][kg_j] = 0.0f;
+    const int kg_tr = get_global_id(0), kg_tc = get_global_id(1), kg_bt = get_global_id(2);
+    if (kg_tr >= 5 || kg_tc >= 2 || kg_bt >= 1) return;
+    const int kg_own = kg_tc * 8;  // first column this item stores
+    const int kg_c0 = kg_min(kg_own, (int)1);  // whole tile
+    float8 kg_acc[8][1];
+    _Pragma("unroll") for (int kg_i = 0; kg_i < 8; ++kg_i)
+        _Pragma("unroll") for (int kg_v = 0; kg_v < 1; ++kg_v)
+            kg_acc[kg_i][kg_v] = (float8)(0.0f);
     for (int kg_k = 0; kg_k < 17; ++kg_k) {
         const int r1 = kg_k;
-        float kg_a[4], kg_b[4];
-        for (int kg_i = 0; kg_i < 4; ++kg_i) {
-            const int kg_row = kg_min(kg_tr * 4 + kg_i, (int)32);
+        float8 kg_b[1];
+        _Pragma("unroll") for (int kg_v = 0; kg_v < 1; ++kg_v) {
+            const int kg_col = kg_c0 + kg_v * 8;
+            const float8 v2 = vload8(0, b + 9 * r1 + kg_col);
+            kg_b[kg_v] = v2;
+        }
+        _Pragma("unroll") for (int kg_i = 0; kg_i < 8; ++kg_i) {
+            const int kg_row = kg_min(kg_tr * 8 + kg_i, (int)32);
             const int o0 = kg_row;
-            const float t3 = a[17 * o0 + r1];
-            kg_a[kg_i] = t3;
+            const float t4 = a[17 * o0 + r1];
+            const float kg_a = t4;
+            _Pragma("unroll") for (int kg_v = 0; kg_v < 1; ++kg_v)
+                kg_acc[kg_i][kg_v] = fma((float8)(kg_a), kg_b[kg_v], kg_acc[kg_i][kg_v]);
         }
-        for (int kg_j = 0; kg_j < 4; ++kg_j) {
-            const int kg_col = kg_min(kg_tc * 4 + kg_j, (int)8);
-            const int o1 = kg_col;
-            const float t5 = b[9 * r1 + o1];
-            kg_b[kg_j] = t5;
-        }
-        for (int kg_i = 0; kg_i < 4; ++kg_i)
-            for (int kg_j = 0; kg_j < 4; ++kg_j)
-                kg_acc[kg_i][kg_j] = fma(kg_a[kg_i], kg_b[kg_j], kg_acc[kg_i][kg_j]);
     }
-    for (int kg_i = 0; kg_i < 4; ++kg_i) {
-        for (int kg_j = 0; kg_j < 4; ++kg_j) {
-            const float kg_acc_at = kg_acc[kg_i][kg_j];
-            const int kg_row = kg_tr * 4 + kg_i, kg_col = kg_tc * 4 + kg_j;
-            if (kg_row >= 33 || kg_col >= 9) continue;
+    _Pragma("unroll") for (int kg_i = 0; kg_i < 8; ++kg_i) {
+        float kg_sums[8];
+        _Pragma("unroll") for (int kg_v = 0; kg_v < 1; ++kg_v)
+            vstore8(kg_acc[kg_i][kg_v], kg_v, kg_sums);
+        _Pragma("unroll") for (int kg_j = 0; kg_j < 8; ++kg_j) {
+            const float kg_acc_at = kg_sums[kg_j];
+            const int kg_row = kg_tr * 8 + kg_i, kg_col = kg_c0 + kg_j;
+            if (kg_row >= 33 || kg_col < kg_own) continue;
             const int o0 = kg_row;
             const int o1 = kg_col;
-            const float t8 = c[o1];
-            const float t9 = kg_acc_at + t8;
-            const float t10 = fmax(t9, 0.0f);
-            y[9 * o0 + o1] = t10;
+            const float t7 = c[o1];
+            const float t8 = kg_acc_at + t7;
+            const float t9 = fmax(t8, 0.0f);
+            y[9 * o0 + o1] = t9;
         }
     }
 }
