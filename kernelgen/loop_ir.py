@@ -362,31 +362,39 @@ def producer_redundancy(kernel: LoopKernel, tile_n: int) -> float:
     return float(-(-n_cols // tile_n))
 
 
-def flatten_axes(root: Expr, axes: list[Axis], flat: sympy.Symbol) -> Expr | None:
-    """``root`` with the row-major ``axes`` replaced by their flat position ``flat``, or None
-    when some use is not a load whose offset walks them as one contiguous run (stride of each
-    axis = the next one's stride times its extent) or they appear in a guard or condition.
-    Lets a vector run over merged output axes (a conv's (OH, OW) pixels) instead of the last."""
+def flatten_offset(offset: sympy.Expr, axes: list[Axis], flat: sympy.Symbol
+                   ) -> sympy.Expr | None:
+    """``offset`` with the row-major ``axes`` replaced by their flat position ``flat``, or None
+    unless it walks them as one contiguous run (each axis's stride is the next one's times the
+    next one's extent)."""
     syms = [s for s, _ in axes]
-    if not any(s in free_index_symbols(root) for s in syms):
-        return root
+    offset = sympy.expand(offset)
+    coeffs = [offset.coeff(s) for s in syms]
+    rest = sympy.expand(offset - sum(c * s for c, s in zip(coeffs, syms)))
+    runs = all(coeffs[i] == coeffs[i + 1] * axes[i + 1][1] for i in range(len(axes) - 1))
+    return rest + coeffs[-1] * flat if runs and not set(syms) & rest.free_symbols else None
+
+
+def flatten_axes(root: Expr, axes: list[Axis], flat: sympy.Symbol,
+                 keep: frozenset[Expr] = frozenset()) -> Expr | None:
+    """``root`` with the row-major ``axes`` replaced by their flat position ``flat``, or None
+    when some use is not a load whose offset walks them as one contiguous run, or they appear
+    in a guard or condition. Nodes in ``keep`` stay as they are (an epilogue's contraction
+    sum). Lets a vector run over merged output axes (a conv's (OH, OW) pixels)."""
+    syms = set(s for s, _ in axes)
     failed = False
 
     def visit(node: Expr, recurse: Callable[[Expr], Expr]) -> Expr | None:
         nonlocal failed
-        used = set(syms) & free_index_symbols(node)
-        if not used or failed:
+        if node in keep or not syms & free_index_symbols(node) or failed:
             return node
         if isinstance(node, Load):
-            offset = sympy.expand(node.offset)
-            coeffs = [offset.coeff(s) for s in syms]
-            rest = sympy.expand(offset - sum(c * s for c, s in zip(coeffs, syms)))
-            runs = all(coeffs[i] == coeffs[i + 1] * axes[i + 1][1] for i in range(len(axes) - 1))
-            if not runs or set(syms) & (rest.free_symbols | node.guard.free_symbols) \
-                    or any(set(syms) & free_index_symbols(v) for _, _, v in node.data):
+            offset = flatten_offset(node.offset, axes, flat)
+            if offset is None or syms & set(node.guard.free_symbols) \
+                    or any(syms & free_index_symbols(v) for _, _, v in node.data):
                 failed = True
                 return node
-            return replace(node, offset=rest + coeffs[-1] * flat)
+            return replace(node, offset=offset)
         if isinstance(node, (IndexCond, Read)):
             failed = True
             return node

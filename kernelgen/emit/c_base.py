@@ -12,7 +12,7 @@ import sympy
 
 from ..dtypes import DType
 from ..errors import UnsupportedError
-from ..expr import Call, Cast, Const, Expr, Load, Reduce, Select, free_index_symbols
+from ..expr import Call, Cast, Const, Expr, Load, Reduce, Select, free_index_symbols, walk
 from ..loop_ir import Axis, Buffer, LoopKernel
 from ..shapes import prod
 from .base import Capabilities, Emitter, Scope
@@ -362,18 +362,19 @@ class _VectorPrinter:
     Sub-expressions that do not depend on ``sym`` were named before the loop and broadcast."""
 
     def __init__(self, emitter: CEmitter, sym: sympy.Symbol, base: str, scope: Scope,
-                 syntax: VectorSyntax | None = None) -> None:
+                 syntax: VectorSyntax | None = None, lanes: Mapping[Expr, str] = {}) -> None:
         v = syntax or emitter.vector
         assert v is not None
         self.em, self.v, self.sym, self.scope = emitter, v, sym, scope
         self.base = base
-        self.names: dict[Expr, str] = {}
+        self.names: dict[Expr, str] = dict(lanes)  # ``lanes``: nodes already held as vectors
+        self.lanes = frozenset(lanes)
 
     def expr(self, node: Expr) -> str:
         if node in self.names:
             return self.names[node]
-        if isinstance(node, Const) or self.sym not in free_index_symbols(node) \
-                or node in self.em.kernel.hoisted:
+        varies = self.sym in free_index_symbols(node) or any(n in self.lanes for n in walk(node))
+        if isinstance(node, Const) or not varies or node in self.em.kernel.hoisted:
             scalar = self.em.expr(node, self.scope)
             fmt = self.v.broadcast_mask if node.dtype is DType.bool else self.v.broadcast
             return fmt.format(scalar)

@@ -25,7 +25,7 @@ import templates
 from ..dtypes import DType
 from ..expr import Reduce
 from ..loop_ir import (Axis, Buffer, Contraction, LoopKernel, contraction, flatten_axes,
-                       operand_has_reduction, producer_redundancy)
+                       flatten_offset, operand_has_reduction, producer_redundancy)
 from ..shapes import prod
 from .base import Capabilities, Scope
 from .c_base import CEmitter, VectorSyntax, _VectorPrinter, extent, vectorizable
@@ -385,13 +385,9 @@ class OpenCLEmitter(CEmitter):
         a.add(f"const {t} kg_row = kg_min(kg_tr * {tm} + kg_i, ({t}){n_rows - 1});")
         self.decompose("kg_row", [k.domain[i] for i in c.rows], a)
         a.add(f"const float kg_a = {self.expr(c.left, a)};")
-        out = Scope([], 3, parent=tile)
-        out.add(f"const {t} kg_row = kg_tr * {tm} + kg_i, kg_col = kg_c0 + kg_j;")
-        out.add(f"if (kg_row >= {n_rows} || kg_col < kg_own) continue;")
-        self.decompose("kg_row", [k.domain[i] for i in c.rows], out)
-        self.decompose("kg_col", run, out)
-        out.names[c.reduce] = "kg_acc_at"
-        self.stores(out)
+        store = Scope([], 2, parent=tile)
+        self.decompose("kg_row", [k.domain[i] for i in c.rows], store)
+        self._tile_stores(c, plan, store)
         tiles_r = -(-n_rows // tm)
         sizes = [tiles_r, tiles_run * prod(n for _, n in outer),
                  prod(k.domain[i][1] for i in c.batch)]
@@ -404,9 +400,65 @@ class OpenCLEmitter(CEmitter):
             tiles_r=str(sizes[0]), tiles_c=str(sizes[1]), batches=str(sizes[2]),
             k_extent=str(prod(n for _, n in c.reduce.axes)),
             col_bind="\n".join(tile.lines), k_bind="\n".join(k_scope.lines),
-            b_load="\n".join(b.lines), a_load="\n".join(a.lines),
-            epilogue="\n".join(out.lines))
+            b_load="\n".join(b.lines), a_load="\n".join(a.lines), n_rows=str(n_rows),
+            store="\n".join(store.lines))
         return src, Launch(global_, local)
+
+    def _tile_stores(self, c: Contraction, plan: _VectorPlan, scope: Scope) -> None:
+        """Row ``kg_i``'s epilogue and stores: whole tiles store vectors when every output is
+        contiguous along the run and the epilogue has a vector form; the shifted last tile
+        (and any other) goes lane by lane from ``kg_own`` on."""
+        k, t, w, tn = self.kernel, self.index_t, plan.width, plan.tile_n
+        run = [k.domain[i] for i in plan.run]
+        vectors = self._vector_epilogue(c, plan)
+        lanes = scope
+        if vectors is not None:
+            syntax = _vector_syntax(w)
+            scope.add("if (kg_c0 == kg_own) {  // a whole tile: one vector store a column block")
+            whole = scope.child()
+            whole.add(f"_Pragma(\"unroll\") for (int kg_v = 0; kg_v < {tn // w}; ++kg_v) {{")
+            lane = whole.child()
+            lane.add(f"const {t} kg_col = kg_c0 + kg_v * {w};")
+            printer = _VectorPrinter(self, plan.flat, "kg_col", lane, syntax,
+                                     lanes={c.reduce: "kg_acc[kg_i][kg_v]"})
+            for buf, offset, value in vectors:
+                text = printer.expr(value)
+                off = self.index(offset.xreplace({plan.flat: sympy.Symbol("kg_col")}))
+                lane.add(syntax.store.format(v=text, ptr=self.arg_names[buf.name], off=off))
+            whole.add("}")
+            scope.add("} else {  // the shifted last tile: only the columns from kg_own on")
+            lanes = scope.child()
+        lanes.add(f"float kg_sums[{tn}];")
+        lanes.add(f"_Pragma(\"unroll\") for (int kg_v = 0; kg_v < {tn // w}; ++kg_v)")
+        lanes.child().add(f"vstore{w}(kg_acc[kg_i][kg_v], kg_v, kg_sums);")
+        lanes.add(f"_Pragma(\"unroll\") for (int kg_j = 0; kg_j < {tn}; ++kg_j) {{")
+        lane = lanes.child()
+        lane.add(f"const {t} kg_col = kg_c0 + kg_j;")
+        lane.add("if (kg_col < kg_own) continue;")
+        self.decompose("kg_col", run, lane)
+        lane.names[c.reduce] = "kg_sums[kg_j]"
+        self.stores(lane)
+        lanes.add("}")
+        if vectors is not None:
+            scope.add("}")
+
+    def _vector_epilogue(self, c: Contraction, plan: _VectorPlan
+                         ) -> list[tuple[Buffer, sympy.Expr, Any]] | None:
+        """(output, flat store offset, flat value) for each output when all store ``width``
+        lanes contiguously and have a vector form, else None."""
+        k = self.kernel
+        run = [k.domain[i] for i in plan.run]
+        offset = flatten_offset(k.store_offset, run, plan.flat)
+        if offset is None or offset.coeff(plan.flat) != 1:
+            return None
+        syntax, keep = _vector_syntax(plan.width), frozenset({c.reduce})
+        out = []
+        for buf, st in zip(k.outputs, k.stores):
+            value = flatten_axes(st.value, run, plan.flat, keep)
+            if value is None or not vectorizable(value, plan.flat, syntax, keep):
+                return None
+            out.append((buf, offset, value))
+        return out
 
     # --- 'row': one work-item per group point, explicit vector loops ---------------------------
 

@@ -141,6 +141,7 @@ def test_emit_tuned_uses_the_database(tmp_path: Path, monkeypatch: pytest.Monkey
     db = FastRunDB(tmp_path / "fastrun.sqlite")
     assert len(db) == 1
     (_, value, _), = db.entries()
-    assert {k: first.metadata["tunables"][k] for k in value} == value
+    # the stored tunables are what the emitted kernel was built with (tiles may clamp to the shape)
+    assert first.source == fused.emit("opencl", tuned=False, **value).source
     second = fused.emit("opencl", tuned=True)  # from the database, no new entry
     assert second.source == first.source and len(db) == 1

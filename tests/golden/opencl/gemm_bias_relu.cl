@@ -9,7 +9,8 @@
 // walks rows, so neighbouring work-items share the right operand's panel in cache; dimension 2
 // holds batch axes both operands depend on. PoCL keeps the arrays in registers only because every
 // loop over them is unrolled. A partial last column tile shifts left to stay whole and stores
-// only its own columns. Prologues are inlined into the loads, the epilogue into the store.
+// only its own columns. Prologues are inlined into the loads, the epilogue into the stores
+// (vector stores where the output is contiguous along the run).
 #define kg_min(a, b) min(a, b)
 __kernel void fused_gemm_relu(__global const float* restrict a,
         __global const float* restrict b,
@@ -42,19 +43,30 @@ __kernel void fused_gemm_relu(__global const float* restrict a,
         }
     }
     _Pragma("unroll") for (int kg_i = 0; kg_i < 8; ++kg_i) {
-        float kg_sums[8];
-        _Pragma("unroll") for (int kg_v = 0; kg_v < 1; ++kg_v)
-            vstore8(kg_acc[kg_i][kg_v], kg_v, kg_sums);
-        _Pragma("unroll") for (int kg_j = 0; kg_j < 8; ++kg_j) {
-            const float kg_acc_at = kg_sums[kg_j];
-            const int kg_row = kg_tr * 8 + kg_i, kg_col = kg_c0 + kg_j;
-            if (kg_row >= 33 || kg_col < kg_own) continue;
-            const int o0 = kg_row;
-            const int o1 = kg_col;
-            const float t7 = c[o1];
-            const float t8 = kg_acc_at + t7;
-            const float t9 = fmax(t8, 0.0f);
-            y[9 * o0 + o1] = t9;
+        const int kg_row = kg_tr * 8 + kg_i;
+        if (kg_row >= 33) break;
+        const int o0 = kg_row;
+        if (kg_c0 == kg_own) {  // a whole tile: one vector store a column block
+            _Pragma("unroll") for (int kg_v = 0; kg_v < 1; ++kg_v) {
+                const int kg_col = kg_c0 + kg_v * 8;
+                const float8 v6 = vload8(0, c + kg_col);
+                const float8 v7 = kg_acc[kg_i][kg_v] + v6;
+                const float8 v8 = fmax(v7, ((float8)(0.0f)));
+                vstore8(v8, 0, y + 9 * o0 + kg_col);
+            }
+        } else {  // the shifted last tile: only the columns from kg_own on
+            float kg_sums[8];
+            _Pragma("unroll") for (int kg_v = 0; kg_v < 1; ++kg_v)
+                vstore8(kg_acc[kg_i][kg_v], kg_v, kg_sums);
+            _Pragma("unroll") for (int kg_j = 0; kg_j < 8; ++kg_j) {
+                const int kg_col = kg_c0 + kg_j;
+                if (kg_col < kg_own) continue;
+                const int o1 = kg_col;
+                const float t10 = c[o1];
+                const float t11 = kg_sums[kg_j] + t10;
+                const float t12 = fmax(t11, 0.0f);
+                y[9 * o0 + o1] = t12;
+            }
         }
     }
 }
