@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+import templates
+
 from .config import Config
 from .database import FastRunDB
 
@@ -93,7 +95,7 @@ def tuning_key(loop: Any, backend: str) -> dict[str, Any]:
 
     return {"kind": "tile-config", "kernel": fingerprint(loop), "backend": backend,
             "device": device_identity(backend), "layout": "row-major",
-            "kernelgen": __version__}
+            "kernelgen": __version__, "templates": templates.digest(backend)}
 
 
 def _correct(got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> bool:

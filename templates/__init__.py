@@ -5,6 +5,7 @@ rendered from the loop IR. ``string.Template.substitute`` raises on a missing ho
 """
 from __future__ import annotations
 
+import hashlib
 import string
 from functools import cache
 from importlib import resources
@@ -26,3 +27,15 @@ def render(backend: str, template: str, **holes: str) -> str:
         return string.Template(text).substitute(holes)
     except KeyError as exc:
         raise KeyError(f"template {backend}/{template}.tmpl needs hole {exc}") from None
+
+
+@cache
+def digest(backend: str) -> str:
+    """A short hash of every template of ``backend``: tuned results measured with other
+    skeletons (an older release, a local edit) must not be reused."""
+    h = hashlib.sha256()
+    folder = resources.files(__package__).joinpath(backend)
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".tmpl"):
+            h.update(entry.name.encode() + b"\0" + entry.read_bytes())
+    return h.hexdigest()[:16]
