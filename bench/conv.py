@@ -3,9 +3,11 @@ same thread count (2): every applicable algorithm (direct, implicit GEMM, im2col
 Winograd F(2x2,3x3)) timed round-robin on the same shape, each checked against onnxruntime's
 output first; fused Conv+BatchNorm+ReLU (BN folded into the weights, ReLU in the epilogue)
 against onnxruntime running Conv, BatchNormalization and Relu as separate nodes; and AGO's fused
-Conv3x3+ReLU -> Conv1x1 against the two kernels run separately.
+Conv3x3+ReLU -> Conv1x1 against the two kernels run separately. Each block's algorithms and
+their stages' tiles are tuned first (``autotune.tune_algorithm(..., tune_tiles=True)``, stored
+in the Fast-Run database), then emitted the default way.
 
-    python bench/conv.py [--repeat 10] [--json bench/results/conv.json]
+    python bench/conv.py [--repeat 10] [--tune-s 120] [--json bench/results/conv.json]
 """
 from __future__ import annotations
 
@@ -69,14 +71,20 @@ def time_ort(sess, x, repeat):
 
 
 def time_algorithms(fused: kg.FusedOp, arrays: list[np.ndarray], ref: np.ndarray,
-                    ort_ms: float, backends: list[str], repeat: int) -> dict[str, object]:
-    """Check every algorithm's output on each backend against onnxruntime's, then time them
-    round-robin; the row records each time, its speed relative to onnxruntime and the best."""
+                    ort_ms: float, backends: list[str], repeat: int, tune_s: float
+                    ) -> dict[str, object]:
+    """Tune each algorithm's tiles (``tune_s`` > 0), check every algorithm's output on each
+    backend against onnxruntime's, then time them round-robin; the row records each time, its
+    speed relative to onnxruntime and the best."""
     from kernelgen.conv_algorithms import applicable
 
     algorithms = [a for a, why in applicable(fused).items() if why is None]
     row: dict[str, object] = {}
     for backend in backends:
+        if tune_s > 0:  # tiles of every stage of every algorithm, stored for emit() to read
+            import autotune
+
+            autotune.tune_algorithm(fused, backend, tune_tiles=True, budget_s=tune_s, repeat=5)
         variants = {}
         for algorithm in algorithms:
             program = fused.emit(backend, algorithm=algorithm)
@@ -135,6 +143,9 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--backends", default="opencl,neon")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--tune-s", type=float, default=120.0,
+                        help="tuning budget per block and backend in seconds (0: stored or "
+                             "default tiles)")
     args = parser.parse_args()
     backends = args.backends.split(",")
     rng = np.random.default_rng(0)
@@ -146,7 +157,8 @@ def main() -> int:
         xv = kg.tensor("x", xs)
         op = kg.conv(xv, kg.constant("w", w), pads=[pads] * 4, group=group)
         row = {"conv": name, "onnxruntime_ms": ort_ms,
-               **time_algorithms(kg.fuse(op), [x, w], ref, ort_ms, backends, args.repeat)}
+               **time_algorithms(kg.fuse(op), [x, w], ref, ort_ms, backends, args.repeat,
+                                 args.tune_s)}
         rows.append(row)
         print(f"{name}: onnxruntime {ort_ms:.2f} ms; {describe(row, backends)}", flush=True)
     # fused Conv + BN + ReLU against ORT's three nodes
@@ -166,7 +178,8 @@ def main() -> int:
     fused = kg.fuse(folded, relu)
     arrays = [x] + [v.value for v in fused.inputs[1:]]
     fused_row = {"conv": "Conv+BN+ReLU 3x3 64 @56", "onnxruntime_unfused_ms": ort_ms,
-                 **time_algorithms(fused, arrays, ref, ort_ms, backends, args.repeat)}
+                 **time_algorithms(fused, arrays, ref, ort_ms, backends, args.repeat,
+                                    args.tune_s)}
     rows.append(fused_row)
     print(f"Conv+BN+ReLU: onnxruntime (3 nodes, no graph fusion) {ort_ms:.2f} ms; "
           f"{describe(fused_row, backends)}", flush=True)

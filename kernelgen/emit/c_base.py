@@ -306,7 +306,7 @@ class CEmitter(Emitter):
         scope.add(f"{self.index_t} {i} = 0;")
         scope.add(f"for (; {i} + {v.width} <= {n}; {i} += {v.width}) {{")
         inner = scope.child()
-        value = _VectorPrinter(self, sym, i, inner).expr(node.body)
+        value = VectorPrinter(self, sym, i, inner).expr(node.body)
         inner.add(f"{vacc} = {v.combine[node.kind].format(a=vacc, b=value)};")
         scope.add("}")
         scope.add(f"{self.ctype(node.dtype)} {acc} = {self._horizontal(node, vacc, scope)};")
@@ -344,7 +344,7 @@ class CEmitter(Emitter):
         scope.add(f"{self.index_t} {i} = {start};")
         scope.add(f"for (; {i} + {v.width} <= {stop}; {i} += {v.width}) {{")
         inner = scope.child()
-        printer = _VectorPrinter(self, sym, i, inner)
+        printer = VectorPrinter(self, sym, i, inner)
         offset = self.index(self.kernel.store_offset)
         for buf, st in zip(self.kernel.outputs, self.kernel.stores):
             value = printer.expr(st.value)
@@ -357,7 +357,7 @@ class CEmitter(Emitter):
             scope.add("}")
 
 
-class _VectorPrinter:
+class VectorPrinter:
     """Prints an expression as vector code for lanes ``base .. base+width-1`` of ``sym``.
     Sub-expressions that do not depend on ``sym`` were named before the loop and broadcast."""
 

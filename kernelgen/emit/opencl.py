@@ -28,7 +28,7 @@ from ..loop_ir import (Axis, Buffer, Contraction, LoopKernel, contraction, flatt
                        flatten_offset, operand_has_reduction, producer_redundancy)
 from ..shapes import prod
 from .base import Capabilities, Scope
-from .c_base import CEmitter, VectorSyntax, _VectorPrinter, extent, vectorizable
+from .c_base import CEmitter, VectorPrinter, VectorSyntax, extent, vectorizable
 
 _MATH = ("exp", "expm1", "log", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "asin", "acos",
          "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "floor", "ceil", "rint")
@@ -368,7 +368,7 @@ class OpenCLEmitter(CEmitter):
             b.add(f"_Pragma(\"unroll\") for (int kg_v = 0; kg_v < {tn // w}; ++kg_v) {{")
             lane = b.child()
             lane.add(f"const {t} kg_col = kg_c0 + kg_v * {w};")
-            value = _VectorPrinter(self, plan.flat, "kg_col", lane, _vector_syntax(w))
+            value = VectorPrinter(self, plan.flat, "kg_col", lane, _vector_syntax(w))
             lane.add(f"kg_b[kg_v] = {value.expr(plan.right)};")
             b.add("}")
         else:
@@ -419,7 +419,7 @@ class OpenCLEmitter(CEmitter):
             whole.add(f"_Pragma(\"unroll\") for (int kg_v = 0; kg_v < {tn // w}; ++kg_v) {{")
             lane = whole.child()
             lane.add(f"const {t} kg_col = kg_c0 + kg_v * {w};")
-            printer = _VectorPrinter(self, plan.flat, "kg_col", lane, syntax,
+            printer = VectorPrinter(self, plan.flat, "kg_col", lane, syntax,
                                      lanes={c.reduce: "kg_acc[kg_i][kg_v]"})
             for buf, offset, value in vectors:
                 text = printer.expr(value)
