@@ -362,18 +362,20 @@ class VectorPrinter:
     Sub-expressions that do not depend on ``sym`` were named before the loop and broadcast."""
 
     def __init__(self, emitter: CEmitter, sym: sympy.Symbol, base: str, scope: Scope,
-                 syntax: VectorSyntax | None = None, lanes: Mapping[Expr, str] = {}) -> None:
+                 syntax: VectorSyntax | None = None,
+                 lanes: Mapping[Expr, str] | None = None) -> None:
         v = syntax or emitter.vector
         assert v is not None
         self.em, self.v, self.sym, self.scope = emitter, v, sym, scope
         self.base = base
-        self.names: dict[Expr, str] = dict(lanes)  # ``lanes``: nodes already held as vectors
-        self.lanes = frozenset(lanes)
+        self.names: dict[Expr, str] = dict(lanes or {})  # ``lanes``: nodes already vectors
+        self.lanes = frozenset(lanes or ())
 
     def expr(self, node: Expr) -> str:
         if node in self.names:
             return self.names[node]
-        varies = self.sym in free_index_symbols(node) or any(n in self.lanes for n in walk(node))
+        varies = self.sym in free_index_symbols(node) or (
+            bool(self.lanes) and any(n in self.lanes for n in walk(node)))
         if isinstance(node, Const) or not varies or node in self.em.kernel.hoisted:
             scalar = self.em.expr(node, self.scope)
             fmt = self.v.broadcast_mask if node.dtype is DType.bool else self.v.broadcast

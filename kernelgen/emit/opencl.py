@@ -16,6 +16,7 @@ Schedules (``metadata['schedule']``):
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cache
 from typing import Any
 
 import sympy
@@ -23,7 +24,7 @@ import sympy
 import templates
 
 from ..dtypes import DType
-from ..expr import Reduce
+from ..expr import Expr, Reduce
 from ..loop_ir import (Axis, Buffer, Contraction, LoopKernel, contraction, flatten_axes,
                        flatten_offset, operand_has_reduction, producer_redundancy)
 from ..shapes import prod
@@ -363,7 +364,6 @@ class OpenCLEmitter(CEmitter):
         k_scope = Scope([], 2, parent=tile)
         self.decompose("kg_k", list(c.reduce.axes), k_scope)
         b = Scope([], 2, parent=k_scope)
-        vtype = f"float{w}"
         if plan.right is not None:
             b.add(f"_Pragma(\"unroll\") for (int kg_v = 0; kg_v < {tn // w}; ++kg_v) {{")
             lane = b.child()
@@ -396,7 +396,7 @@ class OpenCLEmitter(CEmitter):
         self.local = prod(local)
         src = templates.render(
             "opencl", "contraction_vec.cl", name=k.name, params=self.params(), index_t=t,
-            tm=str(tm), tn=str(tn), nv=str(tn // w), width=str(w), vtype=vtype,
+            tm=str(tm), tn=str(tn), nv=str(tn // w), width=str(w), vtype=_vector_syntax(w).vtype,
             tiles_r=str(sizes[0]), tiles_c=str(sizes[1]), batches=str(sizes[2]),
             k_extent=str(prod(n for _, n in c.reduce.axes)),
             col_bind="\n".join(tile.lines), k_bind="\n".join(k_scope.lines),
@@ -474,6 +474,7 @@ class OpenCLEmitter(CEmitter):
         return src, launch
 
 
+@cache
 def _vector_syntax(width: int) -> VectorSyntax:
     return replace(VECTOR, width=width, vtype=f"float{width}", mtype=f"int{width}",
                    load=f"vload{width}(0, {{ptr}} + {{off}})",
@@ -493,7 +494,7 @@ class _VectorPlan:
     width: int
     tile_n: int
     flat: sympy.Symbol
-    right: Any
+    right: Expr | None
 
 
 def _vector_plan(k: LoopKernel, c: Contraction, tile: tuple[int, int],
@@ -504,7 +505,8 @@ def _vector_plan(k: LoopKernel, c: Contraction, tile: tuple[int, int],
     flat = sympy.Symbol("kg_col")
     syntax = _vector_syntax(VECTOR_WIDTHS[0])
     cols = list(c.cols)
-    choice: tuple[tuple[int, ...], Any] = (tuple(cols), None)  # lane loads over every column
+    # default: lanes loaded one by one over every column
+    choice: tuple[tuple[int, ...], Expr | None] = (tuple(cols), None)
     for start in range(len(cols) if not full_columns else 1):
         run = tuple(cols[start:])
         merged = flatten_axes(c.right, [k.domain[i] for i in run], flat)
