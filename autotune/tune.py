@@ -43,12 +43,19 @@ class TuneResult:
 def search_space(loop: Any, backend: str) -> list[Config]:
     """Each backend's tunables for this kernel (the default first)."""
     if backend == "opencl":
-        from kernelgen.loop_ir import contraction
+        from kernelgen.emit.opencl import opencl_contraction
+        from kernelgen.loop_ir import operand_has_reduction
 
-        if contraction(loop) is not None:  # register tiles of the contraction templates
+        c = opencl_contraction(loop)
+        if c is not None and not c.rows:  # depthwise: one row, columns in vectors
+            return [Config.of(tile_m=1, tile_n=n) for n in (32, 16, 48, 64)]
+        if c is not None:  # register tiles of the contraction templates
             # rows x columns; columns in float16 vectors (8 or 4 lanes on short runs)
-            return [Config.of(tile_m=m, tile_n=n) for m, n in
-                    ((8, 32), (8, 48), (4, 64), (12, 32), (6, 32), (8, 16), (4, 16), (4, 4))]
+            tiles = [Config.of(tile_m=m, tile_n=n) for m, n in
+                     ((8, 32), (8, 48), (4, 64), (12, 32), (6, 32), (8, 16), (4, 16), (4, 4))]
+            # AGO: the emitter's own tile spans the producer once; most others recompute it
+            ago = operand_has_reduction(c.left) or operand_has_reduction(c.right)
+            return [Config.of(), *tiles] if ago else tiles
         strategies: list[str | None] = [None]
         if loop.hoisted:
             strategies += ["row", "group", "item"]
@@ -65,11 +72,14 @@ def search_space(loop: Any, backend: str) -> list[Config]:
             return [Config.of(block_r=r, block_e=e) for r in (256, 64, 1024) for e in (256, 1024)]
         return [Config.of(block=b) for b in (1024, 256, 4096)]
     if backend == "neon":
-        from kernelgen.loop_ir import contraction
+        from kernelgen.loop_ir import contraction, operand_has_reduction
 
-        if contraction(loop) is not None:  # register tiles; columns in whole float32x4
-            return [Config.of(tile_m=m, tile_n=n, pack_b=p) for p in (False, True) for m, n in
-                    ((4, 8), (8, 8), (4, 16), (6, 8), (2, 16), (1, 4))]
+        c = contraction(loop)
+        if c is not None:  # register tiles; columns in whole float32x4
+            tiles = [Config.of(tile_m=m, tile_n=n, pack_b=p) for p in (False, True)
+                     for m, n in ((4, 8), (8, 8), (4, 16), (6, 8), (2, 16), (1, 4))]
+            # AGO: the emitter's own tile spans the producer once; most others recompute it
+            return [Config.of(), *tiles] if operand_has_reduction(c.left) else tiles
     return [Config.of()]  # nothing else to tune (the vector width is the hardware's)
 
 
@@ -227,6 +237,10 @@ def _try(config: Config, build: Callable[[Config], Any],
         return Candidate(config, None, f"rejected: {why}")
     try:
         kernel = build(config)
+        recomputed = getattr(kernel, "metadata", {}).get("producer_redundancy", 1.0)
+        if recomputed > 1.0:  # AGO's constraint: each fused producer element computed once
+            return Candidate(config, None, f"rejected: computes the fused producer "
+                                           f"{recomputed:g} times")
         got = kernel(*inputs)
         got = got if isinstance(got, tuple) else (got,)
         if not _correct(got, want):

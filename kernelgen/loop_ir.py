@@ -105,8 +105,37 @@ class LoopKernel:
         return self.numel * per_point + groups * per_group
 
     def __str__(self) -> str:
-        from .printing import format_kernel
-        return format_kernel(self)
+        """A readable listing: buffers, domain, hoisted reductions and stores."""
+        lines = [f"kernel {self.name}"]
+        lines += [f"  in  {b.name}: {b.dtype}{list(b.shape)}" for b in self.inputs]
+        lines += [f"  out {b.name}: {b.dtype}{list(b.shape)}" for b in self.outputs]
+        lines.append("  domain: " + ", ".join(f"{s} < {n}" for s, n in self.domain))
+        lines += [f"  hoisted: {_text(r)}" for r in self.hoisted]
+        lines += [f"  {st.buffer}[{self.store_offset}] = {_text(st.value)}" for st in self.stores]
+        return "\n".join(lines)
+
+
+def _text(node: Expr) -> str:
+    """One expression as text: loads as ``buffer[offset]``, guards after ``if``."""
+    from .expr import Cast, Const, Select
+
+    if isinstance(node, Load):
+        guard = "" if node.guard is sympy.true else f" if {node.guard}"
+        return f"{node.buffer}[{node.offset}{guard}]"
+    if isinstance(node, Const):
+        return repr(node.value)
+    if isinstance(node, IndexCond):
+        return f"({node.cond})"
+    if isinstance(node, Call):
+        return f"{node.fn}({', '.join(_text(a) for a in node.args)})"
+    if isinstance(node, Reduce):
+        axes = ", ".join(f"{s} < {n}" for s, n in node.axes)
+        return f"{node.kind}[{axes}]({_text(node.body)})"
+    if isinstance(node, Select):
+        return f"({_text(node.cond)} ? {_text(node.if_true)} : {_text(node.if_false)})"
+    if isinstance(node, Cast):
+        return f"{node.dtype}({_text(node.value)})"
+    return f"{type(node).__name__}(...)"
 
 
 def lower(fused: FusedOp, name: str) -> LoopKernel:
@@ -326,8 +355,11 @@ class Contraction:
     batch: tuple[int, ...] = ()  # positions both depend on
 
 
-def contraction(kernel: LoopKernel) -> Contraction | None:
-    """Recognise the contraction pattern, or None."""
+def contraction(kernel: LoopKernel, rowless: bool = False) -> Contraction | None:
+    """Recognise the contraction pattern, or None. With ``rowless``, also a sum whose one
+    operand depends only on axes the other depends on too (a depthwise conv: ``w[c, k]`` times
+    ``x[c, pixel + k]``), as a contraction with no rows: every output axis is a batch or column
+    axis. Only a backend that vectorises the columns gains from that form."""
     if len(kernel.hoisted) != 1 or len(kernel.group) != len(kernel.domain):
         return None
     r = kernel.hoisted[0]
@@ -337,6 +369,8 @@ def contraction(kernel: LoopKernel) -> Contraction | None:
     left, right = r.body.args
     own = {s for s, _ in r.axes}
     fl, fr = free_index_symbols(left) - own, free_index_symbols(right) - own
+    if rowless and fr and fr < fl:  # the right operand has no columns of its own: swap
+        left, right, fl, fr = right, left, fr, fl
     syms = [s for s, _ in kernel.domain]
     if not fr - fl or (fl & fr) - set(syms):
         return None
@@ -379,9 +413,12 @@ def flatten_axes(root: Expr, axes: list[Axis], flat: sympy.Symbol,
                  keep: frozenset[Expr] = frozenset()) -> Expr | None:
     """``root`` with the row-major ``axes`` replaced by their flat position ``flat``, or None
     when some use is not a load whose offset walks them as one contiguous run, or they appear
-    in a guard or condition. Nodes in ``keep`` stay as they are (an epilogue's contraction
-    sum). Lets a vector run over merged output axes (a conv's (OH, OW) pixels)."""
+    in a guard or condition when there are several. Nodes in ``keep`` stay as they are (an
+    epilogue's contraction sum). Lets a vector run over merged output axes (a conv's (OH, OW)
+    pixels)."""
     syms = set(s for s, _ in axes)
+    # one axis is only renamed, so a guard on it stays linear (a padded window's bounds test)
+    rename = {axes[0][0]: flat} if len(axes) == 1 else None
     failed = False
 
     def visit(node: Expr, recurse: Callable[[Expr], Expr]) -> Expr | None:
@@ -390,11 +427,15 @@ def flatten_axes(root: Expr, axes: list[Axis], flat: sympy.Symbol,
             return node
         if isinstance(node, Load):
             offset = flatten_offset(node.offset, axes, flat)
-            if offset is None or syms & set(node.guard.free_symbols) \
+            guarded = bool(syms & set(node.guard.free_symbols))
+            if offset is None or (guarded and rename is None) \
                     or any(syms & free_index_symbols(v) for _, _, v in node.data):
                 failed = True
                 return node
-            return replace(node, offset=offset)
+            guard = node.guard.xreplace(rename) if guarded and rename else node.guard
+            return replace(node, offset=offset, guard=guard)
+        if isinstance(node, IndexCond) and rename is not None:
+            return replace(node, cond=node.cond.xreplace(rename))  # padding's inside-test
         if isinstance(node, (IndexCond, Read)):
             failed = True
             return node

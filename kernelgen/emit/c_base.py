@@ -12,8 +12,9 @@ import sympy
 
 from ..dtypes import DType
 from ..errors import UnsupportedError
-from ..expr import Call, Cast, Const, Expr, Load, Reduce, Select, free_index_symbols, walk
-from ..loop_ir import Axis, Buffer, LoopKernel
+from ..expr import (Call, Cast, Const, Expr, IndexCond, Load, Reduce, Select, free_index_symbols,
+                    walk)
+from ..loop_ir import Axis, Buffer, Contraction, LoopKernel
 from ..shapes import prod
 from .base import Capabilities, Emitter, Scope
 
@@ -34,24 +35,63 @@ class VectorSyntax:
     functions: Mapping[str, str]
     combine: Mapping[str, str]      # reduction kind -> vector combine of {a}, {b}
     horizontal: Mapping[str, str]   # reduction kind -> scalar from vector {v} ('' = halving)
+    iota: str = ""                  # the lane numbers as an int mask-type vector ('' = none)
+    fma: str = ""                   # {0} * {1} + {2} fused ('' = none)
+
+
+SHORT_LOOP = 8  # a vector reduction's loops up to this long are unrolled
+
+
+def split_guard(guard: sympy.Basic, sym: sympy.Symbol
+                ) -> tuple[sympy.Basic, tuple[sympy.Basic, ...]] | None:
+    """``guard`` as (the part free of ``sym``, the linear inequalities in ``sym``), or None
+    when it is not such a conjunction. The lanes where linear inequalities hold form one
+    interval, so a vector whose first and last lanes pass has every lane inside (a padded
+    window's interior)."""
+    terms = guard.args if isinstance(guard, sympy.And) else (guard,)
+    uniform, linear = [], []
+    for term in terms:
+        if sym not in term.free_symbols:
+            uniform.append(term)
+            continue
+        if not isinstance(term, sympy.core.relational.Relational) or isinstance(
+                term, (sympy.Eq, sympy.Ne)):
+            return None
+        diff = sympy.expand(term.lhs - term.rhs)
+        coeff = diff.coeff(sym)
+        if not coeff.is_number or sym in sympy.expand(diff - coeff * sym).free_symbols:
+            return None
+        linear.append(term)
+    return sympy.And(*uniform), tuple(linear)
 
 
 def vectorizable(root: Expr, sym: sympy.Symbol, syntax: VectorSyntax,
-                 hoisted: frozenset[Reduce] = frozenset()) -> bool:
+                 hoisted: frozenset[Reduce] = frozenset(), guarded: bool = False,
+                 reductions: bool = False) -> bool:
     """Whether ``root`` can run as float32 vectors along ``sym``: primitives with a vector form,
     selects and comparisons; loads contiguous (stride 1) or invariant in ``sym``; index
-    conditions and gathered indices free of ``sym``."""
+    conditions and gathered indices free of ``sym``. With ``guarded``, a contiguous load may
+    have a guard linear in ``sym`` (``VectorPrinter`` then loads the interior as one vector and
+    the edges lane by lane); with ``reductions``, a nested reduction runs as a vector
+    accumulator over its axes (AGO's producer inside a consumer's operand)."""
 
     def ok(node: Expr) -> bool:
         if node in hoisted or sym not in free_index_symbols(node):
             return True  # computed once, outside the vector loop
+        if isinstance(node, Reduce):
+            return (reductions and node.dtype is DType.float32
+                    and node.kind in syntax.combine and ok(node.body))
+        if isinstance(node, IndexCond):  # a lane mask from the lane numbers
+            return guarded and bool(syntax.iota) and split_guard(node.cond, sym) is not None
         if isinstance(node, Load):
             offset = sympy.expand(node.offset)
             coeff = offset.coeff(sym)
             rest = sympy.expand(offset - coeff * sym)
-            # a guarded load stays scalar: a vector load would read past the guarded region
+            # otherwise a guarded load stays scalar: a vector would read past the guarded region
+            guard_ok = node.guard is sympy.true or (
+                guarded and split_guard(node.guard, sym) is not None)
             return (node.dtype is DType.float32 and coeff == 1 and sym not in rest.free_symbols
-                    and node.guard is sympy.true and not node.data)
+                    and guard_ok and not node.data)
         if isinstance(node, Call):
             lanes_ok = node.dtype in (DType.float32, DType.bool) and all(
                 a.dtype in (DType.float32, DType.bool) for a in node.args)
@@ -73,6 +113,7 @@ class CEmitter(Emitter):
     int_formats: Mapping[str, str] = {}
     float_suffix = {DType.float32: "f", DType.float16: "f", DType.float64: ""}
     vector: VectorSyntax | None = None
+    contraction: Contraction | None = None  # what the 'tiled' schedule runs, when it runs
     reduce_combine = {
         ("sum", "any"): "{a} + {b}", ("prod", "any"): "{a} * {b}",
         ("max", "float"): "fmax({a}, {b})", ("min", "float"): "fmin({a}, {b})",
@@ -246,9 +287,7 @@ class CEmitter(Emitter):
         the end clamp to the last one), and the guarded epilogue storing ``kg_acc_at`` (the
         template defines it as this element's sum). ``depth`` is the indentation of the
         template's loop bodies."""
-        from ..loop_ir import contraction
-
-        k, c = self.kernel, contraction(self.kernel)
+        k, c = self.kernel, self.contraction
         assert c is not None
         rows = [k.domain[i] for i in c.rows]
         cols = [k.domain[i] for i in c.cols]
@@ -368,8 +407,10 @@ class VectorPrinter:
         assert v is not None
         self.em, self.v, self.sym, self.scope = emitter, v, sym, scope
         self.base = base
-        self.names: dict[Expr, str] = dict(lanes or {})  # ``lanes``: nodes already vectors
-        self.lanes = frozenset(lanes or ())
+        self.lane_values: Mapping[Expr, str] = dict(lanes or {})  # nodes already vectors
+        self.names: dict[Expr, str] = dict(self.lane_values)
+        self.lanes = frozenset(self.lane_values)
+        self.declared: set[str] = set()
 
     def expr(self, node: Expr) -> str:
         if node in self.names:
@@ -381,6 +422,9 @@ class VectorPrinter:
             fmt = self.v.broadcast_mask if node.dtype is DType.bool else self.v.broadcast
             return fmt.format(scalar)
         text = self._text(node)
+        if isinstance(node, Reduce) or (isinstance(node, Load) and node.guard is not sympy.true):
+            self.names[node] = text  # _guarded_load and _reduce declare their vector
+            return text
         name = self.em.fresh("v")
         vtype = self.v.mtype if node.dtype is DType.bool else self.v.vtype
         self.scope.add(f"const {vtype} {name} = {text};")
@@ -389,6 +433,8 @@ class VectorPrinter:
 
     def _text(self, node: Expr) -> str:
         if isinstance(node, Load):
+            if node.guard is not sympy.true:
+                return self._guarded_load(node)
             offset = self.em.index(node.offset.xreplace({self.sym: sympy.Symbol(self.base)}))
             return self.v.load.format(ptr=self.em.arg_names[node.buffer], off=offset)
         if isinstance(node, Call):
@@ -396,7 +442,109 @@ class VectorPrinter:
         if isinstance(node, Select):
             c, a, b = (self.expr(x) for x in (node.cond, node.if_true, node.if_false))
             return self.v.select.format(c, a, b)
+        if isinstance(node, Reduce):
+            return self._reduce(node)
+        if isinstance(node, IndexCond):
+            split = split_guard(node.cond, self.sym)
+            assert split is not None and self.v.iota
+            uniform, linear = split
+            lane_ids = self._lane_ids()
+            lanes = self.em.index(sympy.And(*(t.xreplace({self.sym: lane_ids}) for t in linear)))
+            if uniform is sympy.true:
+                return lanes
+            return f"{self.v.broadcast_mask.format(self.em.index(uniform))} & ({lanes})"
         raise TypeError(f"cannot vectorise {type(node).__name__}")
+
+    def _reduce(self, node: Reduce) -> str:
+        """A nested reduction as one vector accumulator and serial loops over its axes (each
+        lane reduces its own element); declares the accumulator and returns its name."""
+        em, v = self.em, self.v
+        acc = em.fresh("vacc")
+        self.scope.add(f"{v.vtype} {acc} = {v.broadcast.format(em.reduce_init(node))};")
+        opened, inner = [], self.scope
+        for s, n in node.axes:
+            name = em.fresh("r")
+            em.symbol_names[s] = name
+            opened.append(inner)
+            if n <= SHORT_LOOP and em.unroll_pragma:  # a window's taps: straight-line code
+                inner.add(em.unroll_pragma)
+            inner = em.open_loop(inner, name, "0", em.int_literal(n))
+        inner_printer = VectorPrinter(em, self.sym, self.base, inner, v, self.lane_values)
+        b = node.body
+        if node.kind == "sum" and v.fma and isinstance(b, Call) and b.fn == "mul":
+            x, y = (inner_printer.expr(a) for a in b.args)
+            inner.add(f"{acc} = {v.fma.format(x, y, acc)};")
+        else:
+            body = inner_printer.expr(b)
+            inner.add(f"{acc} = {v.combine[node.kind].format(a=acc, b=body)};")
+        for outer in reversed(opened):
+            em.close_loop(outer)
+        return acc
+
+    def _guarded_load(self, node: Load) -> str:
+        """A load that reads 0 outside its guard: zero when the lane-free part fails, one
+        vector load when the first and last lanes pass (then all do: ``split_guard``), else
+        lane by lane. Declares the vector and returns its name."""
+        split = split_guard(node.guard, self.sym)
+        assert split is not None, "vectorizable(..., guarded=True) admits only these guards"
+        uniform, linear = split
+        em, v, scope = self.em, self.v, self.scope
+        ptr = em.arg_names[node.buffer]
+
+        def at(expr: sympy.Basic, lane: sympy.Expr) -> sympy.Basic:
+            return expr.xreplace({self.sym: sympy.Symbol(self.base) + lane})
+
+        name, lanes = em.fresh("v"), em.fresh("lanes")
+        first, last = sympy.Integer(0), sympy.Integer(v.width - 1)
+
+        def binding(term: sympy.Basic) -> sympy.Expr:
+            """The lane where ``term`` is tightest: the first for a lower bound on ``sym``."""
+            rising = sympy.expand(term.lhs - term.rhs).coeff(self.sym) > 0
+            lower = isinstance(term, (sympy.GreaterThan, sympy.StrictGreaterThan))
+            return first if rising == lower else last
+
+        inside = em.index(sympy.And(*(at(t, binding(t)) for t in linear)))
+        whole = v.load.format(ptr=ptr, off=em.index(at(node.offset, first)))
+        zero = v.broadcast.format(em.literal(0.0, DType.float32))
+        lane_ids = self._lane_ids() if v.iota and em.index_t == "int" else None
+        scope.add(f"{v.vtype} {name} = {zero};")
+        block = scope if uniform is sympy.true else None
+        if block is None:
+            scope.add(f"if ({em.index(uniform)}) {{")
+            block = scope.child()
+        block.add(f"if ({inside}) {{")
+        block.child().add(f"{name} = {whole};")
+        if lane_ids is not None:
+            # the vector lies inside the buffer (it ran into the next row's elements, say):
+            # load it whole and zero the lanes outside the guard
+            buffer = next(b for b in em.kernel.inputs if b.name == node.buffer)
+            in_buffer = sympy.And(at(node.offset, first) >= 0,
+                                  at(node.offset, last) < buffer.numel)
+            mask = em.index(sympy.And(*(t.xreplace({self.sym: lane_ids}) for t in linear)))
+            block.add(f"}} else if ({em.index(in_buffer)}) {{")
+            block.child().add(f"{name} = {v.select.format(mask, whole, zero)};")
+        block.add("} else {  // an edge: lanes outside the guard read 0")
+        edge = block.child()
+        j = sympy.Symbol("kg_lane")
+        lane_ok = em.index(sympy.And(*(at(t, j) for t in linear)))
+        edge.add(f"float {lanes}[{v.width}];")
+        edge.add(f"for (int kg_lane = 0; kg_lane < {v.width}; ++kg_lane)")
+        edge.child().add(f"{lanes}[kg_lane] = ({lane_ok}) ? "
+                         f"{ptr}[{em.index(at(node.offset, j))}] : 0.0f;")
+        edge.add(f"{name} = {v.load.format(ptr=lanes, off='0')};")
+        block.add("}")
+        if uniform is not sympy.true:
+            scope.add("}")
+        return name
+
+    def _lane_ids(self) -> sympy.Symbol:
+        """A symbol naming the vector of lane positions ``base + 0 .. base + width-1``."""
+        name = f"{self.base}_lanes"
+        if name not in self.declared:
+            self.declared.add(name)
+            self.scope.add(f"const {self.v.mtype} {name} = ({self.v.mtype})({self.base}) "
+                           f"+ {self.v.iota};")
+        return sympy.Symbol(name)
 
 
 # Names the generated code declares itself: a buffer named like one gets a trailing underscore.

@@ -71,6 +71,9 @@ GROUP_REDUCE_MIN = 512  # reductions at least this long use the cooperative 'gro
 ITEM_UNROLL_MAX = 32  # 'item' reductions up to this many points unroll completely
 GROUP_FEW = 64  # with fewer groups than this, 'item' would leave most SIMD lanes idle
 AGO_MAX_COLUMNS = 64  # widest register tile a fused-producer contraction takes by default
+# most consumer rows one tile spans when the producer is the vector operand: one sum vector a
+# row, so 32 rows fill AVX-512's registers
+AGO_MAX_ROWS = 32
 # Vector-column contraction (contraction_vec.cl.tmpl): 8 rows x 2 float16 = 16 of AVX-512's 32
 # registers hold the sums. Measured on PoCL, 1024^3 GEMM: 140-220 GFLOP/s against 24 for the
 # scalar 8x8 tile, whose arrays PoCL left in memory. Work-groups of a few rows share the right
@@ -108,13 +111,15 @@ class OpenCLEmitter(CEmitter):
                  capabilities: Capabilities = CAPABILITIES,
                  tile: tuple[int, int] | None = None) -> None:
         tile_default = tile is None
+        self.tile_explicit = not tile_default
+        self.producer_recomputed: float | None = None  # set when the producer is the vector side
         super().__init__(kernel, capabilities)
         self.local = local_size or DEFAULT_LOCAL
         self.local_explicit = local_size is not None
         self._barrier_loops = False
-        self.contraction = contraction(kernel)
         # float32 sums in vector registers; the scalar template keeps other dtypes
         self.vector_columns = all(b.dtype is DType.float32 for b in kernel.outputs)
+        self.contraction = opencl_contraction(kernel)
         tile = tile or (VECTOR_TILE if self.vector_columns else (4, 4))
         if min(tile) < 1:
             raise ValueError(f"tile sizes must be positive, got {tile}")
@@ -319,6 +324,10 @@ class OpenCLEmitter(CEmitter):
         assert c is not None
         n_rows = prod(k.domain[i][1] for i in c.rows)
         n_cols = prod(k.domain[i][1] for i in c.cols)
+        ago = self._ago_vector_plan(c) if self.vector_columns else None
+        if ago is not None:
+            swapped, plan = ago
+            return self._tiled_vector(swapped, plan, self.ago_rows(swapped))
         if self.vector_columns:
             plan = _vector_plan(k, c, self.tile, self.ago_full_columns)
             if (plan is None or plan.right is None) and not operand_has_reduction(c.left):
@@ -342,13 +351,45 @@ class OpenCLEmitter(CEmitter):
                                **holes)
         return src, Launch(global_, local)
 
-    def _tiled_vector(self, c: Contraction, plan: _VectorPlan) -> tuple[str, Launch]:
+    def _ago_vector_plan(self, c: Contraction) -> tuple[Contraction, _VectorPlan] | None:
+        """AGO with the producer as the vector operand: when the producer (a reduction in the
+        left operand, e.g. conv3x3 + ReLU before a 1x1 conv) reads a run of its pixels
+        contiguously, swap the operands so each work-item computes the producer for
+        ``width`` pixels at once, in one vector accumulator, and feeds every consumer row
+        (output channel) of its tile. The producer is then computed once per row tile; by
+        default one tile spans all rows (up to ``AGO_MAX_ROWS``), so once in all."""
+        if not operand_has_reduction(c.left) or operand_has_reduction(c.right):
+            return None
+        swapped = Contraction(c.reduce, c.right, c.left, c.cols, c.rows, c.batch)
+        n_rows = prod(self.kernel.domain[i][1] for i in swapped.rows)
+        if self.tile_explicit:
+            tile = self.tile
+        elif n_rows <= AGO_MAX_ROWS:
+            tile = (n_rows, VECTOR_WIDTHS[0])  # one vector of columns: the sums stay few
+        else:
+            return None
+        plan = _vector_plan(self.kernel, swapped, tile, False, producer=True)
+        if plan is None or plan.right is None:
+            return None
+        return swapped, plan
+
+    def ago_rows(self, c: Contraction) -> int:
+        """Rows a tile of the producer-as-vector AGO form spans."""
+        n_rows = prod(self.kernel.domain[i][1] for i in c.rows)
+        return min(self.tile[0], n_rows) if self.tile_explicit else n_rows
+
+    def _tiled_vector(self, c: Contraction, plan: _VectorPlan, tm: int | None = None
+                      ) -> tuple[str, Launch]:
         """Holes of templates/opencl/contraction_vec.cl.tmpl: the right operand as ``vloadN``
-        of its contiguous run (prologue in vector code) or, when it has none, lane by lane."""
+        of its contiguous run (prologue in vector code) or, when it has none, lane by lane.
+        ``tm``: rows per tile (default: the tile's, at most all rows)."""
         k = self.kernel
         n_rows = prod(k.domain[i][1] for i in c.rows)
-        t, w, tm, tn = self.index_t, plan.width, min(self.tile[0], n_rows), plan.tile_n
+        t, w, tn = self.index_t, plan.width, plan.tile_n
+        tm = tm or min(self.tile[0], n_rows)
         self.effective_tile = (tm, tn)
+        if operand_has_reduction(c.right):  # AGO, producer as the vector operand
+            self.producer_recomputed = float(-(-n_rows // tm))
         run = [k.domain[i] for i in plan.run]
         outer = [k.domain[i] for i in c.cols if i not in plan.run]
         n_run = prod(n for _, n in run)
@@ -399,6 +440,8 @@ class OpenCLEmitter(CEmitter):
             tm=str(tm), tn=str(tn), nv=str(tn // w), width=str(w), vtype=_vector_syntax(w).vtype,
             tiles_r=str(sizes[0]), tiles_c=str(sizes[1]), batches=str(sizes[2]),
             k_extent=str(prod(n for _, n in c.reduce.axes)),
+            k_unroll='_Pragma("unroll") ' if extent(c.reduce) <= ITEM_UNROLL_MAX
+            and not operand_has_reduction(c.right) else "",
             col_bind="\n".join(tile.lines), k_bind="\n".join(k_scope.lines),
             b_load="\n".join(b.lines), a_load="\n".join(a.lines), n_rows=str(n_rows),
             store="\n".join(store.lines))
@@ -474,13 +517,29 @@ class OpenCLEmitter(CEmitter):
         return src, launch
 
 
+def opencl_contraction(kernel: LoopKernel) -> Contraction | None:
+    """The contraction the 'tiled' schedule runs: ``loop_ir.contraction``'s, or a rowless one
+    (depthwise conv) when its columns load as vectors; the row-less form with lanes loaded one
+    by one would lose to the 'item' and 'row' schedules."""
+    found = contraction(kernel)
+    if found is not None or not all(b.dtype is DType.float32 for b in kernel.outputs):
+        return found
+    rowless = contraction(kernel, rowless=True)
+    if rowless is None or operand_has_reduction(rowless.right):
+        return None
+    plan = _vector_plan(kernel, rowless, VECTOR_TILE, False)
+    return rowless if plan is not None and plan.right is not None else None
+
+
 @cache
 def _vector_syntax(width: int) -> VectorSyntax:
     return replace(VECTOR, width=width, vtype=f"float{width}", mtype=f"int{width}",
                    load=f"vload{width}(0, {{ptr}} + {{off}})",
                    store=f"vstore{width}({{v}}, 0, {{ptr}} + {{off}});",
                    broadcast=f"((float{width})({{0}}))",
-                   broadcast_mask=f"((int{width})(-({{0}})))")
+                   broadcast_mask=f"((int{width})(-({{0}})))",
+                   iota=f"((int{width})({', '.join(str(j) for j in range(width))}))",
+                   fma="fma({0}, {1}, {2})")
 
 
 @dataclass(frozen=True)
@@ -498,10 +557,11 @@ class _VectorPlan:
 
 
 def _vector_plan(k: LoopKernel, c: Contraction, tile: tuple[int, int],
-                 full_columns: bool) -> _VectorPlan | None:
+                 full_columns: bool, producer: bool = False) -> _VectorPlan | None:
     """The widest contiguous run of trailing column axes the right operand reads, and the
     vector width and tile that fit it; None when no run has 4 columns (scalar template).
-    ``full_columns`` (AGO) needs one tile spanning every column."""
+    ``full_columns`` (AGO) needs one tile spanning every column; ``producer`` lets the right
+    operand hold a reduction (AGO's producer as the vector operand)."""
     flat = sympy.Symbol("kg_col")
     syntax = _vector_syntax(VECTOR_WIDTHS[0])
     cols = list(c.cols)
@@ -510,7 +570,8 @@ def _vector_plan(k: LoopKernel, c: Contraction, tile: tuple[int, int],
     for start in range(len(cols) if not full_columns else 1):
         run = tuple(cols[start:])
         merged = flatten_axes(c.right, [k.domain[i] for i in run], flat)
-        if merged is not None and vectorizable(merged, flat, syntax):
+        if merged is not None and vectorizable(merged, flat, syntax, guarded=True,
+                                               reductions=producer):
             choice = (run, merged)
             break
     run, right = choice
@@ -565,8 +626,10 @@ def emit_opencl(kernel: LoopKernel, **options: Any) -> tuple[str, Launch, dict[s
     extra: dict[str, Any] = {"schedule": emitter.strategy, "tunables": tunables}
     if emitter.strategy == "tiled":
         tunables.update(tile_m=emitter.effective_tile[0], tile_n=emitter.effective_tile[1])
-        extra["producer_redundancy"] = producer_redundancy(kernel, emitter.effective_tile[1])
+        extra["producer_redundancy"] = emitter.producer_recomputed or producer_redundancy(
+            kernel, emitter.effective_tile[1])
     return source, launch, extra
 
 
-__all__ = ["CAPABILITIES", "Capabilities", "Launch", "OpenCLEmitter", "emit_opencl"]
+__all__ = ["CAPABILITIES", "Capabilities", "Launch", "OpenCLEmitter", "emit_opencl",
+           "opencl_contraction"]

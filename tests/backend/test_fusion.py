@@ -225,3 +225,15 @@ def test_random_blocks_neon(chain, seed: int) -> None:
 @given(chain=chains(), seed=st.integers(0, 2**16))
 def test_random_blocks_triton(chain, seed: int) -> None:
     check_random_block(chain, seed, _available("triton"))
+
+
+def test_loop_kernel_prints_as_a_listing() -> None:
+    """``str(kernel.loop)`` lists buffers, the domain, hoisted reductions and each store, with
+    loads as ``buffer[offset]`` (it used to import a module that did not exist)."""
+    x = kg.tensor("x", (4, 8))
+    text = str(kg.fuse(kg.softmax(x, 1)).lower())
+    lines = text.splitlines()
+    assert lines[0] == "kernel fused_softmax"
+    assert "  in  x: float32[4, 8]" in lines
+    assert sum(line.startswith("  hoisted: ") for line in lines) == 2  # max, then sum
+    assert lines[-1].startswith("  softmax_") and "exp(sub(x[8*o0 + o1]" in lines[-1]

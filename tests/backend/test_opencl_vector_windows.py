@@ -1,0 +1,90 @@
+"""OpenCL's vector loads through a padded window (guarded vector loads): depthwise and grouped
+convolutions as row-less contractions, a group-1 conv as an implicit GEMM, and AGO's fused
+producer as the vector operand, against ONNX's reference. Rows at least 16 wide make the kernels
+take whole float16 vectors, so every load path runs: the interior (one vector load), an edge
+inside the buffer (a vector load with the lanes outside the window zeroed) and an edge at the
+buffer's start or end (lane by lane)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import assert_close, require
+from reference import evaluate_chain
+
+import autotune
+import kernelgen as kg
+from autotune import Config, FastRunDB
+
+WINDOWS = {  # name: (x shape, w shape, conv attributes)
+    "depthwise-3x3": ((2, 6, 9, 37), (6, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 6}),
+    "depthwise-5x5-dilated-asym": ((1, 3, 8, 41), (3, 1, 5, 5),
+                                   {"pads": [4, 3, 4, 5], "dilations": [2, 2], "group": 3}),
+    "grouped-multiplier": ((1, 6, 5, 19), (12, 2, 3, 3), {"pads": [0, 2, 1, 1], "group": 3}),
+    "dense-3x3": ((2, 5, 7, 23), (6, 5, 3, 3), {"pads": [1, 1, 1, 1]}),
+}
+
+
+def _conv_block(x_shape, w_shape, attrs):
+    """relu -> Conv -> sigmoid: a prologue inside the vector loads, an epilogue in the store."""
+    rng = np.random.default_rng(sum(x_shape))
+    feeds = {"x": rng.standard_normal(x_shape).astype(np.float32),
+             "w": (rng.standard_normal(w_shape) / 3).astype(np.float32)}
+    pre = kg.relu(kg.tensor("x", x_shape))
+    conv = kg.conv(pre, kg.constant("w", feeds["w"]), **attrs)
+    return [pre, conv, kg.sigmoid(conv)], feeds
+
+
+@pytest.mark.parametrize("tile_n", [None, 16, 48])
+@pytest.mark.parametrize("name", WINDOWS)
+def test_padded_windows_load_as_vectors(name: str, tile_n: int | None) -> None:
+    require("opencl")
+    ops, feeds = _conv_block(*WINDOWS[name])
+    want = evaluate_chain(ops, feeds)[ops[-1].name]
+    options = {} if tile_n is None else {"tile_m": 4, "tile_n": tile_n}
+    kernel = kg.fuse(*ops).emit("opencl", tuned=False, algorithm="implicit_gemm"
+                                if name == "dense-3x3" else "direct", **options)
+    assert kernel.metadata["schedule"] == "tiled"
+    assert "vload16" in kernel.source and "an edge" in kernel.source
+    if WINDOWS[name][2].get("group", 1) > 1:  # no rows: every output axis is batch or column
+        assert kernel.metadata["tunables"]["tile_m"] == 1
+    assert_close(kernel(feeds["x"], feeds["w"]), want)
+
+
+def _ago_block(width: int):
+    rng = np.random.default_rng(width)
+    feeds = {"x": rng.standard_normal((1, 5, 6, width)).astype(np.float32),
+             "w1": (rng.standard_normal((7, 5, 3, 3)) / 3).astype(np.float32),
+             "w2": (rng.standard_normal((9, 7, 1, 1)) / 3).astype(np.float32)}
+    c1 = kg.conv(kg.tensor("x", feeds["x"].shape), kg.tensor("w1", (7, 5, 3, 3)),
+                 pads=[1, 1, 1, 1])
+    r = kg.relu(c1)
+    return [c1, r, kg.conv(r, kg.tensor("w2", (9, 7, 1, 1)))], feeds
+
+
+def test_ago_producer_as_the_vector_operand() -> None:
+    """The fused conv3x3 + ReLU is computed as vectors of pixels, each once (all 9 consumer
+    rows in one tile), and feeds the 1x1 conv; a narrower row tile recomputes it."""
+    require("opencl")
+    ops, feeds = _ago_block(29)
+    want = evaluate_chain(ops, feeds)[ops[-1].name]
+    fused = kg.fuse(*ops, force=True)
+    kernel = fused.emit("opencl", tuned=False)
+    assert "vacc" in kernel.source  # the producer's vector accumulator
+    assert kernel.metadata["producer_redundancy"] == 1.0
+    narrow = fused.emit("opencl", tile_m=4, tile_n=16)
+    assert narrow.metadata["producer_redundancy"] == 3.0  # ceil(9 rows / 4)
+    for k in (kernel, narrow):
+        assert_close(k(feeds["x"], feeds["w1"], feeds["w2"]), want, scale=10)
+
+
+def test_tuner_rejects_tilings_that_recompute_the_producer(tmp_path) -> None:
+    require("opencl")
+    ops, _ = _ago_block(17)
+    loop = kg.fuse(*ops, force=True).lower()
+    configs = [Config.of(), Config.of(tile_m=4, tile_n=16)]
+    result = autotune.tune(loop, "opencl", configs=configs, db=FastRunDB(tmp_path / "db"),
+                           repeat=2)
+    status = [c.status for c in result.candidates]
+    assert status[0] == "ok"
+    assert status[1] == "rejected: computes the fused producer 3 times"
+    assert result.best == Config.of()
