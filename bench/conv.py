@@ -1,8 +1,9 @@
 """Convolutions on OpenCL/PoCL and NEON C (via SIMDe) against onnxruntime's CPU kernels with the
 same thread count (2): every applicable algorithm (direct, implicit GEMM, im2col + GEMM,
-Winograd F(2x2,3x3)) timed round-robin on the same shape, each checked against onnxruntime's
-output first; fused Conv+BatchNorm+ReLU (BN folded into the weights, ReLU in the epilogue)
-against onnxruntime running Conv, BatchNormalization and Relu as separate nodes; and AGO's fused
+Winograd F(2x2,3x3)) timed round-robin on the same shape, with onnxruntime timed just before
+and after them, each checked against onnxruntime's output first; fused Conv+BatchNorm+ReLU
+(BN folded into the weights, ReLU in the epilogue) against onnxruntime running Conv,
+BatchNormalization and Relu as separate nodes; and AGO's fused
 Conv3x3+ReLU -> Conv1x1 against the two kernels run separately. Each block's algorithms and
 their stages' tiles are tuned first (``autotune.tune_algorithm(..., tune_tiles=True)``, stored
 in the Fast-Run database), then emitted the default way.
@@ -16,6 +17,7 @@ import json
 import os
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -60,22 +62,24 @@ def ort_session(x_shape, w, pads, group, bn=None):
                                 providers=["CPUExecutionProvider"])
 
 
-def time_ort(sess, x, repeat):
-    sess.run(None, {"x": x})
+def time_ort(ort_run, repeat: int) -> list[float]:
+    """``repeat`` timed runs of onnxruntime (after one warm-up), in milliseconds."""
+    ort_run()
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
-        sess.run(None, {"x": x})
+        ort_run()
         times.append((time.perf_counter() - t0) * 1e3)
-    return float(np.median(times)), sess.run(None, {"x": x})[0]
+    return times
 
 
 def time_algorithms(fused: kg.FusedOp, arrays: list[np.ndarray], ref: np.ndarray,
-                    ort_ms: float, backends: list[str], repeat: int, tune_s: float
+                    ort_run, backends: list[str], repeat: int, tune_s: float
                     ) -> dict[str, object]:
     """Tune each algorithm's tiles (``tune_s`` > 0), check every algorithm's output on each
-    backend against onnxruntime's, then time them round-robin; the row records each time, its
-    speed relative to onnxruntime and the best."""
+    backend against onnxruntime's, then time them round-robin, with onnxruntime's run
+    (``ort_run``) timed just before and after; the row records each time, its speed relative
+    to onnxruntime's and the best."""
     from kernelgen.conv_algorithms import applicable
 
     algorithms = [a for a, why in applicable(fused).items() if why is None]
@@ -90,7 +94,12 @@ def time_algorithms(fused: kg.FusedOp, arrays: list[np.ndarray], ref: np.ndarray
             program = fused.emit(backend, algorithm=algorithm)
             np.testing.assert_allclose(program(*arrays), ref, rtol=1e-3, atol=1e-3)
             variants[algorithm] = (program, arrays)
+        # onnxruntime right before and after, not in the same rounds: its thread pool and
+        # OpenMP's (NEON) spin after each run and slowed whichever ran next by up to 4x
+        before = time_ort(ort_run, repeat)
         times = bench_interleaved(variants, warmup=1, repeat=repeat)
+        ort_ms = float(np.median(before + time_ort(ort_run, repeat)))
+        row[f"{backend}_onnxruntime_ms"] = ort_ms
         for algorithm, m in times.items():
             row[f"{backend}_{algorithm}_ms"] = m.median_ms
             row[f"{backend}_{algorithm}_vs_ort"] = ort_ms / m.median_ms
@@ -103,8 +112,10 @@ def time_algorithms(fused: kg.FusedOp, arrays: list[np.ndarray], ref: np.ndarray
 def describe(row: dict[str, object], backends: list[str]) -> str:
     parts = []
     for b in backends:
-        algos = [k[len(b) + 1:-3] for k in row if k.startswith(f"{b}_") and k.endswith("_ms")]
-        timings = ", ".join(f"{a} {row[f'{b}_{a}_ms']:.2f} ms" for a in algos)
+        algos = [k[len(b) + 1:-3] for k in row if k.startswith(f"{b}_") and k.endswith("_ms")
+                 and k != f"{b}_onnxruntime_ms"]
+        timings = ", ".join([f"onnxruntime {row[f'{b}_onnxruntime_ms']:.2f} ms"] +
+                            [f"{a} {row[f'{b}_{a}_ms']:.2f} ms" for a in algos])
         parts.append(f"{b}: {timings}; best {row[f'{b}_best']} "
                      f"({row[f'{b}_best_vs_ort']:.2f}x of ORT speed)")
     return "; ".join(parts)
@@ -153,14 +164,15 @@ def main() -> int:
     for name, (xs, ws, pads, group) in SHAPES.items():
         x = rng.standard_normal(xs).astype(np.float32)
         w = (rng.standard_normal(ws) * 0.1).astype(np.float32)
-        ort_ms, ref = time_ort(ort_session(xs, w, pads, group), x, args.repeat)
+        sess = ort_session(xs, w, pads, group)
+        ref = sess.run(None, {"x": x})[0]
         xv = kg.tensor("x", xs)
         op = kg.conv(xv, kg.constant("w", w), pads=[pads] * 4, group=group)
-        row = {"conv": name, "onnxruntime_ms": ort_ms,
-               **time_algorithms(kg.fuse(op), [x, w], ref, ort_ms, backends, args.repeat,
-                                 args.tune_s)}
+        row = {"conv": name,
+               **time_algorithms(kg.fuse(op), [x, w], ref, partial(sess.run, None, {"x": x}),
+                                 backends, args.repeat, args.tune_s)}
         rows.append(row)
-        print(f"{name}: onnxruntime {ort_ms:.2f} ms; {describe(row, backends)}", flush=True)
+        print(f"{name}: {describe(row, backends)}", flush=True)
     # fused Conv + BN + ReLU against ORT's three nodes
     xs, ws, pads, group = SHAPES["3x3 64->64 @56"]
     x = rng.standard_normal(xs).astype(np.float32)
@@ -169,7 +181,8 @@ def main() -> int:
     bn = [rng.standard_normal(c).astype(np.float32), rng.standard_normal(c).astype(np.float32),
           rng.standard_normal(c).astype(np.float32),
           (np.abs(rng.standard_normal(c)) + 0.5).astype(np.float32)]
-    ort_ms, ref = time_ort(ort_session(xs, w, pads, group, bn), x, args.repeat)
+    sess = ort_session(xs, w, pads, group, bn)
+    ref = sess.run(None, {"x": x})[0]
     conv_op = kg.conv(kg.tensor("x", xs), kg.constant("w", w), pads=[pads] * 4)
     bn_op = kg.batch_normalization(conv_op, *(kg.constant(n, a) for n, a in
                                               zip(("gamma", "beta", "mean", "var"), bn)))
@@ -177,12 +190,11 @@ def main() -> int:
     relu = kg.relu(folded)
     fused = kg.fuse(folded, relu)
     arrays = [x] + [v.value for v in fused.inputs[1:]]
-    fused_row = {"conv": "Conv+BN+ReLU 3x3 64 @56", "onnxruntime_unfused_ms": ort_ms,
-                 **time_algorithms(fused, arrays, ref, ort_ms, backends, args.repeat,
-                                    args.tune_s)}
+    fused_row = {"conv": "Conv+BN+ReLU 3x3 64 @56 (onnxruntime: 3 nodes, no graph fusion)",
+                 **time_algorithms(fused, arrays, ref, partial(sess.run, None, {"x": x}),
+                                   backends, args.repeat, args.tune_s)}
     rows.append(fused_row)
-    print(f"Conv+BN+ReLU: onnxruntime (3 nodes, no graph fusion) {ort_ms:.2f} ms; "
-          f"{describe(fused_row, backends)}", flush=True)
+    print(f"Conv+BN+ReLU: {describe(fused_row, backends)}", flush=True)
     rows.append(ago_row(backends, args.repeat))
     print(f"AGO: {rows[-1]}", flush=True)
     if args.json:

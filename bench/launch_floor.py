@@ -1,0 +1,51 @@
+"""The OpenCL device's launch floor: the wall time of one empty kernel enqueued and waited for
+(what every single-kernel timing in bench/ includes), the same per kernel when ten are queued
+before one wait (how a Program's stages run), and the event-profiled execution time. On PoCL's
+pthread device the floor is the worker threads' wake-up, not the kernel, and it bounds any
+small kernel's speed against a CPU library that runs in the calling thread.
+
+    python bench/launch_floor.py [--repeat 200]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+
+from kernelgen.runtime.opencl import device
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeat", type=int, default=200)
+    args = parser.parse_args()
+    import pyopencl as cl
+
+    dev = device()
+    buf = cl.Buffer(dev.context, cl.mem_flags.READ_WRITE, 4096)
+    kernel = cl.Program(dev.context, "__kernel void empty(__global float* x) {}").build().empty
+    kernel(dev.queue, (1,), None, buf).wait()
+    single, queued, profiled = [], [], []
+    for _ in range(args.repeat):
+        t0 = time.perf_counter()
+        event = kernel(dev.queue, (1,), None, buf)
+        event.wait()
+        single.append(time.perf_counter() - t0)
+        profiled.append((event.profile.end - event.profile.start) * 1e-9)
+        t0 = time.perf_counter()
+        for _ in range(10):
+            kernel(dev.queue, (1,), None, buf)
+        dev.queue.finish()
+        queued.append((time.perf_counter() - t0) / 10)
+    print(f"device: {dev.name}")
+    print(f"empty kernel, enqueue + wait: median {np.median(single) * 1e3:.4f} ms")
+    print(f"empty kernel, 10 queued then one wait: median {np.median(queued) * 1e3:.4f} ms "
+          f"per kernel")
+    print(f"empty kernel, profiled execution: median {np.median(profiled) * 1e3:.4f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
