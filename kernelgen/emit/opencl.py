@@ -327,7 +327,7 @@ class OpenCLEmitter(CEmitter):
         ago = self._ago_vector_plan(c) if self.vector_columns else None
         if ago is not None:
             swapped, plan = ago
-            return self._tiled_vector(swapped, plan, self.ago_rows(swapped))
+            return self._tiled_vector(swapped, plan, self._ago_rows(swapped))
         if self.vector_columns:
             plan = _vector_plan(k, c, self.tile, self.ago_full_columns)
             if (plan is None or plan.right is None) and not operand_has_reduction(c.left):
@@ -373,7 +373,7 @@ class OpenCLEmitter(CEmitter):
             return None
         return swapped, plan
 
-    def ago_rows(self, c: Contraction) -> int:
+    def _ago_rows(self, c: Contraction) -> int:
         """Rows a tile of the producer-as-vector AGO form spans."""
         n_rows = prod(self.kernel.domain[i][1] for i in c.rows)
         return min(self.tile[0], n_rows) if self.tile_explicit else n_rows
