@@ -157,12 +157,13 @@ def build(fused: FusedOp, algorithm: str, backend: str, tuned: bool | None = Non
     stage."""
     from .program import Program
 
-    why = applicable(fused).get(algorithm, f"unknown algorithm (known: {', '.join(ALGORITHMS)})")
+    reasons = applicable(fused)
+    why = reasons.get(algorithm, f"unknown algorithm (known: {', '.join(ALGORITHMS)})")
     if why is not None:
         raise UnsupportedError(backend, f"convolution algorithm '{algorithm}'",
                                f"block '{fused.name}': {why}")
     if algorithm == "direct":
-        if applicable(fused)["implicit_gemm"] is not None:  # the emitters' own choice is direct
+        if reasons["implicit_gemm"] is not None:  # the emitters' own choice is direct
             return fused.emit_kernel(backend, tuned, **options)
         return fused.emit_kernel(backend, tuned=False, **{**DIRECT_OPTIONS[backend], **options})
     if algorithm == "implicit_gemm":

@@ -4,7 +4,7 @@ loops, and naming. C-family emitters (``c_base``) and the Triton emitter build o
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import sympy
@@ -295,21 +295,29 @@ class Emitter:
     def reduce_loops(self, node: Reduce, scope: Scope, acc: str, start: str = "0") -> None:
         """Loops combining ``node.body`` into ``acc``; the first axis starts at ``start`` (a
         vector loop may have covered the positions before it)."""
-        opened: list[Scope] = []
-        inner = scope
         unroll = self.unrolls(node)
-        for k, (s, n) in enumerate(node.axes):
-            name = self.fresh("r")
-            self.symbol_names[s] = name
-            opened.append(inner)
-            if unroll:
-                inner.add(self.unroll_pragma)
-            inner = self.open_loop(inner, name, start if k == 0 else "0", self.int_literal(n))
+        inner, opened = self.open_reduce_loops(node, scope, lambda n: unroll, start)
         self.accumulate(inner, acc, node, self.expr(node.body, inner))
         if not unroll:
             self.loop_tail(inner)
         for outer in reversed(opened):
             self.close_loop(outer)
+
+    def open_reduce_loops(self, node: Reduce, scope: Scope, unroll: Callable[[int], bool],
+                          start: str = "0") -> tuple[Scope, list[Scope]]:
+        """Open one loop per axis of ``node`` (binding its symbol; the first from ``start``),
+        with ``unroll_pragma`` before those whose extent ``unroll`` accepts. Returns the
+        innermost body and the scopes to close, outermost first."""
+        opened: list[Scope] = []
+        inner = scope
+        for k, (s, n) in enumerate(node.axes):
+            name = self.fresh("r")
+            self.symbol_names[s] = name
+            opened.append(inner)
+            if unroll(n) and self.unroll_pragma:
+                inner.add(self.unroll_pragma)
+            inner = self.open_loop(inner, name, start if k == 0 else "0", self.int_literal(n))
+        return inner, opened
 
     def loop_tail(self, scope: Scope) -> None:
         """Statements at the end of every serial loop body (OpenCL's barrier trick)."""

@@ -448,8 +448,7 @@ class VectorPrinter:
             split = split_guard(node.cond, self.sym)
             assert split is not None and self.v.iota
             uniform, linear = split
-            lane_ids = self._lane_ids()
-            lanes = self.em.index(sympy.And(*(t.xreplace({self.sym: lane_ids}) for t in linear)))
+            lanes = self._lane_mask(linear)
             if uniform is sympy.true:
                 return lanes
             return f"{self.v.broadcast_mask.format(self.em.index(uniform))} & ({lanes})"
@@ -461,14 +460,8 @@ class VectorPrinter:
         em, v = self.em, self.v
         acc = em.fresh("vacc")
         self.scope.add(f"{v.vtype} {acc} = {v.broadcast.format(em.reduce_init(node))};")
-        opened, inner = [], self.scope
-        for s, n in node.axes:
-            name = em.fresh("r")
-            em.symbol_names[s] = name
-            opened.append(inner)
-            if n <= SHORT_LOOP and em.unroll_pragma:  # a window's taps: straight-line code
-                inner.add(em.unroll_pragma)
-            inner = em.open_loop(inner, name, "0", em.int_literal(n))
+        # a window's taps unrolled: straight-line code
+        inner, opened = em.open_reduce_loops(node, self.scope, lambda n: n <= SHORT_LOOP)
         inner_printer = VectorPrinter(em, self.sym, self.base, inner, v, self.lane_values)
         b = node.body
         if node.kind == "sum" and v.fma and isinstance(b, Call) and b.fn == "mul":
@@ -488,12 +481,8 @@ class VectorPrinter:
         split = split_guard(node.guard, self.sym)
         assert split is not None, "vectorizable(..., guarded=True) admits only these guards"
         uniform, linear = split
-        em, v, scope = self.em, self.v, self.scope
+        em, v, scope, at = self.em, self.v, self.scope, self._at
         ptr = em.arg_names[node.buffer]
-
-        def at(expr: sympy.Basic, lane: sympy.Expr) -> sympy.Basic:
-            return expr.xreplace({self.sym: sympy.Symbol(self.base) + lane})
-
         name, lanes = em.fresh("v"), em.fresh("lanes")
         first, last = sympy.Integer(0), sympy.Integer(v.width - 1)
 
@@ -506,7 +495,7 @@ class VectorPrinter:
         inside = em.index(sympy.And(*(at(t, binding(t)) for t in linear)))
         whole = v.load.format(ptr=ptr, off=em.index(at(node.offset, first)))
         zero = v.broadcast.format(em.literal(0.0, DType.float32))
-        lane_ids = self._lane_ids() if v.iota and em.index_t == "int" else None
+        mask = self._lane_mask(linear) if v.iota else None
         scope.add(f"{v.vtype} {name} = {zero};")
         block = scope if uniform is sympy.true else None
         if block is None:
@@ -514,13 +503,12 @@ class VectorPrinter:
             block = scope.child()
         block.add(f"if ({inside}) {{")
         block.child().add(f"{name} = {whole};")
-        if lane_ids is not None:
+        if mask is not None:
             # the vector lies inside the buffer (it ran into the next row's elements, say):
             # load it whole and zero the lanes outside the guard
             buffer = next(b for b in em.kernel.inputs if b.name == node.buffer)
             in_buffer = sympy.And(at(node.offset, first) >= 0,
                                   at(node.offset, last) < buffer.numel)
-            mask = em.index(sympy.And(*(t.xreplace({self.sym: lane_ids}) for t in linear)))
             block.add(f"}} else if ({em.index(in_buffer)}) {{")
             block.child().add(f"{name} = {v.select.format(mask, whole, zero)};")
         block.add("} else {  // an edge: lanes outside the guard read 0")
@@ -537,14 +525,29 @@ class VectorPrinter:
             scope.add("}")
         return name
 
-    def _lane_ids(self) -> sympy.Symbol:
-        """A symbol naming the vector of lane positions ``base + 0 .. base + width-1``."""
-        name = f"{self.base}_lanes"
-        if name not in self.declared:
-            self.declared.add(name)
-            self.scope.add(f"const {self.v.mtype} {name} = ({self.v.mtype})({self.base}) "
-                           f"+ {self.v.iota};")
-        return sympy.Symbol(name)
+    def _at(self, expr: sympy.Basic, lane: sympy.Expr) -> sympy.Basic:
+        """``expr`` at lane ``lane`` (an integer or a lane-number symbol) of the vector."""
+        return expr.xreplace({self.sym: sympy.Symbol(self.base) + lane})
+
+    def _lane_mask(self, linear: tuple[sympy.Basic, ...]) -> str:
+        """A mask vector of the lanes where every bound in ``linear`` holds. With int indices,
+        compared as one vector of lane numbers; with long ones lane by lane, since an int
+        vector and a long scalar do not mix in OpenCL C (and a long vector's mask would not
+        fit a float select)."""
+        em, v = self.em, self.v
+        if em.index_t == "int":
+            name = f"{self.base}_lanes"
+            if name not in self.declared:
+                self.declared.add(name)
+                self.scope.add(f"const {v.mtype} {name} = ({v.mtype})({self.base}) + {v.iota};")
+            ids = sympy.Symbol(name)
+            return em.index(sympy.And(*(t.xreplace({self.sym: ids}) for t in linear)))
+        name, lane = em.fresh("mask"), sympy.Symbol("kg_lane")
+        self.scope.add(f"int {name}[{v.width}];")
+        self.scope.add(f"for (int kg_lane = 0; kg_lane < {v.width}; ++kg_lane)")
+        holds = em.index(sympy.And(*(self._at(t, lane) for t in linear)))
+        self.scope.child().add(f"{name}[kg_lane] = ({holds}) ? -1 : 0;")
+        return v.load.format(ptr=name, off="0")
 
 
 # Names the generated code declares itself: a buffer named like one gets a trailing underscore.

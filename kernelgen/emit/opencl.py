@@ -16,7 +16,7 @@ Schedules (``metadata['schedule']``):
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 import sympy
@@ -326,8 +326,7 @@ class OpenCLEmitter(CEmitter):
         n_cols = prod(k.domain[i][1] for i in c.cols)
         ago = self._ago_vector_plan(c) if self.vector_columns else None
         if ago is not None:
-            swapped, plan = ago
-            return self._tiled_vector(swapped, plan, self._ago_rows(swapped))
+            return self._tiled_vector(*ago)
         if self.vector_columns:
             plan = _vector_plan(k, c, self.tile, self.ago_full_columns)
             if (plan is None or plan.right is None) and not operand_has_reduction(c.left):
@@ -351,13 +350,14 @@ class OpenCLEmitter(CEmitter):
                                **holes)
         return src, Launch(global_, local)
 
-    def _ago_vector_plan(self, c: Contraction) -> tuple[Contraction, _VectorPlan] | None:
+    def _ago_vector_plan(self, c: Contraction) -> tuple[Contraction, _VectorPlan, int] | None:
         """AGO with the producer as the vector operand: when the producer (a reduction in the
         left operand, e.g. conv3x3 + ReLU before a 1x1 conv) reads a run of its pixels
         contiguously, swap the operands so each work-item computes the producer for
         ``width`` pixels at once, in one vector accumulator, and feeds every consumer row
         (output channel) of its tile. The producer is then computed once per row tile; by
-        default one tile spans all rows (up to ``AGO_MAX_ROWS``), so once in all."""
+        default one tile spans all rows (up to ``AGO_MAX_ROWS``), so once in all. Returns the
+        swapped contraction, its column plan and the rows per tile."""
         if not operand_has_reduction(c.left) or operand_has_reduction(c.right):
             return None
         swapped = Contraction(c.reduce, c.right, c.left, c.cols, c.rows, c.batch)
@@ -371,12 +371,7 @@ class OpenCLEmitter(CEmitter):
         plan = _vector_plan(self.kernel, swapped, tile, False, producer=True)
         if plan is None or plan.right is None:
             return None
-        return swapped, plan
-
-    def _ago_rows(self, c: Contraction) -> int:
-        """Rows a tile of the producer-as-vector AGO form spans."""
-        n_rows = prod(self.kernel.domain[i][1] for i in c.rows)
-        return min(self.tile[0], n_rows) if self.tile_explicit else n_rows
+        return swapped, plan, min(tile[0], n_rows)
 
     def _tiled_vector(self, c: Contraction, plan: _VectorPlan, tm: int | None = None
                       ) -> tuple[str, Launch]:
@@ -517,6 +512,7 @@ class OpenCLEmitter(CEmitter):
         return src, launch
 
 
+@lru_cache(maxsize=256)  # asked by the tuner's search space and the emitter, per emit
 def opencl_contraction(kernel: LoopKernel) -> Contraction | None:
     """The contraction the 'tiled' schedule runs: ``loop_ir.contraction``'s, or a rowless one
     (depthwise conv) when its columns load as vectors; the row-less form with lanes loaded one

@@ -88,3 +88,21 @@ def test_tuner_rejects_tilings_that_recompute_the_producer(tmp_path) -> None:
     assert status[0] == "ok"
     assert status[1] == "rejected: computes the fused producer 3 times"
     assert result.best == Config.of()
+
+
+def test_wide_indices_build_lane_masks_lane_by_lane() -> None:
+    """Past 2**31 elements indices are long, and OpenCL C does not mix an int lane-number
+    vector with long scalars: the padding's lane mask is then built lane by lane. Source and
+    build only (the input alone would need 8 GiB)."""
+    require("opencl")
+    import pyopencl as cl
+
+    from kernelgen.runtime.opencl import device
+
+    pre = kg.relu(kg.tensor("x", (1, 2, 32768, 32769)))  # padding as a Select: a lane mask
+    conv = kg.conv(pre, kg.constant("w", np.ones((2, 1, 3, 3), np.float32)),
+                   pads=[1, 1, 1, 1], group=2)
+    kernel = kg.fuse(pre, conv).emit("opencl", tuned=False)
+    assert kernel.metadata["tunables"]["index_type"] == "long"
+    assert "vload16" in kernel.source and "? -1 : 0;" in kernel.source
+    cl.Program(device().context, kernel.source).build()
