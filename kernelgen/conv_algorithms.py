@@ -13,12 +13,16 @@ to run it. Every way keeps the block's prologue (elementwise ops on the input) a
   U = G·g·Gᵀ runs once when the weights are constant; the input transform V = Bᵀ·d·B per
   4×4 tile (prologue fused); 16 independent GEMMs U·V (one batched contraction, 2.25× fewer
   multiplications than direct); the output transform Y = Aᵀ·M·A with the epilogue fused.
+  Bᵀ and Aᵀ hold only 0 and ±1, so both transforms are signed sums of taps chosen by index
+  arithmetic (four per V element, nine per output), not contractions with a coefficient
+  matrix.
 
 Which one runs is measured (``autotune.tune_algorithm``, stored in the Fast-Run database) or,
 when nothing was measured for this shape and device, chosen by ``heuristic``.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -29,7 +33,7 @@ from mapping_types import FloorDiv, FloorMod, fresh_reduce_symbol, out_symbols
 
 from .dtypes import DType
 from .errors import UnsupportedError
-from .expr import Expr, Read, call, reduce
+from .expr import Expr, IndexCond, Read, call, reduce, select
 from .fuse import FusedOp, fuse
 from .graph import Constant, Op, Value, constant, new_name
 from .ops.common import make_op
@@ -278,15 +282,18 @@ def _winograd_stages(block: ConvBlock, backend: str) -> list[FusedOp | Constant]
     else:
         stages.append(u_stage)
 
-    # V[a, b, c, n, th, tw] = sum_ij BT[a, i] BT[b, j] x[n, c, 2th + i - p, 2tw + j - p]
-    bt = constant(new_name("winograd_bt"), WINOGRAD_BT)
+    # V[a, b, c, n, th, tw] = sum_ij BT[a, i] BT[b, j] x[n, c, 2th + i - p, 2tw + j - p]. Each
+    # row of BT holds two +-1 entries, so V is four signed taps of the tile: BT is folded into
+    # index arithmetic (no coefficient loads, no multiplications)
     a_, b_, c_, n_, t_h, t_w = out_symbols(6)
-    i, j = fresh_reduce_symbol("i"), fresh_reduce_symbol("j")
-    idx, inside = _spatial_reads(conv, [2 * t_h, 2 * t_w], [i, j])
-    coef = call("mul", Read(f32, 1, (a_, i)), Read(f32, 1, (b_, j)))
-    v_op = make_op("WinogradInput", [x, bt], (4, 4, c, n, th, tw), f32,
-                   reduce("sum", call("mul", coef, Read(f32, 0, (n_, c_, *idx), inside)),
-                          ((i, 4), (j, 4))), {"of": conv.name})
+
+    def tap(i: sympy.Expr, j: sympy.Expr) -> Expr:
+        idx, inside = _spatial_reads(conv, [2 * t_h, 2 * t_w], [i, j])
+        return Read(f32, 0, (n_, c_, *idx), inside)
+
+    v_op = make_op("WinogradInput", [x], (4, 4, c, n, th, tw), f32, _signed_sum(
+        [(_signed_sum([(tap(i, j), neg_b) for j, neg_b in _bt_row(b_)]), neg_a)
+         for i, neg_a in _bt_row(a_)]), {"of": conv.name})
     stages.append(fuse(*block.prologue, v_op, force=True))
 
     # M[a, b, m, n, th, tw] = sum_c U[a, b, m, c] V[a, b, c, n, th, tw]: 16 batched GEMMs
@@ -298,18 +305,48 @@ def _winograd_stages(block: ConvBlock, backend: str) -> list[FusedOp | Constant]
                  {"of": conv.name})
     stages.append(fuse(mm))
 
-    # Y[n, m, y, x] = sum_ab AT[y % 2, a] AT[x % 2, b] M[a, b, m, n, y // 2, x // 2] (+ bias)
-    at = constant(new_name("winograd_at"), WINOGRAD_AT)
+    # Y[n, m, y, x] = sum_ab AT[y % 2, a] AT[x % 2, b] M[a, b, m, n, y // 2, x // 2] (+ bias).
+    # Row r of AT is +1 at a = r and (-1)^r at a = r + 1, r + 2: nine signed loads, AT folded
     q = out_symbols(4)
-    ra, rb = fresh_reduce_symbol("a"), fresh_reduce_symbol("b")
-    coef = call("mul", Read(f32, 1, (FloorMod(q[2], 2), ra)), Read(f32, 1, (FloorMod(q[3], 2), rb)))
-    tile = Read(f32, 0, (ra, rb, q[1], q[0], FloorDiv(q[2], 2), FloorDiv(q[3], 2)))
-    body: Expr = reduce("sum", call("mul", coef, tile), ((ra, 4), (rb, 4)))
-    inputs: list[Value] = [mm, at]
+    ry, rx = FloorMod(q[2], 2), FloorMod(q[3], 2)
+
+    def m_at(a: sympy.Expr, b: sympy.Expr) -> Expr:
+        return Read(f32, 0, (a, b, q[1], q[0], FloorDiv(q[2], 2), FloorDiv(q[3], 2)))
+
+    def at_row(r: sympy.Expr, term: Callable[[sympy.Expr], Expr]) -> Expr:
+        odd = sympy.Eq(r, 1)
+        return _signed_sum([(term(r), sympy.false), (term(r + 1), odd), (term(r + 2), odd)])
+
+    body: Expr = at_row(ry, lambda a: at_row(rx, lambda b: m_at(a, b)))
+    inputs: list[Value] = [mm]
     if len(conv.inputs) > 2:
-        body = call("add", body, Read(f32, 2, (q[1],)))
+        body = call("add", body, Read(f32, 1, (q[1],)))
         inputs.append(conv.inputs[2])
     y = make_op("Conv", inputs, conv.shape, f32, body, {**conv.attrs, "algorithm": "winograd"},
                 name=conv.name)
     stages.append(_tail(block, y))
     return stages
+
+
+def _bt_row(a: sympy.Expr) -> tuple[tuple[sympy.Expr, sympy.Basic], ...]:
+    """Row ``a`` of Bᵀ (F(2x2,3x3)) as its two nonzero columns, each with the condition under
+    which its entry is -1: rows [1 0 -1 0], [0 1 1 0], [0 -1 1 0], [0 1 0 -1]."""
+    return ((FloorDiv(a + 2, 3), sympy.Eq(a, 2)),
+            (2 + FloorDiv(a, 3), sympy.Eq(FloorMod(a, 3), 0)))
+
+
+def _signed_sum(terms: list[tuple[Expr, sympy.Basic]]) -> Expr:
+    """The sum of ``terms``, each negated where its index condition holds (a select on an index
+    condition, uniform across a tile's lanes, instead of a multiplication by +-1)."""
+    out: Expr | None = None
+    for value, negative in terms:
+        if out is None:
+            out = value if negative is sympy.false else \
+                select(IndexCond(DType.bool, negative), call("neg", value), value)
+        elif negative is sympy.false:
+            out = call("add", out, value)
+        else:
+            out = select(IndexCond(DType.bool, negative), call("sub", out, value),
+                         call("add", out, value))
+    assert out is not None
+    return out

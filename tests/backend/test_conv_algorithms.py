@@ -11,12 +11,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+import sympy
 from conftest import assert_close, require
 from reference import evaluate_chain
 
 import autotune
 import kernelgen as kg
-from kernelgen.conv_algorithms import ALGORITHMS, applicable, heuristic
+from kernelgen.conv_algorithms import ALGORITHMS, WINOGRAD_BT, _bt_row, applicable, heuristic
 from kernelgen.program import Program
 
 BACKENDS = ["opencl", "neon", "triton"]
@@ -99,6 +100,15 @@ def test_program_shape(backend: str) -> None:
     assert [s["schedule"] for s in winograd.metadata["stages"]][1] in ("tiled", "dot")
     assert any(name.startswith("winogradfilter") for name in winograd.metadata["folded_constants"])
     assert "stage 2" in winograd.source
+
+
+def test_winograd_input_transform_rows_are_lavin_grays() -> None:
+    """The input transform's taps and signs, folded into index arithmetic, rebuild Bᵀ."""
+    for a in range(4):
+        row = np.zeros(4, np.float32)
+        for column, negative in _bt_row(sympy.Integer(a)):
+            row[int(column)] += -1.0 if negative else 1.0
+        np.testing.assert_array_equal(row, WINOGRAD_BT[a])
 
 
 def test_folded_constant_must_not_change() -> None:

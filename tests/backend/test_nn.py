@@ -160,6 +160,26 @@ def test_prologue_sees_zero_padding(backend: str) -> None:
     assert_close(got, want, scale=10)
 
 
+def test_neon_packed_row_blocks(monkeypatch) -> None:
+    """The packed NEON template sweeps column panels with blocks of row tiles; with several
+    blocks, the last one partial, every row is still computed exactly once."""
+    from conftest import require
+
+    from kernelgen.emit import neon as neon_emit
+    require("neon")
+    m, k, n, tm = 29, 7, 10, 3  # 10 row tiles: blocks of 3, 3, 3 and 1
+    monkeypatch.setattr(neon_emit, "ROW_BLOCK_BYTES", 4 * tm * k * 3)
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((m, k), np.float32), rng.standard_normal((k, n), np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    mm = kg.matmul(kg.tensor("a", (m, k)), kg.tensor("b", (k, n)))
+    out = kg.add(mm, kg.tensor("bias", (n,)))
+    kernel = kg.fuse(mm, out).emit("neon", tile_m=tm, tile_n=4, pack_b=True, tuned=False)
+    assert "blocks of 3 row tiles" in kernel.source
+    want = (a.astype(np.float64) @ b + bias).astype(np.float32)
+    assert_close(kernel(a, b, bias), want, scale=4)
+
+
 @pytest.mark.parametrize("backend_tile", [("opencl", (1, 1)), ("opencl", (2, 3)),
                                           ("opencl", (4, 4)), ("opencl", (8, 2)),
                                           ("neon", (1, 4)), ("neon", (3, 8)), ("neon", (8, 12)),
