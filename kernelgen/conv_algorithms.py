@@ -47,10 +47,11 @@ DIRECT_OPTIONS: dict[str, dict[str, Any]] = {
     "opencl": {"reduce_strategy": "item"}, "neon": {"schedule": "row"},
     "triton": {"schedule": "row"}}
 
-# F(2x2, 3x3) transforms (Lavin & Gray): Y = A^T [(G g G^T) * (B^T d B)] A
+# F(2x2, 3x3) transforms (Lavin & Gray): Y = A^T [(G g G^T) * (B^T d B)] A, with
+# A^T = [[1, 1, 1, 0], [0, 1, -1, -1]]. B^T and A^T are applied as signed index arithmetic
+# (_bt_row, the output transform); B^T is kept as the table that arithmetic is checked against.
 WINOGRAD_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], np.float32)
 WINOGRAD_BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float32)
-WINOGRAD_AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float32)
 
 
 @dataclass(frozen=True)
@@ -119,11 +120,11 @@ def applicable(fused: FusedOp) -> dict[str, str | None]:
 def heuristic(fused: FusedOp, backend: str) -> str:
     """The algorithm to use when nothing was measured for this block on this device, from
     ``bench/conv.py`` runs (ResNet 3x3 and 1x1 at 56x56). OpenCL: the vector-column GEMM makes
-    im2col the fastest 3x3 (1.8 ms against Winograd's 3.5, whose transforms are scalar) and a
-    pointwise conv reads its input as the GEMM operand directly (implicit GEMM; im2col would
-    only copy it). NEON: Winograd beat im2col by 1.0-1.8x and im2col beat implicit GEMM by
-    1.05-2.1x. Small convs stay one kernel, where launches and the patch matrix's round trip
-    would dominate."""
+    im2col the fastest 3x3 (1.5-2.2 ms against Winograd's 2.5-3.0, whose input transform
+    gathers per element) and a pointwise conv reads its input as the GEMM operand directly
+    (implicit GEMM; im2col would only copy it). NEON: Winograd beat im2col by 1.0-1.8x and
+    im2col beat implicit GEMM by 1.05-2.1x. Small convs stay one kernel, where launches and the
+    patch matrix's round trip would dominate."""
     ok = [name for name, why in applicable(fused).items() if why is None]
     block = conv_block(fused)
     if block is not None:
