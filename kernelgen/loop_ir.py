@@ -354,6 +354,11 @@ class Contraction:
     cols: tuple[int, ...]  # positions only the right operand depends on
     batch: tuple[int, ...] = ()  # positions both depend on
 
+    def swapped(self) -> Contraction:
+        """The same sum with the operands exchanged (rows become columns): the sum of
+        products is symmetric, so a template may vectorise whichever operand reads a run."""
+        return Contraction(self.reduce, self.right, self.left, self.cols, self.rows, self.batch)
+
 
 def contraction(kernel: LoopKernel, rowless: bool = False) -> Contraction | None:
     """Recognise the contraction pattern, or None. With ``rowless``, also a sum whose one

@@ -192,12 +192,13 @@ class NeonEmitter(CEmitter):
             right_bytes = 4 * prod(n for _, n in c.reduce.axes) * \
                 prod(k.domain[i][1] for i in c.cols + c.batch)
             self.pack_b = right_bytes > PACK_B_MIN_BYTES
+        if self.pack_b:
+            tiles_r = int(holes["tiles_r"])
+            block = min(tiles_r, max(1, ROW_BLOCK_BYTES // (4 * tm * int(holes["k_extent"]))))
+            holes.update(row_block=str(block), row_blocks=str(-(-tiles_r // block)))
         template = "contraction_packed.c" if self.pack_b else "contraction.c"
-        tiles_r = int(holes["tiles_r"])
-        row_block = min(tiles_r, max(1, ROW_BLOCK_BYTES // (4 * tm * int(holes["k_extent"]))))
         return templates.render("neon", template, name="KG_FN", params=self.params(),
-                                pragma=pragma, tn_vec=str(tn // 4), row_block=str(row_block),
-                                row_blocks=str(-(-tiles_r // row_block)), **holes)
+                                pragma=pragma, tn_vec=str(tn // 4), **holes)
 
     def emit(self) -> NeonSource:
         k = self.kernel

@@ -332,7 +332,7 @@ class OpenCLEmitter(CEmitter):
             if (plan is None or plan.right is None) and not operand_has_reduction(c.left):
                 # the sum is symmetric: vectorise the left operand's run if it has one
                 # (a 1x1 conv reads pixels contiguously but output channels strided)
-                swapped = Contraction(c.reduce, c.right, c.left, c.cols, c.rows, c.batch)
+                swapped = c.swapped()
                 other = _vector_plan(k, swapped, self.tile, False)
                 if other is not None and other.right is not None:
                     plan, c = other, swapped
@@ -360,7 +360,7 @@ class OpenCLEmitter(CEmitter):
         swapped contraction, its column plan and the rows per tile."""
         if not operand_has_reduction(c.left) or operand_has_reduction(c.right):
             return None
-        swapped = Contraction(c.reduce, c.right, c.left, c.cols, c.rows, c.batch)
+        swapped = c.swapped()
         n_rows = prod(self.kernel.domain[i][1] for i in swapped.rows)
         if self.tile_explicit:
             tile = self.tile
