@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 from conftest import assert_close, backend_problem, prebuild_neon, run
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from reference import evaluate_chain
 from test_ops import CASES, Case, data
@@ -182,14 +182,17 @@ def chains(draw: st.DrawFn) -> tuple[list[kg.Value], list[kg.Op]]:
 
 
 def check_random_block(chain: tuple[list[kg.Value], list[kg.Op]], seed: int,
-                       backends: list[str]) -> None:
-    """The fused kernel equals evaluating the operators one by one, on every given backend."""
+                       backends: list[str], max_flops: int | None = None) -> None:
+    """The fused kernel equals evaluating the operators one by one, on every given backend;
+    chains whose fused kernel counts more than ``max_flops`` operations are not drawn."""
     inputs, ops = chain
+    fused = kg.fuse(*ops, force=True)
+    if max_flops is not None:
+        assume(fused.lower().flops() <= max_flops)
     rng = np.random.default_rng(seed)
     feeds = {v.name: np.clip(rng.standard_normal(v.shape), -2, 2).astype(np.float32)
              for v in inputs}  # clipped: keeps Exp chains finite
     want = evaluate_chain(ops, feeds)[ops[-1].name]
-    fused = kg.fuse(*ops, force=True)
     arrays = [feeds[v.name] for v in fused.inputs]
     for backend in backends:
         (got,) = run(backend, fused, *arrays)
@@ -224,7 +227,10 @@ def test_random_blocks_neon(chain, seed: int) -> None:
 @settings(max_examples=40, **_SETTINGS)  # the Triton interpreter costs ms per program
 @given(chain=chains(), seed=st.integers(0, 2**16))
 def test_random_blocks_triton(chain, seed: int) -> None:
-    check_random_block(chain, seed, _available("triton"))
+    # The interpreter runs every loop in Python: a drawn chain of nested softmaxes and reductions
+    # (about 1 in 300 counts over 1e5 operations) ran for more than 30 minutes while Hypothesis
+    # kept shrinking it. Such chains still run on the interpreter, OpenCL and NEON tests above.
+    check_random_block(chain, seed, _available("triton"), max_flops=100_000)
 
 
 def test_loop_kernel_prints_as_a_listing() -> None:
