@@ -58,11 +58,17 @@ def search_space(loop: Any, backend: str) -> list[Config]:
             # AGO: the emitter's own tile spans the producer once; most others recompute it
             ago = operand_has_reduction(c.left) or operand_has_reduction(c.right)
             return [Config.of(), *tiles] if ago else tiles
+        from kernelgen.emit import unroll
+
         strategies: list[str | None] = [None]
         if loop.hoisted:
             strategies += ["row", "group", "item"]
-        return [Config.of(**({"local_size": ls} | ({"reduce_strategy": st} if st else {})))
-                for st in strategies for ls in (256, 64, 1024)]
+        configs = [Config.of(**({"local_size": ls} | ({"reduce_strategy": st} if st else {})))
+                   for st in strategies for ls in (256, 64, 1024)]
+        plans = unroll.ranked(loop)  # the default takes the first; one point per item too
+        configs += [Config.of(local_size=ls, unroll=p) for p in (*plans[1:3], unroll.none(loop))
+                    for ls in (256, 1024) if plans]
+        return configs
     if backend == "triton":
         from kernelgen.loop_ir import contraction
 

@@ -11,7 +11,7 @@ work-group per row), then computes the stores of the group's elements (single-ke
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +21,8 @@ from mapping_types import fresh_reduce_symbol, out_symbols, simplify_index
 from mapping_types.index_map import simplify_guard
 
 from .dtypes import DType
-from .expr import Call, Expr, IndexCond, Load, Read, Reduce, free_index_symbols, transform, walk
+from .expr import (Call, Expr, IndexCond, Load, Read, Reduce, Select, free_index_symbols,
+                   transform, walk)
 from .shapes import prod, row_major_strides
 
 if TYPE_CHECKING:
@@ -117,7 +118,7 @@ class LoopKernel:
 
 def _text(node: Expr) -> str:
     """One expression as text: loads as ``buffer[offset]``, guards after ``if``."""
-    from .expr import Cast, Const, Select
+    from .expr import Cast, Const
 
     if isinstance(node, Load):
         guard = "" if node.guard is sympy.true else f" if {node.guard}"
@@ -289,7 +290,7 @@ def fingerprint(kernel: LoopKernel) -> str:
     differently named tensors, hashes the same. Tuning results are keyed on it."""
     import hashlib
 
-    from .expr import Cast, Const, Select
+    from .expr import Cast, Const
 
     names: dict[sympy.Basic, sympy.Symbol] = {
         s: sympy.Symbol(f"d{k}") for k, (s, _) in enumerate(kernel.domain)}
@@ -399,6 +400,35 @@ def producer_redundancy(kernel: LoopKernel, tile_n: int) -> float:
         return 1.0
     n_cols = prod(kernel.domain[i][1] for i in c.cols)
     return float(-(-n_cols // tile_n))
+
+
+def specialise(root: Expr, values: Mapping[sympy.Symbol, int | sympy.Expr],
+               ranges: Mapping[sympy.Symbol, int]) -> Expr:
+    """``root`` with some index symbols replaced (by constants, or ``2*outer + 1`` for a split
+    axis): offsets and guards simplified, and selects on conditions that became constant
+    replaced by their taken side. Equal loads and sums of the copies for different values then
+    compare equal, so an emitter that unrolls a small axis shares them (Winograd's 16 transform
+    positions read one 4x4 tile). ``ranges`` bounds every symbol in the result."""
+    sub = {s: sympy.sympify(v) for s, v in values.items()}
+    fixed = set(sub)
+
+    def visit(node: Expr, recurse: Callable[[Expr], Expr]) -> Expr | None:
+        if not fixed & free_index_symbols(node):
+            return node
+        if isinstance(node, Load):
+            data = tuple((s, n, recurse(v)) for s, n, v in node.data)
+            offset = simplify_index(sympy.expand(node.offset.xreplace(sub)), ranges)
+            return Load(node.dtype, node.buffer, offset,
+                        simplify_guard(node.guard.xreplace(sub), ranges), data)
+        if isinstance(node, IndexCond):
+            return IndexCond(node.dtype, simplify_guard(node.cond.xreplace(sub), ranges))
+        if isinstance(node, Select):
+            cond = recurse(node.cond)
+            if isinstance(cond, IndexCond) and cond.cond in (sympy.true, sympy.false):
+                return recurse(node.if_true if cond.cond is sympy.true else node.if_false)
+        return None
+
+    return transform(root, visit)
 
 
 def flatten_offset(offset: sympy.Expr, axes: list[Axis], flat: sympy.Symbol

@@ -29,6 +29,7 @@ from ..loop_ir import (Axis, Buffer, Contraction, LoopKernel, contraction, flatt
                        flatten_offset, operand_has_reduction, producer_redundancy)
 from ..shapes import prod
 from .base import Capabilities, Scope
+from . import unroll as unroll_mod
 from .c_base import CEmitter, VectorPrinter, VectorSyntax, extent, vectorizable
 
 _MATH = ("exp", "expm1", "log", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "asin", "acos",
@@ -109,7 +110,8 @@ class OpenCLEmitter(CEmitter):
     def __init__(self, kernel: LoopKernel, local_size: int | None = None,
                  reduce_strategy: str | None = None,
                  capabilities: Capabilities = CAPABILITIES,
-                 tile: tuple[int, int] | None = None) -> None:
+                 tile: tuple[int, int] | None = None,
+                 unroll: tuple[int, ...] | None = None) -> None:
         tile_default = tile is None
         self.tile_explicit = not tile_default
         self.producer_recomputed: float | None = None  # set when the producer is the vector side
@@ -130,6 +132,16 @@ class OpenCLEmitter(CEmitter):
             operand_has_reduction(self.contraction.left) and \
             prod(kernel.domain[i][1] for i in self.contraction.cols) <= AGO_MAX_COLUMNS
         self.strategy = self._strategy(reduce_strategy)
+        # 'elementwise': several domain points per work-item where they share loads (unroll.py)
+        self.unroll = unroll_mod.none(kernel)
+        if unroll is not None and tuple(unroll) != self.unroll:
+            if self.strategy != "elementwise":
+                raise ValueError(f"unroll applies to the 'elementwise' schedule; kernel "
+                                 f"'{kernel.name}' runs '{self.strategy}'")
+            unroll_mod.check(kernel, tuple(unroll))
+            self.unroll = tuple(unroll)
+        elif unroll is None and self.strategy == "elementwise":
+            self.unroll = unroll_mod.plan(kernel)
 
     def _strategy(self, requested: str | None) -> str:
         k = self.kernel
@@ -235,12 +247,31 @@ class OpenCLEmitter(CEmitter):
 
     def _elementwise(self) -> tuple[str, Launch]:
         index, body = Scope([], 1), Scope([], 1)
-        launch = self._ndrange(list(self.kernel.domain), index)
-        self.stores(body)
+        if self.unroll == unroll_mod.none(self.kernel):
+            launch = self._ndrange(list(self.kernel.domain), index)
+            self.stores(body)
+        else:
+            launch = self._unrolled(index, body)
         src = templates.render("opencl", "elementwise.cl", name=self.kernel.name,
                                params=self.params(), index="\n".join(index.lines),
                                body="\n".join(body.lines))
         return src, launch
+
+    def _unrolled(self, index: Scope, body: Scope) -> Launch:
+        """Work-items over the axes ``self.unroll`` leaves parallel; each stores every copy,
+        specialised to its constants, so copies share their loads and partial sums."""
+        k = self.kernel
+        plan = unroll_mod.split(k, self.unroll)
+        self.ranges.update(plan.ranges)
+        for s, outer in plan.outer_of.items():  # a split axis keeps its name
+            self.symbol_names[outer] = self.symbol_names[s]
+        launch = self._ndrange(list(plan.parallel), index)
+        for copy in plan.copies:
+            offset = self.index(plan.offset(k.store_offset, copy))
+            for buf, st in zip(k.outputs, k.stores):
+                value = self.expr(plan.value(st.value, copy), body)
+                body.add(self.buffer_store(buf, offset, value))
+        return launch
 
     def _item(self) -> tuple[str, Launch]:
         k = self.kernel
@@ -591,10 +622,13 @@ def _pow2_floor(n: int) -> int:
 
 
 def _local_shape(sizes: list[int], target: int) -> tuple[int, ...]:
-    """A work-group shape of about ``target`` items, filled from dimension 0 outward."""
+    """A work-group shape of at most ``target`` items, filled from dimension 0 outward."""
     local, budget = [], target
     for s in sizes:
         take = max(1, min(s, budget))
+        # a divisor of the size, when not much smaller, spares the idle items of a last group
+        divisor = max(d for d in range(1, take + 1) if s % d == 0)
+        take = divisor if 2 * divisor >= take else take
         local.append(take)
         budget = max(1, budget // take)
     return tuple(local)
@@ -607,7 +641,7 @@ def _version() -> str:
 
 def emit_opencl(kernel: LoopKernel, **options: Any) -> tuple[str, Launch, dict[str, Any]]:
     """Source, launch geometry and tunables for ``kernel``."""
-    allowed = {"local_size", "reduce_strategy", "capabilities", "tile_m", "tile_n"}
+    allowed = {"local_size", "reduce_strategy", "capabilities", "tile_m", "tile_n", "unroll"}
     if unknown := set(options) - allowed:
         raise TypeError(f"unknown OpenCL emit options {sorted(unknown)}; expected "
                         f"{sorted(allowed)}")
@@ -615,11 +649,13 @@ def emit_opencl(kernel: LoopKernel, **options: Any) -> tuple[str, Launch, dict[s
     emitter = OpenCLEmitter(kernel, options.get("local_size"), options.get("reduce_strategy"),
                             options.get("capabilities", CAPABILITIES),
                             (options.get("tile_m", 4), options.get("tile_n", 4)) if explicit
-                            else None)
+                            else None, options.get("unroll"))
     source, launch = emitter.emit()
     tunables = {"local_size": emitter.local, "reduce_strategy": emitter.strategy,
                 "index_type": emitter.index_t}
     extra: dict[str, Any] = {"schedule": emitter.strategy, "tunables": tunables}
+    if emitter.strategy == "elementwise":
+        tunables["unroll"] = emitter.unroll
     if emitter.strategy == "tiled":
         tunables.update(tile_m=emitter.effective_tile[0], tile_n=emitter.effective_tile[1])
         extra["producer_redundancy"] = emitter.producer_recomputed or producer_redundancy(

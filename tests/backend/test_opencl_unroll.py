@@ -1,0 +1,117 @@
+"""OpenCL's elementwise schedule with several domain points per work-item (``emit/unroll.py``):
+Winograd's transforms take the plans that share a tile's loads, every valid plan of awkward
+kernels equals the ONNX reference, kernels whose points share nothing keep one point per
+work-item, and invalid plans are refused with the kernel named."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from conftest import assert_close, require
+from reference import evaluate_chain
+
+import kernelgen as kg
+from kernelgen import conv_algorithms
+from kernelgen.emit import unroll
+from kernelgen.shapes import prod
+
+
+def _winograd_block(x_shape: tuple[int, ...]):
+    rng = np.random.default_rng(x_shape[-1])
+    feeds = {"x": rng.standard_normal(x_shape).astype(np.float32),
+             "w": (rng.standard_normal((7, x_shape[1], 3, 3)) / 3).astype(np.float32)}
+    conv = kg.conv(kg.tensor("x", x_shape), kg.constant("w", feeds["w"]), pads=[1, 1, 1, 1])
+    return [conv, kg.relu(conv)], feeds
+
+
+@pytest.mark.parametrize("x_shape", [(1, 3, 10, 14), (2, 5, 9, 13)])
+def test_winograd_transforms_unroll_a_tile(x_shape: tuple[int, ...]) -> None:
+    """The input transform unrolls its 4x4 transform positions (16 values from one tile's 16
+    loads); the output transform splits each even output axis by 2 (a 2x2 block per item).
+    Odd output sizes cannot split, and the result is right either way."""
+    require("opencl")
+    ops, feeds = _winograd_block(x_shape)
+    want = evaluate_chain(ops, feeds)[ops[-1].name]
+    program = conv_algorithms.build(kg.fuse(*ops), "winograd", "opencl", tuned=False)
+    first, *_, last = program.kernels
+    assert first.metadata["tunables"]["unroll"][:2] == (4, 4)
+    even = x_shape[2] % 2 == 0 and x_shape[3] % 2 == 0
+    assert (2 in last.metadata["tunables"]["unroll"]) == even
+    assert_close(program(feeds["x"], feeds["w"]), want, scale=10)
+
+
+def _blocks():
+    """Kernels with floor divisions (DepthToSpace, a reshape across a transpose), a broadcast
+    and a padded strided slice, on odd and prime extents."""
+    rng = np.random.default_rng(7)
+    x = kg.tensor("x", (2, 12, 3, 5))
+    r = kg.relu(x)
+    d2s = kg.depth_to_space(r, 2)
+    b = kg.tensor("b", (1, 3, 6, 10))
+    yield "depth_to_space", [r, d2s, kg.add(d2s, b)], {
+        "x": rng.standard_normal((2, 12, 3, 5)).astype(np.float32),
+        "b": rng.standard_normal((1, 3, 6, 10)).astype(np.float32)}
+    y = kg.tensor("y", (6, 7))
+    t = kg.transpose(y, [1, 0])
+    r = kg.reshape(t, [3, 14])
+    yield "transpose_reshape", [t, r, kg.exp(r)], {
+        "y": rng.standard_normal((6, 7)).astype(np.float32)}
+    z = kg.tensor("z", (4, 11))
+    p = kg.pad(z, [0, 1, 0, 2], 0.5)
+    s = kg.slice(p, [0, 0], [4, 14], [0, 1], [1, 2])
+    yield "pad_strided_slice", [p, s, kg.mul(s, s)], {
+        "z": rng.standard_normal((4, 11)).astype(np.float32)}
+
+
+def _plans(extents: list[int]) -> list[tuple[int, ...]]:
+    """Every valid plan: factors dividing their extents, a few points, some parallel work."""
+    options = [[f for f in range(1, n + 1) if n % f == 0] for n in extents]
+    return [f for f in itertools.product(*options)
+            if prod(f) <= unroll.MAX_POINTS and prod(f) < prod(extents)]
+
+
+@pytest.mark.parametrize("name,ops,feeds", list(_blocks()), ids=lambda v: v
+                         if isinstance(v, str) else "")
+def test_every_plan_equals_the_reference(name: str, ops, feeds) -> None:
+    require("opencl")
+    want = evaluate_chain(ops, feeds)[ops[-1].name]
+    fused = kg.fuse(*ops, force=True)
+    loop = fused.lower()
+    arrays = [feeds[v.name] for v in fused.inputs]
+    plans = _plans([n for _, n in loop.domain])
+    assert len(plans) > 3, plans
+    for plan in plans:
+        kernel = fused.emit_kernel("opencl", tuned=False, unroll=plan)
+        assert kernel.metadata["tunables"]["unroll"] == plan
+        try:
+            assert_close(kernel(*arrays), want)
+        except AssertionError as wrong:
+            raise AssertionError(f"unroll={plan}: {wrong}") from None
+
+
+def test_points_that_share_nothing_stay_one_per_item() -> None:
+    """An add of two tensors: no copy shares a load, so nothing is unrolled."""
+    a, b = kg.tensor("a", (3, 7)), kg.tensor("b", (3, 7))
+    loop = kg.fuse(kg.add(a, b)).lower()
+    assert unroll.plan(loop) == unroll.none(loop)
+
+
+def test_depth_to_space_splits_by_its_block() -> None:
+    """DepthToSpace reads ``x[.., y // 2, x // 2]``: the plan's split by 2 shares nothing more
+    (every output reads its own element), so it is not taken; the candidate exists."""
+    x = kg.tensor("x", (1, 8, 5, 6))
+    loop = kg.fuse(kg.depth_to_space(x, 2)).lower()
+    assert any(2 in f for f in unroll._candidates(loop))
+    assert unroll.plan(loop) == unroll.none(loop)
+
+
+@pytest.mark.parametrize("plan,why", [((7,), "one factor per domain axis"),
+                                      ((1, 4), "divide"),
+                                      ((7, 6), "parallel work")])
+def test_invalid_plans_are_refused(plan: tuple[int, ...], why: str) -> None:
+    fused = kg.fuse(kg.transpose(kg.tensor("v", (6, 7)), [1, 0]))
+    assert [n for _, n in fused.lower().domain] == [7, 6]
+    with pytest.raises(ValueError, match=why) as info:
+        fused.emit_kernel("opencl", tuned=False, unroll=plan)
+    assert fused.name in str(info.value)
