@@ -25,11 +25,13 @@ def _winograd_block(x_shape: tuple[int, ...]):
     return [conv, kg.relu(conv)], feeds
 
 
-@pytest.mark.parametrize("x_shape", [(1, 3, 10, 14), (2, 5, 9, 13)])
+@pytest.mark.parametrize("x_shape", [(1, 3, 10, 14), (2, 5, 9, 13), (1, 2, 6, 38)])
 def test_winograd_transforms_unroll_a_tile(x_shape: tuple[int, ...]) -> None:
     """The input transform unrolls its 4x4 transform positions (16 values from one tile's 16
     loads); the output transform splits each even output axis by 2 (a 2x2 block per item).
-    Odd output sizes cannot split, and the result is right either way."""
+    Odd output sizes cannot split, and the result is right either way. Rows of more than 16
+    items run in work-groups a multiple of 16 wide, the items past the row idle (38 wide:
+    19 tiles in groups of 32)."""
     require("opencl")
     ops, feeds = _winograd_block(x_shape)
     want = evaluate_chain(ops, feeds)[ops[-1].name]
@@ -38,6 +40,9 @@ def test_winograd_transforms_unroll_a_tile(x_shape: tuple[int, ...]) -> None:
     assert first.metadata["tunables"]["unroll"][:2] == (4, 4)
     even = x_shape[2] % 2 == 0 and x_shape[3] % 2 == 0
     assert (2 in last.metadata["tunables"]["unroll"]) == even
+    for k in (first, last):
+        width = k.metadata["launch"]["local_size"][0]
+        assert width % 16 == 0 if x_shape[3] // 2 > 16 else width <= 16
     assert_close(program(feeds["x"], feeds["w"]), want, scale=10)
 
 
