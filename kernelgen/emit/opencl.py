@@ -3,7 +3,8 @@
 Schedules (``metadata['schedule']``):
 - ``elementwise``: one work-item per domain point on a 1-3-D NDRange; the innermost domain axis
   is dimension 0 so neighbouring work-items touch neighbouring elements (PoCL vectorises across
-  them), and merged axes keep integer division out of the index (TOOLCHAIN.md §3.4).
+  them), and merged axes keep integer division out of the index (TOOLCHAIN.md §3.4). Where
+  neighbouring points share loads, each work-item computes several (``unroll.py``).
 - ``group``: one work-group per group point; hoisted reductions are computed cooperatively
   (strided partial results, then a tree in ``__local`` memory), then the same work-items write the
   group's elements: single-kernel softmax, layer-norm-like blocks, reductions over long axes.
