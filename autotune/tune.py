@@ -65,9 +65,10 @@ def search_space(loop: Any, backend: str) -> list[Config]:
             strategies += ["row", "group", "item"]
         configs = [Config.of(**({"local_size": ls} | ({"reduce_strategy": st} if st else {})))
                    for st in strategies for ls in (256, 64, 1024)]
-        plans = unroll.ranked(loop)  # the default takes the first; one point per item too
-        configs += [Config.of(local_size=ls, unroll=p) for p in (*plans[1:3], unroll.none(loop))
-                    for ls in (256, 1024) if plans]
+        plans = unroll.ranked(loop)
+        if plans:  # the default takes the first; the next two and one point per item too
+            configs += [Config.of(local_size=ls, unroll=p)
+                        for p in (*plans[1:3], unroll.none(loop)) for ls in (256, 1024)]
         return configs
     if backend == "triton":
         from kernelgen.loop_ir import contraction

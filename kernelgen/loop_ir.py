@@ -417,7 +417,7 @@ def specialise(root: Expr, values: Mapping[sympy.Symbol, int | sympy.Expr],
             return node
         if isinstance(node, Load):
             data = tuple((s, n, recurse(v)) for s, n, v in node.data)
-            offset = simplify_index(sympy.expand(node.offset.xreplace(sub)), ranges)
+            offset = specialise_index(node.offset, sub, ranges)
             return Load(node.dtype, node.buffer, offset,
                         simplify_guard(node.guard.xreplace(sub), ranges), data)
         if isinstance(node, IndexCond):
@@ -429,6 +429,12 @@ def specialise(root: Expr, values: Mapping[sympy.Symbol, int | sympy.Expr],
         return None
 
     return transform(root, visit)
+
+
+def specialise_index(expr: sympy.Expr, values: Mapping[sympy.Symbol, int | sympy.Expr],
+                     ranges: Mapping[sympy.Symbol, int]) -> sympy.Expr:
+    """An offset with some index symbols replaced, simplified as ``specialise`` does."""
+    return simplify_index(sympy.expand(expr.xreplace(dict(values))), ranges)
 
 
 def flatten_offset(offset: sympy.Expr, axes: list[Axis], flat: sympy.Symbol

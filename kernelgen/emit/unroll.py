@@ -17,10 +17,10 @@ from functools import lru_cache
 
 import sympy
 
-from mapping_types import FloorDiv, FloorMod, fresh_reduce_symbol, simplify_index
+from mapping_types import FloorDiv, FloorMod, fresh_reduce_symbol
 
 from ..expr import Expr, IndexCond, Load, walk
-from ..loop_ir import Axis, LoopKernel, specialise
+from ..loop_ir import Axis, LoopKernel, specialise, specialise_index
 from ..shapes import prod
 
 MAX_POINTS = 16  # points one work-item covers at most (straight-line code and registers)
@@ -43,7 +43,7 @@ class Unrolled:
         return specialise(root, copy, self.ranges)
 
     def offset(self, expr: sympy.Expr, copy: dict[sympy.Symbol, sympy.Expr]) -> sympy.Expr:
-        return simplify_index(sympy.expand(expr.xreplace(copy)), self.ranges)
+        return specialise_index(expr, copy, self.ranges)
 
 
 def split(kernel: LoopKernel, factors: tuple[int, ...]) -> Unrolled:
