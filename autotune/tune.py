@@ -43,12 +43,20 @@ class TuneResult:
 def search_space(loop: Any, backend: str) -> list[Config]:
     """Each backend's tunables for this kernel (the default first)."""
     if backend == "opencl":
-        from kernelgen.emit.opencl import opencl_contraction
+        from kernelgen.emit.opencl import opencl_contraction, opencl_window
         from kernelgen.loop_ir import operand_has_reduction
 
         c = opencl_contraction(loop)
         if c is not None and not c.rows:  # depthwise: one row, columns in vectors
-            return [Config.of(tile_m=1, tile_n=n) for n in (32, 16, 48, 64)]
+            tiles = [Config.of(tile_m=1, tile_n=n) for n in (32, 16, 48, 64)]
+            window = opencl_window(loop)
+            if window is None:
+                return tiles
+            # the default's window rows first, then the others and a few group sizes
+            rows = sorted(window.row_choices(loop), key=lambda r: (r > 4, -r if r <= 4 else r))
+            return [Config.of(), *(Config.of(reduce_strategy="window", window_rows=r,
+                                             local_size=ls)
+                                   for r in rows[:4] for ls in (8, 32)), *tiles]
         if c is not None:  # register tiles of the contraction templates
             # rows x columns; columns in float16 vectors (8 or 4 lanes on short runs)
             # (6x64: 293 GFLOP/s on im2col's 64x576x3136 GEMM, against 222 for 8x32)

@@ -11,7 +11,7 @@ work-group per row), then computes the stores of the group's elements (single-ke
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -403,17 +403,18 @@ def producer_redundancy(kernel: LoopKernel, tile_n: int) -> float:
 
 
 def specialise(root: Expr, values: Mapping[sympy.Symbol, int | sympy.Expr],
-               ranges: Mapping[sympy.Symbol, int]) -> Expr:
+               ranges: Mapping[sympy.Symbol, int], keep: Collection[Expr] = ()) -> Expr:
     """``root`` with some index symbols replaced (by constants, or ``2*outer + 1`` for a split
     axis): offsets and guards simplified, and selects on conditions that became constant
     replaced by their taken side. Equal loads and sums of the copies for different values then
     compare equal, so an emitter that unrolls a small axis shares them (Winograd's 16 transform
-    positions read one 4x4 tile). ``ranges`` bounds every symbol in the result."""
+    positions read one 4x4 tile). ``ranges`` bounds every symbol in the result. Nodes in
+    ``keep`` stay as they are (an epilogue's contraction sum)."""
     sub = {s: sympy.sympify(v) for s, v in values.items()}
     fixed = set(sub)
 
     def visit(node: Expr, recurse: Callable[[Expr], Expr]) -> Expr | None:
-        if not fixed & free_index_symbols(node):
+        if node in keep or not fixed & free_index_symbols(node):
             return node
         if isinstance(node, Load):
             data = tuple((s, n, recurse(v)) for s, n, v in node.data)

@@ -13,9 +13,15 @@ Schedules (``metadata['schedule']``):
 - ``row``: one work-item per group point with explicit ``float8`` loops along a contiguous
   reduced axis. A CPU device runs a work-group on one core anyway, so this beats ``group`` there
   (2.4 ms vs 13 ms for a 1024x4096 softmax on PoCL); chosen when the capabilities say so.
+- ``tiled``: a contraction (GEMM, implicit-GEMM conv, Winograd's batched GEMM, AGO's fused
+  pairs) as register tiles of rows x float16 column vectors (contraction*.cl.tmpl).
+- ``window``: a sliding-window contraction with no rows (a depthwise or grouped conv): each
+  work-item owns a few output rows and the whole row as vectors, reading each input row once for
+  all of them (window.cl.tmpl).
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, replace
 from functools import cache, lru_cache
 from typing import Any
@@ -25,13 +31,17 @@ import sympy
 import templates
 
 from ..dtypes import DType
-from ..expr import Expr, Reduce
+from ..expr import Expr, Load, Reduce, walk
+from mapping_types import fresh_reduce_symbol
+
 from ..loop_ir import (Axis, Buffer, Contraction, LoopKernel, contraction, flatten_axes,
-                       flatten_offset, operand_has_reduction, producer_redundancy)
+                       flatten_offset, operand_has_reduction, producer_redundancy, specialise,
+                       specialise_index)
 from ..shapes import prod
 from .base import Capabilities, Scope
 from . import unroll as unroll_mod
-from .c_base import CEmitter, VectorPrinter, VectorSyntax, extent, vectorizable
+from .c_base import (CEmitter, VectorPrinter, VectorSyntax, extent, read_together, split_guard,
+                     vectorizable)
 
 _MATH = ("exp", "expm1", "log", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "asin", "acos",
          "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "floor", "ceil", "rint")
@@ -52,18 +62,21 @@ _INT = {
     "min": "min({0}, {1})", "mod": "KG_FLOORMOD({0}, {1})", "sign": "(({0} > 0) - ({0} < 0))",
     **_COMPARE, **_LOGIC,
 }
+# Vector masks are -1 or 0 a lane: bitwise logic keeps them so ('&&' and '!' of vectors fold
+# to 1 per lane in PoCL's clang when the operands are constants, and select() reads the top bit)
+_VECTOR_LOGIC = {"and": "{0} & {1}", "or": "{0} | {1}", "xor": "{0} ^ {1}", "not": "~{0}"}
 VECTOR = VectorSyntax(
     width=8, vtype="float8", mtype="int8", load="vload8(0, {ptr} + {off})",
     store="vstore8({v}, 0, {ptr} + {off});", broadcast="((float8)({0}))",
     broadcast_mask="((int8)(-({0})))", select="select({2}, {1}, {0})",
-    functions={**{k: v for k, v in _FLOAT.items() if k != "sign"}, **_LOGIC},
+    functions={**{k: v for k, v in _FLOAT.items() if k != "sign"}, **_VECTOR_LOGIC},
     combine={"sum": "{a} + {b}", "prod": "{a} * {b}", "max": "fmax({a}, {b})",
              "min": "fmin({a}, {b})"},
     horizontal={"sum": "", "prod": "", "max": "", "min": ""},  # halving with .lo/.hi
 )
 
 _BARRIER = "barrier(CLK_LOCAL_MEM_FENCE);"
-STRATEGIES = ("group", "item", "row", "tiled")
+STRATEGIES = ("group", "item", "row", "tiled", "window")
 # PoCL runs a work-group as one thread's loop over work-items; groups of 256 vectorise well and
 # tiny groups (16) run 2-3x slower (TOOLCHAIN.md §3.4).
 DEFAULT_LOCAL = 256
@@ -84,6 +97,13 @@ VECTOR_TILE = (8, 32)
 UNROLLED_LANES = 16  # work-group width multiple for work-items that compute several points
 VECTOR_WIDTHS = (16, 8, 4)
 VECTOR_LOCAL = 4
+# 'window' (window.cl.tmpl), measured on PoCL for a depthwise 3x3 over 128x56x56 in one run:
+# 0.078-0.087 ms with 4 rows a work-item, 0.109 ms with 1 and 0.093 with 8, against 0.19 ms for
+# the vector-column tiles; groups of 8 to 128 items within 10% of each other.
+WINDOW_MAX_RUN = 128  # the longest run one work-item covers whole (8 float16 vectors)
+WINDOW_ROWS = 4  # default rows a work-item owns (the largest divisor of the axis up to this)
+WINDOW_MAX_FMAS = 2048  # straight-line code: rows x taps x vectors at most
+WINDOW_LOCAL = 32
 
 CAPABILITIES = Capabilities(
     name="opencl", vector_width=VECTOR.width, has_local_memory=True, max_work_group=4096,
@@ -113,7 +133,8 @@ class OpenCLEmitter(CEmitter):
                  reduce_strategy: str | None = None,
                  capabilities: Capabilities = CAPABILITIES,
                  tile: tuple[int, int] | None = None,
-                 unroll: tuple[int, ...] | None = None) -> None:
+                 unroll: tuple[int, ...] | None = None,
+                 window_rows: int | None = None) -> None:
         tile_default = tile is None
         self.tile_explicit = not tile_default
         self.producer_recomputed: float | None = None  # set when the producer is the vector side
@@ -124,6 +145,7 @@ class OpenCLEmitter(CEmitter):
         # float32 sums in vector registers; the scalar template keeps other dtypes
         self.vector_columns = all(b.dtype is DType.float32 for b in kernel.outputs)
         self.contraction = opencl_contraction(kernel)
+        self.window = opencl_window(kernel)
         tile = tile or (VECTOR_TILE if self.vector_columns else (4, 4))
         if min(tile) < 1:
             raise ValueError(f"tile sizes must be positive, got {tile}")
@@ -144,6 +166,21 @@ class OpenCLEmitter(CEmitter):
             self.unroll = tuple(unroll)
         elif unroll is None and self.strategy == "elementwise":
             self.unroll = unroll_mod.plan(kernel)
+        # 'window': rows of the outer axis each work-item owns
+        self.window_rows = 1
+        if self.strategy == "window":
+            assert self.window is not None
+            choices = self.window.row_choices(kernel)
+            if window_rows is None:
+                window_rows = max(r for r in choices if r <= WINDOW_ROWS)
+            elif window_rows not in choices:
+                raise ValueError(f"kernel '{kernel.name}': window_rows must be one of "
+                                 f"{choices} (divisors of the axis, within the code budget), "
+                                 f"got {window_rows}")
+            self.window_rows = window_rows
+        elif window_rows is not None:
+            raise ValueError(f"window_rows applies to the 'window' schedule; kernel "
+                             f"'{kernel.name}' runs '{self.strategy}'")
 
     def _strategy(self, requested: str | None) -> str:
         k = self.kernel
@@ -158,7 +195,14 @@ class OpenCLEmitter(CEmitter):
             if requested == "tiled" and self.contraction is None:
                 raise ValueError("reduce_strategy 'tiled' needs a contraction: one sum of a "
                                  "product of operands on disjoint output axes")
+            if requested == "window" and self.window is None:
+                raise ValueError(f"reduce_strategy 'window' needs a short sum of products whose "
+                                 f"one operand reads a run of at most {WINDOW_MAX_RUN} output "
+                                 f"columns as vectors and has no axis of its own (a depthwise "
+                                 f"conv); kernel '{k.name}' has none")
             return requested
+        if self.window is not None and not self.tile_explicit:
+            return "window"
         if self.contraction is not None:
             return "tiled"
         if self.caps.simd_within_work_item and self._row_vectorizable():
@@ -205,16 +249,19 @@ class OpenCLEmitter(CEmitter):
             head = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" + head
         body, launch = {"elementwise": self._elementwise, "group": self._group,
                         "item": self._item, "row": self._row,
-                        "tiled": self._tiled}[self.strategy]()
+                        "tiled": self._tiled, "window": self._window}[self.strategy]()
         return head + "\n" + body, launch
 
     def _ndrange(self, axes: list[Axis], scope: Scope, clamp: bool = False,
-                 lanes: int = 1) -> Launch:
+                 lanes: int = 1, explicit_vectors: bool = False) -> Launch:
         """Map ``axes`` (outermost first) to NDRange dims: innermost -> 0, next -> 1, rest -> 2.
 
         Work-items past the end return early, or with ``clamp`` recompute the last point and set
         ``in_range`` to 0 (kernels with barriers must not return early). With ``lanes``, the
-        work-group's dimension 0, when longer, is a multiple of it (idle items return)."""
+        work-group's dimension 0, when longer, is a multiple of it (idle items return). With
+        ``explicit_vectors`` the test on dimension 0 is there even when no item is idle: PoCL
+        then runs the work-items one after the other instead of vectorising across them, which
+        split a depthwise conv's float16 reads into 8-byte pieces (0.14 against 0.08 ms)."""
         if not axes:
             if clamp:
                 scope.add("const int in_range = 1;")
@@ -242,7 +289,7 @@ class OpenCLEmitter(CEmitter):
                 scope.add(f"const {self.index_t} {flat} = {gid};")
                 self.decompose(flat, d, scope)
                 name = flat
-            if global_[dim] != size and not clamp:
+            if (global_[dim] != size or (explicit_vectors and dim == 0)) and not clamp:
                 checks.append(f"{name} >= {size}")
         if clamp:
             scope.add(f"const int in_range = !({' || '.join(checks) or '0'});")
@@ -487,7 +534,7 @@ class OpenCLEmitter(CEmitter):
         (and any other) goes lane by lane from ``kg_own`` on."""
         k, t, w, tn = self.kernel, self.index_t, plan.width, plan.tile_n
         run = [k.domain[i] for i in plan.run]
-        vectors = self._vector_epilogue(c, plan)
+        vectors = _vector_epilogue(k, c, plan)
         lanes = scope
         if vectors is not None:
             syntax = _vector_syntax(w)
@@ -519,23 +566,88 @@ class OpenCLEmitter(CEmitter):
         if vectors is not None:
             scope.add("}")
 
-    def _vector_epilogue(self, c: Contraction, plan: _VectorPlan
-                         ) -> list[tuple[Buffer, sympy.Expr, Any]] | None:
-        """(output, flat store offset, flat value) for each output when all store ``width``
-        lanes contiguously and have a vector form, else None."""
-        k = self.kernel
-        run = [k.domain[i] for i in plan.run]
-        offset = flatten_offset(k.store_offset, run, plan.flat)
-        if offset is None or offset.coeff(plan.flat) != 1:
-            return None
-        syntax, keep = _vector_syntax(plan.width), frozenset({c.reduce})
-        out = []
-        for buf, st in zip(k.outputs, k.stores):
-            value = flatten_axes(st.value, run, plan.flat, keep)
-            if value is None or not vectorizable(value, plan.flat, syntax, keep):
-                return None
-            out.append((buf, offset, value))
-        return out
+    # --- 'window': sliding-window contraction (templates/opencl/window.cl.tmpl) -------------
+
+    def _window(self) -> tuple[str, Launch]:
+        """Each work-item owns ``window_rows`` points of the axis outside the run and every
+        column of the run; the taps and the rows are unrolled, each copy specialised to its
+        constants (``loop_ir.specialise``), so equal reads of different taps and rows compare
+        equal: each is read once and added into every sum that uses it."""
+        k, c, win = self.kernel, self.contraction, self.window
+        assert c is not None and win is not None
+        cols, rows = win.columns, self.window_rows
+        syntax = _vector_syntax(cols.width)
+        ranges = dict(self.ranges)
+        ranges[cols.flat] = prod(k.domain[i][1] for i in cols.run)
+        parallel: list[Axis] = []
+        copies: list[dict[sympy.Symbol, sympy.Expr]] = [{}]
+        for pos, (s, n) in enumerate(k.domain):
+            if pos in cols.run:
+                continue
+            if pos == win.block and rows > 1:  # split: s = rows * outer + i
+                outer = fresh_reduce_symbol("u")
+                self.symbol_names[outer] = self.symbol_names[s]  # the split axis keeps its name
+                ranges[outer] = self.ranges[outer] = n // rows
+                parallel.append((outer, n // rows))
+                copies = [{s: rows * outer + i} for i in range(rows)]
+            else:
+                parallel.append((s, n))
+        if not self.local_explicit:
+            self.local = WINDOW_LOCAL
+        index = Scope([], 1)
+        launch = self._ndrange(parallel, index, explicit_vectors=True)
+        self.local = prod(launch.local_size or (1,))
+        sums, taps, stores = Scope([], 1), Scope([], 1), Scope([], 1)
+        acc = [[f"kg_acc{i}_{j}" for j in range(len(win.starts))] for i in range(len(copies))]
+        zero = syntax.broadcast.format("0.0f")
+        for name in (a for row in acc for a in row):
+            sums.add(f"{syntax.vtype} {name} = {zero};")
+        # the copies of the right operand, each with the sums it goes into, in first-use order
+        users: dict[Expr, list[tuple[int, Expr]]] = {}
+        axes = [s for s, _ in c.reduce.axes]
+        for i, copy in enumerate(copies):
+            for point in itertools.product(*(range(n) for _, n in c.reduce.axes)):
+                at = {**copy, **dict(zip(axes, map(sympy.Integer, point)))}
+                right = specialise(cols.right, at, ranges)
+                users.setdefault(right, []).append((i, specialise(c.left, at, ranges)))
+        for left in dict.fromkeys(left for uses in users.values() for _, left in uses):
+            self.expr(left, taps)  # the weights, read once up front
+        readers = [VectorPrinter(self, cols.flat, start, taps, syntax) for start in win.starts]
+
+        def row_test(right: Expr) -> frozenset[sympy.Basic]:
+            """The lane-free guard parts of ``right``'s loads (a padded window's row test)."""
+            tests = (split_guard(n.guard, cols.flat) for n in walk(right)
+                     if isinstance(n, Load) and n.guard is not sympy.true)
+            return frozenset(t[0] for t in tests if t is not None) - {sympy.true}
+
+        for test, run in itertools.groupby(users, row_test):
+            # copies under one row test read under one 'if' (one branch, not one per vector);
+            # untested ones read just before their use, to keep few vectors live
+            group = list(run)
+            for batch in [group] if test else [[right] for right in group]:
+                loads = [n for right in batch for n in walk(right) if isinstance(n, Load)]
+                read_together(readers, loads)
+                for right in batch:
+                    for j, reader in enumerate(readers):
+                        vector = reader.expr(right)
+                        for i, left in users[right]:
+                            taps.add(f"{acc[i][j]} = fma({reader.expr(left)}, {vector}, "
+                                     f"{acc[i][j]});")
+        for i, copy in enumerate(copies):
+            for j, start in enumerate(win.starts):
+                writer = VectorPrinter(self, cols.flat, start, stores, syntax,
+                                       lanes={c.reduce: acc[i][j]})
+                for buf, offset, value in win.epilogue:
+                    text = writer.expr(specialise(value, copy, ranges, keep={c.reduce}))
+                    off = specialise_index(offset, {**copy, cols.flat: start}, ranges)
+                    stores.add(syntax.store.format(v=text, ptr=self.arg_names[buf.name],
+                                                   off=self.index(off)))
+        src = templates.render("opencl", "window.cl", name=k.name, params=self.params(),
+                               rows=str(len(copies)), nv=str(len(win.starts)),
+                               width=str(cols.width), index="\n".join(index.lines),
+                               sums="\n".join(sums.lines), taps="\n".join(taps.lines),
+                               stores="\n".join(stores.lines))
+        return src, launch
 
     # --- 'row': one work-item per group point, explicit vector loops ---------------------------
 
@@ -566,6 +678,75 @@ def opencl_contraction(kernel: LoopKernel) -> Contraction | None:
     return rowless if plan is not None and plan.right is not None else None
 
 
+@dataclass(frozen=True)
+class _WindowPlan:
+    """A 'window' kernel's columns: the run ``columns`` walks as vectors starting at ``starts``
+    (the last one overlaps its neighbour where the run is no multiple of the width), ``block``
+    the domain position of the axis whose points one work-item owns several of (None: no axis
+    outside the run), and each output's flat store offset and vector epilogue."""
+
+    columns: _VectorPlan
+    starts: tuple[int, ...]
+    block: int | None
+    epilogue: tuple[tuple[Buffer, sympy.Expr, Expr], ...]
+
+    def row_choices(self, kernel: LoopKernel) -> tuple[int, ...]:
+        """Rows of ``block`` a work-item may own: divisors of its extent whose copies of the
+        taps stay within the straight-line code budget."""
+        if self.block is None:
+            return (1,)
+        n = kernel.domain[self.block][1]
+        c = opencl_contraction(kernel)
+        assert c is not None
+        per_row = extent(c.reduce) * len(self.starts)
+        return tuple(r for r in range(1, min(n, 8) + 1)
+                     if n % r == 0 and r * per_row <= WINDOW_MAX_FMAS)
+
+
+@lru_cache(maxsize=256)
+def opencl_window(kernel: LoopKernel) -> _WindowPlan | None:
+    """The 'window' plan when ``kernel`` is a row-less contraction (one operand has no axis of
+    its own: a depthwise conv's weights) whose other operand reads a run of at most
+    ``WINDOW_MAX_RUN`` output columns as vectors, with a vector epilogue, and whose taps times
+    vectors fit the straight-line code budget; else None."""
+    c = opencl_contraction(kernel)
+    if c is None or c.rows or operand_has_reduction(c.left) or operand_has_reduction(c.right):
+        return None
+    plan = _vector_plan(kernel, c, (1, WINDOW_MAX_RUN), False)
+    if plan is None or plan.right is None:
+        return None
+    n_run = prod(kernel.domain[i][1] for i in plan.run)
+    epilogue = _vector_epilogue(kernel, c, plan)
+    if n_run > WINDOW_MAX_RUN or epilogue is None:
+        return None
+    w = plan.width
+    starts = list(range(0, n_run - w + 1, w))
+    if starts[-1] + w < n_run:
+        starts.append(n_run - w)
+    if extent(c.reduce) * len(starts) > WINDOW_MAX_FMAS:  # a long window: straight-line code
+        return None
+    outer = [i for i in c.cols if i not in plan.run]
+    return _WindowPlan(plan, tuple(starts), outer[-1] if outer else None, tuple(epilogue))
+
+
+def _vector_epilogue(k: LoopKernel, c: Contraction, plan: _VectorPlan
+                     ) -> list[tuple[Buffer, sympy.Expr, Any]] | None:
+    """(output, flat store offset, flat value) for each output when all store ``width``
+    lanes contiguously and have a vector form, else None."""
+    run = [k.domain[i] for i in plan.run]
+    offset = flatten_offset(k.store_offset, run, plan.flat)
+    if offset is None or offset.coeff(plan.flat) != 1:
+        return None
+    syntax, keep = _vector_syntax(plan.width), frozenset({c.reduce})
+    out = []
+    for buf, st in zip(k.outputs, k.stores):
+        value = flatten_axes(st.value, run, plan.flat, keep)
+        if value is None or not vectorizable(value, plan.flat, syntax, keep):
+            return None
+        out.append((buf, offset, value))
+    return out
+
+
 @cache
 def _vector_syntax(width: int) -> VectorSyntax:
     return replace(VECTOR, width=width, vtype=f"float{width}", mtype=f"int{width}",
@@ -574,7 +755,8 @@ def _vector_syntax(width: int) -> VectorSyntax:
                    broadcast=f"((float{width})({{0}}))",
                    broadcast_mask=f"((int{width})(-({{0}})))",
                    iota=f"((int{width})({', '.join(str(j) for j in range(width))}))",
-                   fma="fma({0}, {1}, {2})")
+                   fma="fma({0}, {1}, {2})", lane="{v}.s{j:x}",
+                   compose=f"((float{width})({{0}}))")
 
 
 @dataclass(frozen=True)
@@ -649,7 +831,8 @@ def _version() -> str:
 
 def emit_opencl(kernel: LoopKernel, **options: Any) -> tuple[str, Launch, dict[str, Any]]:
     """Source, launch geometry and tunables for ``kernel``."""
-    allowed = {"local_size", "reduce_strategy", "capabilities", "tile_m", "tile_n", "unroll"}
+    allowed = {"local_size", "reduce_strategy", "capabilities", "tile_m", "tile_n", "unroll",
+               "window_rows"}
     if unknown := set(options) - allowed:
         raise TypeError(f"unknown OpenCL emit options {sorted(unknown)}; expected "
                         f"{sorted(allowed)}")
@@ -657,13 +840,15 @@ def emit_opencl(kernel: LoopKernel, **options: Any) -> tuple[str, Launch, dict[s
     emitter = OpenCLEmitter(kernel, options.get("local_size"), options.get("reduce_strategy"),
                             options.get("capabilities", CAPABILITIES),
                             (options.get("tile_m", 4), options.get("tile_n", 4)) if explicit
-                            else None, options.get("unroll"))
+                            else None, options.get("unroll"), options.get("window_rows"))
     source, launch = emitter.emit()
     tunables = {"local_size": emitter.local, "reduce_strategy": emitter.strategy,
                 "index_type": emitter.index_t}
     extra: dict[str, Any] = {"schedule": emitter.strategy, "tunables": tunables}
     if emitter.strategy == "elementwise":
         tunables["unroll"] = emitter.unroll
+    if emitter.strategy == "window":
+        tunables["window_rows"] = emitter.window_rows
     if emitter.strategy == "tiled":
         tunables.update(tile_m=emitter.effective_tile[0], tile_n=emitter.effective_tile[1])
         extra["producer_redundancy"] = emitter.producer_recomputed or producer_redundancy(
@@ -672,4 +857,4 @@ def emit_opencl(kernel: LoopKernel, **options: Any) -> tuple[str, Launch, dict[s
 
 
 __all__ = ["CAPABILITIES", "Capabilities", "Launch", "OpenCLEmitter", "emit_opencl",
-           "opencl_contraction"]
+           "opencl_contraction", "opencl_window"]

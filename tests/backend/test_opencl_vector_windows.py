@@ -37,10 +37,12 @@ def _conv_block(x_shape, w_shape, attrs):
 @pytest.mark.parametrize("tile_n", [None, 16, 48])
 @pytest.mark.parametrize("name", WINDOWS)
 def test_padded_windows_load_as_vectors(name: str, tile_n: int | None) -> None:
+    """The 'tiled' schedule (a depthwise conv's default is 'window': test_opencl_window.py)."""
     require("opencl")
     ops, feeds = _conv_block(*WINDOWS[name])
     want = evaluate_chain(ops, feeds)[ops[-1].name]
-    options = {} if tile_n is None else {"tile_m": 4, "tile_n": tile_n}
+    options = {"reduce_strategy": "tiled"} if tile_n is None else \
+        {"tile_m": 4, "tile_n": tile_n}
     kernel = kg.fuse(*ops).emit("opencl", tuned=False, algorithm="implicit_gemm"
                                 if name == "dense-3x3" else "direct", **options)
     assert kernel.metadata["schedule"] == "tiled"

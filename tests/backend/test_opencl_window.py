@@ -1,0 +1,143 @@
+"""OpenCL's 'window' schedule (a depthwise or grouped conv's default): each work-item owns a few
+output rows and the whole row as float16/8/4 vectors, reads each input row once for all of them,
+tests a padded row once, and moves a vector read a lane over at the row's ends. Against ONNX's
+reference on awkward shapes: rows no multiple of the vector width, rows shorter than a vector,
+prime heights, batch > 1, dilation, asymmetric pads wide enough that whole vectors read only
+padding, a channel multiplier, with a prologue in the reads and epilogues (a residual input, a
+per-channel scale) in the stores; every valid rows-per-item choice; and bad options refused."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import assert_close, require
+from reference import evaluate_chain
+
+import autotune
+import kernelgen as kg
+from autotune import FastRunDB
+from kernelgen.emit.opencl import opencl_window
+
+BLOCKS = {  # name: (x shape, w shape, conv attributes)
+    "3x3-37-wide": ((2, 6, 9, 37), (6, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 6}),
+    "3x3-16-wide-prime-height": ((1, 4, 13, 16), (4, 1, 3, 3), {"pads": [1, 1, 1, 1],
+                                                                 "group": 4}),
+    "3x3-7-wide": ((1, 3, 7, 7), (3, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 3}),
+    "5x5-dilated-asym": ((1, 3, 8, 41), (3, 1, 5, 5),
+                         {"pads": [4, 3, 4, 5], "dilations": [2, 2], "group": 3}),
+    "pads-wider-than-a-vector": ((1, 2, 4, 5), (2, 1, 3, 3), {"pads": [1, 17, 1, 0],
+                                                               "group": 2}),
+    "narrow-row-wide-pads": ((1, 2, 6, 3), (2, 1, 3, 3), {"pads": [2, 2, 2, 2], "group": 2}),
+    "channel-multiplier": ((1, 6, 5, 19), (12, 2, 3, 3), {"pads": [0, 2, 1, 1], "group": 3}),
+    "7x7": ((1, 2, 11, 23), (2, 1, 7, 7), {"pads": [3, 3, 3, 3], "group": 2}),
+}
+
+
+def _block(name: str, epilogue: str):
+    """relu -> depthwise conv -> an epilogue: sigmoid, a residual add, or a per-channel
+    scale and shift (BatchNormalization folded by hand)."""
+    x_shape, w_shape, attrs = BLOCKS[name]
+    rng = np.random.default_rng(sum(x_shape) + len(epilogue))
+    feeds = {"x": rng.standard_normal(x_shape).astype(np.float32),
+             "w": (rng.standard_normal(w_shape) / 3).astype(np.float32)}
+    pre = kg.relu(kg.tensor("x", x_shape))
+    conv = kg.conv(pre, kg.constant("w", feeds["w"]), **attrs)
+    ops = [pre, conv]
+    if epilogue == "sigmoid":
+        ops.append(kg.sigmoid(conv))
+    elif epilogue == "residual":
+        feeds["r"] = rng.standard_normal(conv.shape).astype(np.float32)
+        ops.append(kg.add(conv, kg.tensor("r", conv.shape)))
+    else:
+        for name in ("scale", "shift"):
+            feeds[name] = rng.standard_normal((1, conv.shape[1], 1, 1)).astype(np.float32)
+        scaled = kg.mul(conv, kg.constant("scale", feeds["scale"]))
+        ops += [scaled, kg.add(scaled, kg.constant("shift", feeds["shift"]))]
+    return ops, feeds
+
+
+def _check(kernel: kg.Kernel, ops, feeds) -> None:
+    want = evaluate_chain(ops, feeds)[ops[-1].name]
+    args = [feeds[a["name"]] for a in kernel.metadata["args"] if a["role"] == "input"]
+    assert_close(kernel(*args), want, scale=4)
+
+
+@pytest.mark.parametrize("epilogue", ["sigmoid", "residual", "scale"])
+@pytest.mark.parametrize("name", BLOCKS)
+def test_window_is_the_default_and_matches_onnx(name: str, epilogue: str) -> None:
+    require("opencl")
+    ops, feeds = _block(name, epilogue)
+    kernel = kg.fuse(*ops).emit("opencl", tuned=False, algorithm="direct")
+    assert kernel.metadata["schedule"] == "window"
+    source = kernel.source
+    # a padded row is tested once for all its vectors: the range test and one test per padded
+    # input row (unless a row shorter than a vector needs the lane-by-lane fallback)
+    if "an edge" not in source:
+        assert source.count("if (") <= 1 + sum(BLOCKS[name][2]["pads"][::2])
+    else:
+        assert name == "narrow-row-wide-pads"
+    _check(kernel, ops, feeds)
+
+
+@pytest.mark.parametrize("name", ["3x3-37-wide", "3x3-16-wide-prime-height", "7x7"])
+def test_every_rows_choice_and_group_size(name: str) -> None:
+    require("opencl")
+    ops, feeds = _block(name, "sigmoid")
+    fused = kg.fuse(*ops)
+    plan = opencl_window(fused.lower())
+    assert plan is not None
+    height = BLOCKS[name][0][2] + sum(BLOCKS[name][2]["pads"][::2]) - \
+        (BLOCKS[name][1][2] - 1) * BLOCKS[name][2].get("dilations", [1, 1])[0]
+    choices = plan.row_choices(fused.lower())
+    assert choices == tuple(r for r in range(1, min(height, 8) + 1) if height % r == 0)
+    for rows in choices:
+        for local in (1, 8, 64):
+            kernel = fused.emit("opencl", tuned=False, algorithm="direct", window_rows=rows,
+                                local_size=local)
+            assert kernel.metadata["tunables"]["window_rows"] == rows
+            _check(kernel, ops, feeds)
+
+
+def test_shapes_outside_the_window_fall_back() -> None:
+    """A strided conv reads no run contiguously and a row of 2 is shorter than any vector:
+    both keep another schedule, and stay right."""
+    require("opencl")
+    rng = np.random.default_rng(3)
+    for x_shape, attrs in (((1, 4, 9, 20), {"pads": [1, 1, 1, 1], "group": 4,
+                                            "strides": [2, 2]}),
+                           ((1, 4, 9, 2), {"pads": [1, 1, 1, 1], "group": 4})):
+        feeds = {"x": rng.standard_normal(x_shape).astype(np.float32),
+                 "w": rng.standard_normal((4, 1, 3, 3)).astype(np.float32)}
+        ops = [kg.conv(kg.tensor("x", x_shape), kg.constant("w", feeds["w"]), **attrs)]
+        kernel = kg.fuse(*ops).emit("opencl", tuned=False, algorithm="direct")
+        assert kernel.metadata["schedule"] != "window"
+        _check(kernel, ops, feeds)
+
+
+def test_bad_window_options_are_refused() -> None:
+    require("opencl")
+    ops, _ = _block("3x3-37-wide", "sigmoid")  # 9 rows: 1, 3 or 9 (over 8)
+    fused = kg.fuse(*ops)
+    with pytest.raises(ValueError, match=r"fused_relu_conv_sigmoid.*window_rows must be one "
+                                         r"of \(1, 3\).*got 2"):
+        fused.emit("opencl", tuned=False, algorithm="direct", window_rows=2)
+    with pytest.raises(ValueError, match="window_rows applies to the 'window' schedule"):
+        fused.emit("opencl", tuned=False, algorithm="direct", reduce_strategy="tiled",
+                   window_rows=3)
+    matmul = kg.fuse(kg.matmul(kg.tensor("a", (5, 7)), kg.tensor("b", (7, 9))))
+    with pytest.raises(ValueError, match="reduce_strategy 'window' needs"):
+        matmul.emit("opencl", tuned=False, reduce_strategy="window")
+
+
+def test_tuner_searches_window_rows(tmp_path) -> None:
+    """The search space holds the default, other rows per item and the 'tiled' tiles; every
+    candidate is checked, and the winner is one of them."""
+    require("opencl")
+    ops, _ = _block("3x3-16-wide-prime-height", "residual")  # 13 rows: 1 only
+    loop = kg.fuse(*ops).lower()
+    space = autotune.search_space(loop, "opencl")
+    options = [c.as_options() for c in space]
+    assert any(o.get("reduce_strategy") == "window" for o in options)
+    assert any("tile_n" in o for o in options)
+    result = autotune.tune(loop, "opencl", db=FastRunDB(tmp_path / "db"), repeat=2)
+    assert all(c.status in ("ok", "skipped: budget") for c in result.candidates)
+    assert result.best in space
