@@ -565,14 +565,21 @@ class VectorPrinter:
         """For lanes ``known`` (one interval at an edge of the guard, as at a padded window's
         first column), the first lane of a whole vector read that passes the guard, from
         which the lanes move into place: ``(float16)(0.0f, v.s0, ..., v.se)``. None when every
-        lane passes, when no such read exists (a run shorter than a vector) or when the
-        backend has no lane syntax."""
+        lane passes, when no such read exists (a run shorter than a vector), when the run's
+        extent is unknown or when the backend has no lane syntax."""
         v, w = self.v, self.v.width
-        if len(known) == w or not (v.lane and v.compose):
+        extent = self.em.ranges.get(self.sym)
+        if len(known) == w or not (v.lane and v.compose) or extent is None:
             return None
         lo, hi = known[0], known[-1]
-        return next((s for s in (lo, hi - w + 1)
-                     if self._passes(linear, s) and self._passes(linear, s + w - 1)), None)
+
+        def inside(s: int) -> bool:
+            # within the run too: a guard is simplified knowing that the symbol stays in it,
+            # so a bound that the run implies is gone from ``linear``
+            return 0 <= self.base_expr + s and self.base_expr + s + w - 1 < extent and \
+                bool(self._passes(linear, s)) and bool(self._passes(linear, s + w - 1))
+
+        return next((s for s in (lo, hi - w + 1) if inside(s)), None)
 
     def _at(self, expr: sympy.Basic, lane: sympy.Expr | int) -> sympy.Basic:
         """``expr`` at lane ``lane`` (an integer or a lane-number symbol) of the vector."""

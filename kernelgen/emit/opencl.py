@@ -577,8 +577,8 @@ class OpenCLEmitter(CEmitter):
         assert c is not None and win is not None
         cols, rows = win.columns, self.window_rows
         syntax = _vector_syntax(cols.width)
+        self.ranges[cols.flat] = prod(k.domain[i][1] for i in cols.run)  # bounds edge reads
         ranges = dict(self.ranges)
-        ranges[cols.flat] = prod(k.domain[i][1] for i in cols.run)
         parallel: list[Axis] = []
         copies: list[dict[sympy.Symbol, sympy.Expr]] = [{}]
         for pos, (s, n) in enumerate(k.domain):
@@ -719,7 +719,10 @@ def opencl_window(kernel: LoopKernel) -> _WindowPlan | None:
     epilogue = _vector_epilogue(kernel, c, plan)
     if n_run > WINDOW_MAX_RUN or epilogue is None:
         return None
-    w = plan.width
+    # two vectors at least where the run allows: a vector as wide as the run has no read
+    # inside it to move a lane over at the padded ends (16 columns: two float8)
+    w = next((w for w in VECTOR_WIDTHS if 2 * w <= n_run), plan.width)
+    plan = replace(plan, width=w)
     starts = list(range(0, n_run - w + 1, w))
     if starts[-1] + w < n_run:
         starts.append(n_run - w)
