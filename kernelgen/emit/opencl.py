@@ -29,11 +29,10 @@ from typing import Any
 import sympy
 
 import templates
+from mapping_types import fresh_reduce_symbol
 
 from ..dtypes import DType
 from ..expr import Expr, Load, Reduce, walk
-from mapping_types import fresh_reduce_symbol
-
 from ..loop_ir import (Axis, Buffer, Contraction, LoopKernel, contraction, flatten_axes,
                        flatten_offset, operand_has_reduction, producer_redundancy, specialise,
                        specialise_index)
