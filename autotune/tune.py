@@ -43,7 +43,7 @@ class TuneResult:
 def search_space(loop: Any, backend: str) -> list[Config]:
     """Each backend's tunables for this kernel (the default first)."""
     if backend == "opencl":
-        from kernelgen.emit.opencl import opencl_contraction, opencl_window
+        from kernelgen.emit.opencl import WINDOW_ROWS, opencl_contraction, opencl_window
         from kernelgen.loop_ir import operand_has_reduction
 
         c = opencl_contraction(loop)
@@ -53,7 +53,8 @@ def search_space(loop: Any, backend: str) -> list[Config]:
             if window is None:
                 return tiles
             # the default's window rows first, then the others and a few group sizes
-            rows = sorted(window.row_choices(loop), key=lambda r: (r > 4, -r if r <= 4 else r))
+            rows = sorted(window.row_choices,
+                          key=lambda r: (r > WINDOW_ROWS, -r if r <= WINDOW_ROWS else r))
             return [Config.of(), *(Config.of(reduce_strategy="window", window_rows=r,
                                              local_size=ls)
                                    for r in rows[:4] for ls in (8, 32)), *tiles]

@@ -29,7 +29,6 @@ from typing import Any
 import sympy
 
 import templates
-from mapping_types import fresh_reduce_symbol
 
 from ..dtypes import DType
 from ..expr import Expr, Load, Reduce, walk
@@ -169,9 +168,9 @@ class OpenCLEmitter(CEmitter):
         self.window_rows = 1
         if self.strategy == "window":
             assert self.window is not None
-            choices = self.window.row_choices(kernel)
+            choices = self.window.row_choices
             if window_rows is None:
-                window_rows = max(r for r in choices if r <= WINDOW_ROWS)
+                window_rows = self.window.default_rows
             elif window_rows not in choices:
                 raise ValueError(f"kernel '{kernel.name}': window_rows must be one of "
                                  f"{choices} (divisors of the axis, within the code budget), "
@@ -312,10 +311,7 @@ class OpenCLEmitter(CEmitter):
         """Work-items over the axes ``self.unroll`` leaves parallel; each stores every copy,
         specialised to its constants, so copies share their loads and partial sums."""
         k = self.kernel
-        plan = unroll_mod.split(k, self.unroll)
-        self.ranges.update(plan.ranges)
-        for s, outer in plan.outer_of.items():  # a split axis keeps its name
-            self.symbol_names[outer] = self.symbol_names[s]
+        plan = self._split(self.unroll)
         # PoCL vectorises a work-group's items along dimension 0 by UNROLLED_LANES; a group 28
         # items wide ran its last 12 items as scalar code (Winograd's input transform: 0.78 ms,
         # against 0.53 ms 32 wide with 4 idle items)
@@ -326,6 +322,15 @@ class OpenCLEmitter(CEmitter):
                 value = self.expr(plan.value(st.value, copy), body)
                 body.add(self.buffer_store(buf, offset, value))
         return launch
+
+    def _split(self, factors: tuple[int, ...]) -> unroll_mod.Unrolled:
+        """``unroll.split``, with the outer parts of split axes bound: in range, and named
+        like the axis they split."""
+        plan = unroll_mod.split(self.kernel, factors)
+        self.ranges.update(plan.ranges)
+        for s, outer in plan.outer_of.items():
+            self.symbol_names[outer] = self.symbol_names[s]
+        return plan
 
     def _item(self) -> tuple[str, Launch]:
         k = self.kernel
@@ -574,23 +579,16 @@ class OpenCLEmitter(CEmitter):
         equal: each is read once and added into every sum that uses it."""
         k, c, win = self.kernel, self.contraction, self.window
         assert c is not None and win is not None
-        cols, rows = win.columns, self.window_rows
+        cols = win.columns
         syntax = _vector_syntax(cols.width)
+        # the block axis split by the rows each work-item owns; the run's axes are vector lanes
+        unrolled = self._split(tuple(self.window_rows if pos == win.block else 1
+                                     for pos in range(len(k.domain))))
+        copies = unrolled.copies
+        lanes = {k.domain[i][0] for i in cols.run}
+        parallel = [axis for axis in unrolled.parallel if axis[0] not in lanes]
         self.ranges[cols.flat] = prod(k.domain[i][1] for i in cols.run)  # bounds edge reads
         ranges = dict(self.ranges)
-        parallel: list[Axis] = []
-        copies: list[dict[sympy.Symbol, sympy.Expr]] = [{}]
-        for pos, (s, n) in enumerate(k.domain):
-            if pos in cols.run:
-                continue
-            if pos == win.block and rows > 1:  # split: s = rows * outer + i
-                outer = fresh_reduce_symbol("u")
-                self.symbol_names[outer] = self.symbol_names[s]  # the split axis keeps its name
-                ranges[outer] = self.ranges[outer] = n // rows
-                parallel.append((outer, n // rows))
-                copies = [{s: rows * outer + i} for i in range(rows)]
-            else:
-                parallel.append((s, n))
         if not self.local_explicit:
             self.local = WINDOW_LOCAL
         index = Scope([], 1)
@@ -688,18 +686,13 @@ class _WindowPlan:
     starts: tuple[int, ...]
     block: int | None
     epilogue: tuple[tuple[Buffer, sympy.Expr, Expr], ...]
+    # rows of ``block`` a work-item may own: divisors of its extent up to 8 whose copies of the
+    # taps stay within the straight-line code budget
+    row_choices: tuple[int, ...]
 
-    def row_choices(self, kernel: LoopKernel) -> tuple[int, ...]:
-        """Rows of ``block`` a work-item may own: divisors of its extent whose copies of the
-        taps stay within the straight-line code budget."""
-        if self.block is None:
-            return (1,)
-        n = kernel.domain[self.block][1]
-        c = opencl_contraction(kernel)
-        assert c is not None
-        per_row = extent(c.reduce) * len(self.starts)
-        return tuple(r for r in range(1, min(n, 8) + 1)
-                     if n % r == 0 and r * per_row <= WINDOW_MAX_FMAS)
+    @property
+    def default_rows(self) -> int:
+        return max(r for r in self.row_choices if r <= WINDOW_ROWS)
 
 
 @lru_cache(maxsize=256)
@@ -725,10 +718,15 @@ def opencl_window(kernel: LoopKernel) -> _WindowPlan | None:
     starts = list(range(0, n_run - w + 1, w))
     if starts[-1] + w < n_run:
         starts.append(n_run - w)
-    if extent(c.reduce) * len(starts) > WINDOW_MAX_FMAS:  # a long window: straight-line code
+    per_row = extent(c.reduce) * len(starts)
+    if per_row > WINDOW_MAX_FMAS:  # a long window: straight-line code
         return None
     outer = [i for i in c.cols if i not in plan.run]
-    return _WindowPlan(plan, tuple(starts), outer[-1] if outer else None, tuple(epilogue))
+    block = outer[-1] if outer else None
+    n = kernel.domain[block][1] if block is not None else 1
+    rows = tuple(r for r in range(1, min(n, 8) + 1)
+                 if n % r == 0 and r * per_row <= WINDOW_MAX_FMAS)
+    return _WindowPlan(plan, tuple(starts), block, tuple(epilogue), rows)
 
 
 def _vector_epilogue(k: LoopKernel, c: Contraction, plan: _VectorPlan
