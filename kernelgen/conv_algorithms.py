@@ -1,4 +1,4 @@
-"""Convolution algorithms (MegEngine's CPU inference, seed 004): one fused Conv block, four ways
+"""Convolution algorithms (MegEngine's CPU inference, seed 004): one fused Conv block, five ways
 to run it. Every way keeps the block's prologue (elementwise ops on the input) and epilogue
 (bias, BN, activation, residual...) fused.
 
@@ -16,6 +16,10 @@ to run it. Every way keeps the block's prologue (elementwise ops on the input) a
   Bᵀ and Aᵀ hold only 0 and ±1, so both transforms are signed sums of taps chosen by index
   arithmetic (four per V element, nine per output), not contractions with a coefficient
   matrix.
+- ``winograd_4x4``: F(4×4, 3×3), the same four stages on 6×6 input tiles: 36 GEMMs over
+  2.25 input values per output instead of 4 (4× fewer multiplications than direct). Its
+  transform entries include 2, 4, 5 and 8, so each row of Bᵀ and Aᵀ is a sum with constant
+  coefficients, picked by a select on the row that an unrolled tile specialises away.
 
 Which one runs is measured (``autotune.tune_algorithm``, stored in the Fast-Run database) or,
 when nothing was measured for this shape and device, chosen by ``heuristic``.
@@ -33,14 +37,15 @@ from mapping_types import FloorDiv, FloorMod, fresh_reduce_symbol, out_symbols
 
 from .dtypes import DType
 from .errors import UnsupportedError
-from .expr import Expr, IndexCond, Read, call, reduce, select
+from .expr import Expr, IndexCond, Read, call, const, reduce, select
 from .fuse import FusedOp, fuse
 from .graph import Constant, Op, Value, constant, new_name
 from .ops.common import make_op
 from .ops.nn import window_index
 from .shapes import prod
 
-ALGORITHMS = ("direct", "implicit_gemm", "im2col", "winograd")
+ALGORITHMS = ("direct", "implicit_gemm", "im2col", "winograd", "winograd_4x4")
+WINOGRAD_TILES = {"winograd": 2, "winograd_4x4": 4}  # output tile side of F(m x m, 3x3)
 
 # Options that keep each backend off the contraction template (a sliding window per output).
 DIRECT_OPTIONS: dict[str, dict[str, Any]] = {
@@ -52,6 +57,16 @@ DIRECT_OPTIONS: dict[str, dict[str, Any]] = {
 # (_bt_row, the output transform); B^T is kept as the table that arithmetic is checked against.
 WINOGRAD_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], np.float32)
 WINOGRAD_BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float32)
+# F(4x4, 3x3) at the points 0, 1, -1, 2, -2 (Lavin & Gray): 2.25 input values per output
+# instead of 4, and 4x fewer multiplications than direct instead of 2.25x, for entries other
+# than 0 and +-1 (applied as constant-coefficient sums, ``_matrix_row``)
+WINOGRAD4_G = np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
+                        [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]], np.float32)
+WINOGRAD4_BT = np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+                         [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]],
+                        np.float32)
+WINOGRAD4_AT = np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0],
+                         [0, 1, -1, 8, -8, 1]], np.float32)
 
 
 @dataclass(frozen=True)
@@ -112,8 +127,9 @@ def applicable(fused: FusedOp) -> dict[str, str | None]:
     out["im2col"] = None if a["group"] == 1 and float32 else "needs group == 1 and float32"
     square = block.conv.rank == 4 and list(a["kernel_shape"]) == [3, 3]
     unit = list(a["strides"]) == [1, 1] and list(a["dilations"]) == [1, 1]
-    out["winograd"] = None if square and unit and a["group"] == 1 and float32 else \
-        "F(2x2,3x3) needs a 2-D 3x3 kernel, stride 1, dilation 1, group 1 and float32"
+    for name, m in WINOGRAD_TILES.items():
+        out[name] = None if square and unit and a["group"] == 1 and float32 else \
+            f"F({m}x{m},3x3) needs a 2-D 3x3 kernel, stride 1, dilation 1, group 1 and float32"
     return out
 
 
@@ -121,11 +137,12 @@ def heuristic(fused: FusedOp, backend: str) -> str:
     """The algorithm to use when nothing was measured for this block on this device, from
     ``bench/conv.py`` runs (ResNet 3x3 and 1x1 at 56x56). Winograd is the fastest 3x3 on both
     backends: on OpenCL 1.35 ms against im2col's 1.91 once its transforms unroll a tile per
-    work-item (before, at 2.5-3.0 ms, it lost to im2col); on NEON it beat im2col by
-    1.0-1.8x. On OpenCL a pointwise conv reads its input as the GEMM operand directly
-    (implicit GEMM; im2col would only copy it); on NEON im2col beat implicit GEMM by
-    1.05-2.1x. Small convs stay one kernel, where launches and the patch matrix's round trip
-    would dominate."""
+    work-item (before, at 2.5-3.0 ms, it lost to im2col), and F(4x4) beat F(2x2) where 4 divides the
+    output (1.04 against 1.11 ms, tuned); on NEON, whose stages do not unroll, F(2x2) beat im2col by
+    1.0-1.8x and F(4x4) by 1.3x. On OpenCL a pointwise conv reads its input as the GEMM operand
+    directly (implicit GEMM; im2col would only copy it); on NEON im2col beat implicit GEMM by
+    1.05-2.1x. Small convs stay one kernel, where launches and the patch matrix's round trip would
+    dominate."""
     ok = [name for name, why in applicable(fused).items() if why is None]
     block = conv_block(fused)
     if block is not None:
@@ -138,7 +155,9 @@ def heuristic(fused: FusedOp, backend: str) -> str:
         if backend == "opencl" and pointwise and "implicit_gemm" in ok:
             return "implicit_gemm"
         if "winograd" in ok and c >= 16 and big:
-            return "winograd"
+            # F(4x4) needs 4 | OH, OW for its output transform to unroll 4x4 blocks
+            whole = all(s % 4 == 0 for s in conv.shape[2:])
+            return "winograd_4x4" if backend == "opencl" and whole else "winograd"
         if "im2col" in ok and c * prod(conv.attrs["kernel_shape"]) >= 32 and big:
             return "im2col"
     return "implicit_gemm" if "implicit_gemm" in ok else "direct"
@@ -177,7 +196,7 @@ def build(fused: FusedOp, algorithm: str, backend: str, tuned: bool | None = Non
     block = conv_block(fused)
     assert block is not None
     stages = _im2col_stages(block) if algorithm == "im2col" else \
-        _winograd_stages(block, backend)
+        _winograd_stages(block, backend, WINOGRAD_TILES[algorithm])
     folded: dict[str, np.ndarray] = {}
     kernels = []
     external = {id(v) for v in fused.inputs}
@@ -255,23 +274,25 @@ def _im2col_stages(block: ConvBlock) -> list[FusedOp]:
     return [fuse(*block.prologue, cols, force=True), _tail(block, gemm)]
 
 
-# --- Winograd F(2x2, 3x3) ---------------------------------------------------------------------
+# --- Winograd F(2x2, 3x3) and F(4x4, 3x3) -----------------------------------------------------
 
-def _winograd_stages(block: ConvBlock, backend: str) -> list[FusedOp | Constant]:
+def _winograd_stages(block: ConvBlock, backend: str, tile: int) -> list[FusedOp | Constant]:
+    """The filter, input, batched-GEMM and output stages of F(tile x tile, 3x3)."""
     conv = block.conv
     x, w = conv.inputs[0], conv.inputs[1]
     n, c = x.shape[:2]
     m = conv.shape[1]
-    th, tw = (-(-s // 2) for s in conv.shape[2:])
+    side = tile + 2  # input tile side: the transform positions a, b
+    th, tw = (-(-s // tile) for s in conv.shape[2:])
     f32 = DType.float32
     stages: list[FusedOp | Constant] = []
 
     # U[a, b, m, c] = sum_ij G[a, i] G[b, j] w[m, c, i, j]; once, when w is a constant
-    g = constant(new_name("winograd_g"), WINOGRAD_G)
+    g = constant(new_name("winograd_g"), WINOGRAD_G if tile == 2 else WINOGRAD4_G)
     a_, b_, m_, c_ = out_symbols(4)
     i, j = fresh_reduce_symbol("i"), fresh_reduce_symbol("j")
     coef = call("mul", Read(f32, 0, (a_, i)), Read(f32, 0, (b_, j)))
-    u_op = make_op("WinogradFilter", [g, w], (4, 4, m, c), f32,
+    u_op = make_op("WinogradFilter", [g, w], (side, side, m, c), f32,
                    reduce("sum", call("mul", coef, Read(f32, 1, (m_, c_, i, j))),
                           ((i, 3), (j, 3))), {"of": conv.name})
     u_stage = fuse(u_op)
@@ -284,38 +305,47 @@ def _winograd_stages(block: ConvBlock, backend: str) -> list[FusedOp | Constant]
     else:
         stages.append(u_stage)
 
-    # V[a, b, c, n, th, tw] = sum_ij BT[a, i] BT[b, j] x[n, c, 2th + i - p, 2tw + j - p]. Each
-    # row of BT holds two +-1 entries, so V is four signed taps of the tile: BT is folded into
-    # index arithmetic (no coefficient loads, no multiplications)
+    # V[a, b, c, n, th, tw] = sum_ij BT[a, i] BT[b, j] x[n, c, tile th + i - p, tile tw + j - p].
+    # BT is folded into the expression: for F(2x2) each row holds two +-1 entries, so V is four
+    # signed taps picked by index arithmetic (no coefficient loads, no multiplications); for
+    # F(4x4) a row is a select over the six rows of constant-coefficient sums, which a tile
+    # unrolled per work-item specialises away. The inner sum over j is shared by every a.
     a_, b_, c_, n_, t_h, t_w = out_symbols(6)
 
     def tap(i: sympy.Expr, j: sympy.Expr) -> Expr:
-        idx, inside = _spatial_reads(conv, [2 * t_h, 2 * t_w], [i, j])
+        idx, inside = _spatial_reads(conv, [tile * t_h, tile * t_w], [i, j])
         return Read(f32, 0, (n_, c_, *idx), inside)
 
-    v_op = make_op("WinogradInput", [x], (4, 4, c, n, th, tw), f32, _signed_sum(
-        [(_signed_sum([(tap(i, j), neg_b) for j, neg_b in _bt_row(b_)]), neg_a)
-         for i, neg_a in _bt_row(a_)]), {"of": conv.name})
+    def bt_row(a: sympy.Expr, term: Callable[[sympy.Expr], Expr]) -> Expr:
+        if tile == 2:
+            return _signed_sum([(term(col), neg) for col, neg in _bt_row(a)])
+        return _matrix_row(a, WINOGRAD4_BT, term)
+
+    v_op = make_op("WinogradInput", [x], (side, side, c, n, th, tw), f32,
+                   bt_row(a_, lambda i: bt_row(b_, lambda j: tap(i, j))), {"of": conv.name})
     stages.append(fuse(*block.prologue, v_op, force=True))
 
-    # M[a, b, m, n, th, tw] = sum_c U[a, b, m, c] V[a, b, c, n, th, tw]: 16 batched GEMMs
+    # M[a, b, m, n, th, tw] = sum_c U[a, b, m, c] V[a, b, c, n, th, tw]: side^2 batched GEMMs
     a_, b_, m_, n_, t_h, t_w = out_symbols(6)
     rc = fresh_reduce_symbol("c")
-    mm = make_op("WinogradGemm", [u, v_op], (4, 4, m, n, th, tw), f32,
+    mm = make_op("WinogradGemm", [u, v_op], (side, side, m, n, th, tw), f32,
                  reduce("sum", call("mul", Read(f32, 0, (a_, b_, m_, rc)),
                                     Read(f32, 1, (a_, b_, rc, n_, t_h, t_w))), ((rc, c),)),
                  {"of": conv.name})
     stages.append(fuse(mm))
 
-    # Y[n, m, y, x] = sum_ab AT[y % 2, a] AT[x % 2, b] M[a, b, m, n, y // 2, x // 2] (+ bias).
-    # Row r of AT is +1 at a = r and (-1)^r at a = r + 1, r + 2: nine signed loads, AT folded
+    # Y[n, m, y, x] = sum_ab AT[y % t, a] AT[x % t, b] M[a, b, m, n, y // t, x // t] (+ bias).
+    # F(2x2): row r of AT is +1 at a = r and (-1)^r at a = r + 1, r + 2: nine signed loads, AT
+    # folded. F(4x4): a select over AT's rows of constant-coefficient sums, as for BT.
     q = out_symbols(4)
-    ry, rx = FloorMod(q[2], 2), FloorMod(q[3], 2)
+    ry, rx = FloorMod(q[2], tile), FloorMod(q[3], tile)
 
     def m_at(a: sympy.Expr, b: sympy.Expr) -> Expr:
-        return Read(f32, 0, (a, b, q[1], q[0], FloorDiv(q[2], 2), FloorDiv(q[3], 2)))
+        return Read(f32, 0, (a, b, q[1], q[0], FloorDiv(q[2], tile), FloorDiv(q[3], tile)))
 
     def at_row(r: sympy.Expr, term: Callable[[sympy.Expr], Expr]) -> Expr:
+        if tile == 4:
+            return _matrix_row(r, WINOGRAD4_AT, term)
         odd = sympy.Eq(r, 1)
         return _signed_sum([(term(r), sympy.false), (term(r + 1), odd), (term(r + 2), odd)])
 
@@ -324,10 +354,41 @@ def _winograd_stages(block: ConvBlock, backend: str) -> list[FusedOp | Constant]
     if len(conv.inputs) > 2:
         body = call("add", body, Read(f32, 1, (q[1],)))
         inputs.append(conv.inputs[2])
-    y = make_op("Conv", inputs, conv.shape, f32, body, {**conv.attrs, "algorithm": "winograd"},
+    algorithm = next(name for name, t in WINOGRAD_TILES.items() if t == tile)
+    y = make_op("Conv", inputs, conv.shape, f32, body, {**conv.attrs, "algorithm": algorithm},
                 name=conv.name)
     stages.append(_tail(block, y))
     return stages
+
+
+def _matrix_row(index: sympy.Expr, matrix: np.ndarray,
+                term: Callable[[sympy.Expr], Expr]) -> Expr:
+    """Row ``index`` of a small constant ``matrix`` times the column vector ``term(0..k-1)``:
+    a select over the rows, each row a sum of its nonzero entries' terms with the entries as
+    constants (+-1 as an add or a subtraction). Once ``index`` is a constant (an unrolled
+    copy), ``loop_ir.specialise`` leaves only that row's sum."""
+    out: Expr | None = None
+    for r in reversed(range(matrix.shape[0])):
+        row = _weighted_sum([(term(sympy.Integer(col)), float(v))
+                             for col, v in enumerate(matrix[r]) if v])
+        out = row if out is None else \
+            select(IndexCond(DType.bool, sympy.Eq(index, r)), row, out)
+    assert out is not None
+    return out
+
+
+def _weighted_sum(terms: list[tuple[Expr, float]]) -> Expr:
+    """sum(weight * value) with weights +-1 as adds and subtractions, others as multiplies."""
+    out: Expr | None = None
+    for value, weight in terms:
+        magnitude = value if abs(weight) == 1 else \
+            call("mul", const(abs(weight), DType.float32), value)
+        if out is None:
+            out = magnitude if weight > 0 else call("neg", magnitude)
+        else:
+            out = call("add" if weight > 0 else "sub", out, magnitude)
+    assert out is not None
+    return out
 
 
 def _bt_row(a: sympy.Expr) -> tuple[tuple[sympy.Expr, sympy.Basic], ...]:

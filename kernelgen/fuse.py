@@ -124,9 +124,9 @@ class FusedOp:
         shape and device (``tuned=None``, the default), are measured now on a miss
         (``tuned=True``, ``autotune.tune``), or are the emitter's defaults (``tuned=False``);
         explicit ``options`` always win. A block around a convolution runs with ``algorithm``
-        ('direct', 'implicit_gemm', 'im2col', 'winograd'; see ``kernelgen.conv_algorithms``),
-        by default the measured best or, unmeasured, a heuristic's pick; im2col and Winograd
-        return a ``Program`` of several kernels with the same call."""
+        ('direct', 'implicit_gemm', 'im2col', 'winograd', 'winograd_4x4'; see
+        ``kernelgen.conv_algorithms``), by default the measured best or, unmeasured, a heuristic's
+        pick; im2col and Winograd return a ``Program`` of several kernels with the same call."""
         from . import conv_algorithms
 
         if algorithm is None and not any(op.kind == "Conv" for op in self.ops):

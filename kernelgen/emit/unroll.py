@@ -24,6 +24,8 @@ from ..loop_ir import Axis, LoopKernel, specialise, specialise_index
 from ..shapes import prod
 
 MAX_POINTS = 16  # points one work-item covers at most (straight-line code and registers)
+# except a leading run of short axes unrolled whole: a transform's tile (F(4x4,3x3)'s 6x6)
+MAX_TILE_POINTS = 4 * MAX_POINTS
 # unroll only when at most this share of the copies' loads is distinct: below it the shared
 # loads pay for the lost parallelism; above it copies are mostly independent work
 MAX_DISTINCT = 0.5
@@ -77,8 +79,8 @@ def check(kernel: LoopKernel, factors: tuple[int, ...]) -> None:
         problem = f"needs one factor per domain axis ({len(extents)})"
     elif any(f < 1 or n % f for f, n in zip(factors, extents)):
         problem = "each factor must divide its axis's extent"
-    elif prod(factors) > 4 * MAX_POINTS:
-        problem = f"unrolls at most {4 * MAX_POINTS} points"
+    elif prod(factors) > MAX_TILE_POINTS:
+        problem = f"unrolls at most {MAX_TILE_POINTS} points"
     elif extents and prod(factors) == prod(extents) and prod(extents) > 1:
         problem = "must leave some parallel work"
     if problem:
@@ -113,7 +115,7 @@ def _candidates(kernel: LoopKernel) -> list[tuple[int, ...]]:
     extents = [n for _, n in kernel.domain]
     leading = [none(kernel)]
     for k in range(1, len(extents)):
-        if prod(extents[:k]) > MAX_POINTS:
+        if prod(extents[:k]) > MAX_TILE_POINTS:
             break
         leading.append(tuple(extents[:k]) + (1,) * (len(extents) - k))
     divisors = _divisors(kernel)
@@ -123,7 +125,8 @@ def _candidates(kernel: LoopKernel) -> list[tuple[int, ...]]:
     for lead, sp in itertools.product(leading, splits):
         factors = tuple(a if a > 1 else b for a, b in zip(lead, sp))
         points = prod(factors)
-        if 1 < points <= MAX_POINTS and points < prod(extents) and factors not in out:
+        limit = MAX_TILE_POINTS if factors == lead else MAX_POINTS
+        if 1 < points <= limit and points < prod(extents) and factors not in out:
             out.append(factors)
     return out
 

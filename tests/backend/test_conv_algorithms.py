@@ -1,9 +1,9 @@
-"""Convolution algorithms (direct, implicit GEMM, im2col + GEMM, Winograd F(2x2,3x3)) on every
-backend against ONNX's reference, each with a fused prologue and epilogue, on awkward shapes:
-odd channels, batch 2, sizes that leave partial Winograd tiles, asymmetric pads, stride 2, 1x1
-and 7x7 kernels, 1-D, dilation, weights that are not constants. Then the choice between them:
-the heuristic, the measured choice stored in the Fast-Run database, and a wrong candidate that
-the tuner must discard."""
+"""Convolution algorithms (direct, implicit GEMM, im2col + GEMM, Winograd F(2x2,3x3) and F(4x4,3x3))
+on every backend against ONNX's reference, each with a fused prologue and epilogue, on awkward
+shapes: odd channels, batch 2, sizes that leave partial Winograd tiles, asymmetric pads, stride 2,
+1x1 and 7x7 kernels, 1-D, dilation, weights that are not constants. Then the choice between them:
+the heuristic, the measured choice stored in the Fast-Run database, and a wrong candidate that the
+tuner must discard."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -17,7 +17,9 @@ from reference import evaluate_chain
 
 import autotune
 import kernelgen as kg
-from kernelgen.conv_algorithms import ALGORITHMS, WINOGRAD_BT, _bt_row, applicable, heuristic
+from kernelgen.conv_algorithms import (ALGORITHMS, WINOGRAD4_AT, WINOGRAD4_BT, WINOGRAD4_G,
+                                      WINOGRAD_BT, WINOGRAD_TILES, _bt_row, applicable,
+                                      heuristic)
 from kernelgen.program import Program
 
 BACKENDS = ["opencl", "neon", "triton"]
@@ -80,7 +82,7 @@ def test_every_applicable_algorithm(case: ConvCase, backend: str) -> None:
     assert {"direct", "implicit_gemm", "im2col"} <= set(usable)
     square_unit = case.w[2:] == (3, 3) and "strides" not in case.attrs \
         and "dilations" not in case.attrs
-    assert ("winograd" in usable) == square_unit
+    assert ("winograd" in usable) == ("winograd_4x4" in usable) == square_unit
     for algorithm in usable:
         _check(case, backend, algorithm)
 
@@ -88,18 +90,25 @@ def test_every_applicable_algorithm(case: ConvCase, backend: str) -> None:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_program_shape(backend: str) -> None:
     """im2col is two kernels, Winograd three once the constant filter transform is folded;
-    the metadata says which algorithm ran and lists every stage."""
+    the metadata says which algorithm ran and lists every stage. F(4x4) runs (4+2)^2 = 36
+    GEMMs on 4x4 output tiles."""
     require(backend)
     ops, _, _ = CASES[0].build()
     fused = kg.fuse(*ops)
     im2col = fused.emit(backend, algorithm="im2col")
-    winograd = fused.emit(backend, algorithm="winograd")
     assert isinstance(im2col, Program) and len(im2col.kernels) == 2
-    assert isinstance(winograd, Program) and len(winograd.kernels) == 3
-    assert winograd.metadata["algorithm"] == "winograd"
-    assert [s["schedule"] for s in winograd.metadata["stages"]][1] in ("tiled", "dot")
-    assert any(name.startswith("winogradfilter") for name in winograd.metadata["folded_constants"])
-    assert "stage 2" in winograd.source
+    for algorithm, tile in WINOGRAD_TILES.items():
+        winograd = fused.emit(backend, algorithm=algorithm)
+        assert isinstance(winograd, Program) and len(winograd.kernels) == 3
+        assert winograd.metadata["algorithm"] == algorithm
+        gemm = winograd.metadata["stages"][1]
+        assert gemm["schedule"] in ("tiled", "dot")
+        oh, ow = CASES[0].build()[2].shape[2:]
+        assert gemm["args"][-1]["shape"] == [tile + 2, tile + 2, 6, 2, -(-oh // tile),
+                                             -(-ow // tile)]
+        assert any(name.startswith("winogradfilter")
+                   for name in winograd.metadata["folded_constants"])
+        assert "stage 2" in winograd.source
 
 
 def test_winograd_input_transform_rows_are_lavin_grays() -> None:
@@ -109,6 +118,18 @@ def test_winograd_input_transform_rows_are_lavin_grays() -> None:
         for column, negative in _bt_row(sympy.Integer(a)):
             row[int(column)] += -1.0 if negative else 1.0
         np.testing.assert_array_equal(row, WINOGRAD_BT[a])
+
+
+def test_winograd_4x4_matrices_compute_a_correlation() -> None:
+    """F(4x4,3x3)'s G, Bᵀ and Aᵀ give the 4x4 valid correlation of a 6x6 tile, against NumPy
+    in float64 (the matrices are Lavin & Gray's at the points 0, +-1, +-2)."""
+    rng = np.random.default_rng(4)
+    g, bt, at = (m.astype(np.float64) for m in (WINOGRAD4_G, WINOGRAD4_BT, WINOGRAD4_AT))
+    for _ in range(3):
+        d, k = rng.standard_normal((6, 6)), rng.standard_normal((3, 3))
+        want = np.array([[np.sum(d[i:i + 3, j:j + 3] * k) for j in range(4)] for i in range(4)])
+        got = at @ ((g @ k @ g.T) * (bt @ d @ bt.T)) @ at.T
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
 
 def test_folded_constant_must_not_change() -> None:
@@ -144,14 +165,15 @@ def test_heuristic_when_nothing_is_measured() -> None:
                          backend)
 
     resnet_3x3 = ((1, 64, 56, 56), (64, 64, 3, 3))
-    assert pick(*resnet_3x3, pads=[1, 1, 1, 1]) == "winograd"
+    assert pick(*resnet_3x3, pads=[1, 1, 1, 1]) == "winograd_4x4"
+    assert pick((1, 64, 14, 14), (64, 64, 3, 3), pads=[1, 1, 1, 1]) == "winograd"  # 4 ∤ 14
     assert pick(*resnet_3x3, "neon", pads=[1, 1, 1, 1]) == "winograd"
     assert pick((1, 64, 56, 56), (128, 64, 3, 3), pads=[1, 1, 1, 1], strides=[2, 2]) == "im2col"
     assert pick((1, 64, 56, 56), (256, 64, 1, 1)) == "implicit_gemm"  # im2col would copy x
     assert pick((1, 64, 56, 56), (256, 64, 1, 1), "neon") == "im2col"
     assert pick((1, 64, 56, 56), (64, 1, 3, 3), group=64) == "direct"
     assert pick((1, 3, 7, 7), (4, 3, 3, 3)) == "implicit_gemm"  # too small to split
-    assert set(ALGORITHMS) == {"direct", "implicit_gemm", "im2col", "winograd"}
+    assert set(ALGORITHMS) == {"direct", "implicit_gemm", "im2col", "winograd", "winograd_4x4"}
 
 
 def test_measured_choice_is_stored_and_used_by_default(tmp_path, monkeypatch) -> None:
@@ -164,12 +186,12 @@ def test_measured_choice_is_stored_and_used_by_default(tmp_path, monkeypatch) ->
     assert autotune.stored_algorithm(fused, "opencl") is None
     result = autotune.tune_algorithm(fused, "opencl", repeat=3, progress=lambda *a: None)
     statuses = {c.config.as_options()["algorithm"]: c.status for c in result.candidates}
-    assert set(statuses) == {"direct", "implicit_gemm", "im2col", "winograd"}
+    assert set(statuses) == set(ALGORITHMS)
     assert all(s == "ok" for s in statuses.values()), statuses
     best = result.best.as_options()["algorithm"]
     assert autotune.stored_algorithm(fused, "opencl") == best
     default = fused.emit("opencl")
-    assert isinstance(default, Program) == (best in ("im2col", "winograd"))
+    assert isinstance(default, Program) == (best in ("im2col", *WINOGRAD_TILES))
     want = evaluate_chain(ops, arrays)[ops[-1].name]
     assert_close(default(*(arrays[v.name] for v in fused.inputs)), want, scale=50)
 

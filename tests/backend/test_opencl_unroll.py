@@ -46,6 +46,24 @@ def test_winograd_transforms_unroll_a_tile(x_shape: tuple[int, ...]) -> None:
     assert_close(program(feeds["x"], feeds["w"]), want, scale=10)
 
 
+@pytest.mark.parametrize("x_shape", [(1, 3, 8, 12), (2, 2, 9, 13), (1, 2, 6, 20)])
+def test_winograd_4x4_transforms_unroll_a_tile(x_shape: tuple[int, ...]) -> None:
+    """F(4x4,3x3): the input transform unrolls all 36 positions of a 6x6 tile (the leading run
+    of short axes may unroll past MAX_POINTS), specialising each row of Bᵀ's select to its
+    constant-coefficient sum; the output transform splits output axes that 4 divides into
+    4x4 blocks, and keeps one point per item (the selects taken at run time) otherwise."""
+    require("opencl")
+    ops, feeds = _winograd_block(x_shape)
+    want = evaluate_chain(ops, feeds)[ops[-1].name]
+    program = conv_algorithms.build(kg.fuse(*ops), "winograd_4x4", "opencl", tuned=False)
+    first, *_, last = program.kernels
+    assert first.metadata["tunables"]["unroll"][:2] == (6, 6)
+    assert "==" not in first.source  # no row select left to take at run time
+    if x_shape[2] % 4 == 0 and x_shape[3] % 4 == 0:
+        assert all(f % 4 == 0 for f in last.metadata["tunables"]["unroll"][-2:])
+    assert_close(program(feeds["x"], feeds["w"]), want, scale=10)
+
+
 def _blocks():
     """Kernels with floor divisions (DepthToSpace, a reshape across a transpose), a broadcast
     and a padded strided slice, on odd and prime extents."""
