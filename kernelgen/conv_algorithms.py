@@ -344,10 +344,11 @@ def _winograd_stages(block: ConvBlock, backend: str, tile: int) -> list[FusedOp 
         return Read(f32, 0, (a, b, q[1], q[0], FloorDiv(q[2], tile), FloorDiv(q[3], tile)))
 
     def at_row(r: sympy.Expr, term: Callable[[sympy.Expr], Expr]) -> Expr:
-        if tile == 4:
-            return _matrix_row(r, WINOGRAD4_AT, term)
-        odd = sympy.Eq(r, 1)
-        return _signed_sum([(term(r), sympy.false), (term(r + 1), odd), (term(r + 2), odd)])
+        if tile == 2:
+            odd = sympy.Eq(r, 1)
+            return _signed_sum([(term(r), sympy.false), (term(r + 1), odd),
+                                (term(r + 2), odd)])
+        return _matrix_row(r, WINOGRAD4_AT, term)
 
     body: Expr = at_row(ry, lambda a: at_row(rx, lambda b: m_at(a, b)))
     inputs: list[Value] = [mm]
