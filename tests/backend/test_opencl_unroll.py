@@ -14,15 +14,22 @@ from reference import evaluate_chain
 import kernelgen as kg
 from kernelgen import conv_algorithms
 from kernelgen.emit import unroll
+from kernelgen.kernel import Kernel
 from kernelgen.shapes import prod
 
 
-def _winograd_block(x_shape: tuple[int, ...]):
+def _winograd_stages(x_shape: tuple[int, ...], algorithm: str) -> tuple[Kernel, Kernel]:
+    """The input and output transforms of a padded 3x3 conv + ReLU on ``x_shape`` run with
+    ``algorithm`` (default tiles), after checking the program against ONNX's reference."""
     rng = np.random.default_rng(x_shape[-1])
     feeds = {"x": rng.standard_normal(x_shape).astype(np.float32),
              "w": (rng.standard_normal((7, x_shape[1], 3, 3)) / 3).astype(np.float32)}
     conv = kg.conv(kg.tensor("x", x_shape), kg.constant("w", feeds["w"]), pads=[1, 1, 1, 1])
-    return [conv, kg.relu(conv)], feeds
+    ops = [conv, kg.relu(conv)]
+    want = evaluate_chain(ops, feeds)[ops[-1].name]
+    program = conv_algorithms.build(kg.fuse(*ops), algorithm, "opencl", tuned=False)
+    assert_close(program(feeds["x"], feeds["w"]), want, scale=10)
+    return program.kernels[0], program.kernels[-1]
 
 
 @pytest.mark.parametrize("x_shape", [(1, 3, 10, 14), (2, 5, 9, 13), (1, 2, 6, 38)])
@@ -33,17 +40,13 @@ def test_winograd_transforms_unroll_a_tile(x_shape: tuple[int, ...]) -> None:
     items run in work-groups a multiple of 16 wide, the items past the row idle (38 wide:
     19 tiles in groups of 32)."""
     require("opencl")
-    ops, feeds = _winograd_block(x_shape)
-    want = evaluate_chain(ops, feeds)[ops[-1].name]
-    program = conv_algorithms.build(kg.fuse(*ops), "winograd", "opencl", tuned=False)
-    first, *_, last = program.kernels
+    first, last = _winograd_stages(x_shape, "winograd")
     assert first.metadata["tunables"]["unroll"][:2] == (4, 4)
     even = x_shape[2] % 2 == 0 and x_shape[3] % 2 == 0
     assert (2 in last.metadata["tunables"]["unroll"]) == even
     for k in (first, last):
         width = k.metadata["launch"]["local_size"][0]
         assert width % 16 == 0 if x_shape[3] // 2 > 16 else width <= 16
-    assert_close(program(feeds["x"], feeds["w"]), want, scale=10)
 
 
 @pytest.mark.parametrize("x_shape", [(1, 3, 8, 12), (2, 2, 9, 13), (1, 2, 6, 20)])
@@ -53,15 +56,11 @@ def test_winograd_4x4_transforms_unroll_a_tile(x_shape: tuple[int, ...]) -> None
     constant-coefficient sum; the output transform splits output axes that 4 divides into
     4x4 blocks, and keeps one point per item (the selects taken at run time) otherwise."""
     require("opencl")
-    ops, feeds = _winograd_block(x_shape)
-    want = evaluate_chain(ops, feeds)[ops[-1].name]
-    program = conv_algorithms.build(kg.fuse(*ops), "winograd_4x4", "opencl", tuned=False)
-    first, *_, last = program.kernels
+    first, last = _winograd_stages(x_shape, "winograd_4x4")
     assert first.metadata["tunables"]["unroll"][:2] == (6, 6)
     assert "==" not in first.source  # no row select left to take at run time
     if x_shape[2] % 4 == 0 and x_shape[3] % 4 == 0:
         assert all(f % 4 == 0 for f in last.metadata["tunables"]["unroll"][-2:])
-    assert_close(program(feeds["x"], feeds["w"]), want, scale=10)
 
 
 def _blocks():
