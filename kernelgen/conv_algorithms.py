@@ -137,8 +137,9 @@ def heuristic(fused: FusedOp, backend: str) -> str:
     """The algorithm to use when nothing was measured for this block on this device, from
     ``bench/conv.py`` runs (ResNet 3x3 and 1x1 at 56x56). Winograd is the fastest 3x3 on both
     backends: on OpenCL 1.35 ms against im2col's 1.91 once its transforms unroll a tile per
-    work-item (before, at 2.5-3.0 ms, it lost to im2col), and F(4x4) beat F(2x2) where 4 divides the
-    output (1.04 against 1.11 ms, tuned); on NEON, whose stages do not unroll, F(2x2) beat im2col by
+    work-item (before, at 2.5-3.0 ms, it lost to im2col). F(4x4) beat or tied F(2x2) where 4 divides
+    the output (3x3: 1.17 against 1.30 ms and 0.88 against 0.86 in two runs; with BN and ReLU 0.97
+    against 1.09 and 0.98 against 1.17); on NEON, whose stages do not unroll, F(2x2) beat im2col by
     1.0-1.8x and F(4x4) by 1.3x. On OpenCL a pointwise conv reads its input as the GEMM operand
     directly (implicit GEMM; im2col would only copy it); on NEON im2col beat implicit GEMM by
     1.05-2.1x. Small convs stay one kernel, where launches and the patch matrix's round trip would
