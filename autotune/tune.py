@@ -70,7 +70,9 @@ def search_space(loop: Any, backend: str) -> list[Config]:
         from kernelgen.emit import unroll
 
         strategies: list[str | None] = [None]
-        if loop.hoisted:
+        if loop.staged:  # a staged row is one work-item's array
+            strategies += ["row", "item"]
+        elif loop.hoisted:
             strategies += ["row", "group", "item"]
         configs = [Config.of(**({"local_size": ls} | ({"reduce_strategy": st} if st else {})))
                    for st in strategies for ls in (256, 64, 1024)]

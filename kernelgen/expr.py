@@ -194,14 +194,15 @@ def transform(root: Expr, fn: Callable[[Expr, Callable[[Expr], Expr]], Expr | No
             return memo[id(node)]
         out = fn(node, visit)
         if out is None:
-            out = _rebuild(node, [visit(c) for c in node.children()])
+            out = rebuild(node, [visit(c) for c in node.children()])
         memo[id(node)] = out
         return out
 
     return visit(root)
 
 
-def _rebuild(node: Expr, kids: list[Expr]) -> Expr:
+def rebuild(node: Expr, kids: list[Expr]) -> Expr:
+    """``node`` with its children replaced by ``kids`` (``node`` itself when they are the same)."""
     if not kids or all(a is b for a, b in zip(kids, node.children())):
         return node
     if isinstance(node, Call):

@@ -18,6 +18,7 @@ from .dtypes import DType
 from .errors import ArgumentError
 from .expr import Call, Cast, Const, Expr, IndexCond, Load, Reduce, Select
 from .loop_ir import LoopKernel
+from .staging import unstage
 
 
 def _int_div(a: Any, b: Any) -> Any:  # C semantics: truncate toward zero
@@ -58,7 +59,10 @@ def _np(dtype: DType) -> np.dtype:
 
 
 def interpret(kernel: LoopKernel, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Run ``kernel`` on NumPy arrays; returns one array per output."""
+    """Run ``kernel`` on NumPy arrays; returns one array per output. Staged rows are
+    evaluated where they are read (``staging.unstage``): the same values, computed the plain
+    way."""
+    kernel = unstage(kernel)
     if len(inputs) != len(kernel.inputs):
         raise ArgumentError(f"{kernel.name}: expected {len(kernel.inputs)} inputs "
                             f"({', '.join(b.name for b in kernel.inputs)}), got {len(inputs)}")

@@ -6,8 +6,10 @@ expressions whose leaves ``Load`` input buffers at flat offsets (SymPy, over the
 the symbols of enclosing ``Reduce`` nodes). ``hoisted`` lists the reductions that depend only on the
 ``group`` axes of the domain: a backend computes each once per group point (cooperatively, e.g. one
 work-group per row), then computes the stores of the group's elements (single-kernel softmax).
+``staged`` rows (``staging.py``) are computed per group point before them: a fused producer's
+row that several reductions read (the attention pattern's score row).
 
-    PIPELINE: flatten -> hoist -> merge_axes
+    PIPELINE: flatten -> hoist -> stage_producers -> merge_axes
 """
 from __future__ import annotations
 
@@ -49,6 +51,19 @@ class Store:
 
 
 @dataclass(frozen=True)
+class Staged:
+    """A producer row computed once per group point into ``buffer`` (scratch the backend
+    allocates per group point: a private or local array, never a kernel argument): ``value`` at
+    ``row`` = 0 .. extent-1 (``row`` a symbol of the staged value alone). Loads of ``buffer``
+    read it back (AGO's attention: the score row QK^T of one query, which the softmax's max,
+    its sum and the second MatMul all read)."""
+
+    buffer: Buffer
+    row: sympy.Symbol
+    value: Expr
+
+
+@dataclass(frozen=True)
 class LoopKernel:
     """One kernel: parallel ``domain`` axes (outermost first), stores at each point, and the
     reductions hoisted out of the per-element work."""
@@ -60,6 +75,7 @@ class LoopKernel:
     stores: tuple[Store, ...]
     hoisted: tuple[Reduce, ...] = ()
     group: tuple[int, ...] = ()  # positions in ``domain`` that key the hoisted reductions
+    staged: tuple[Staged, ...] = ()  # computed per group point before the hoisted reductions
     ranges: dict[sympy.Symbol, int] = field(default_factory=dict, compare=False)
 
     @property
@@ -79,8 +95,12 @@ class LoopKernel:
     def element_axes(self) -> tuple[int, ...]:
         return tuple(k for k in range(len(self.domain)) if k not in self.group)
 
+    def roots(self) -> list[Expr]:
+        """Every expression the kernel evaluates: the staged rows' values and the stores'."""
+        return [st.value for st in self.staged] + [st.value for st in self.stores]
+
     def loads(self) -> list[Load]:
-        return [n for st in self.stores for n in walk(st.value) if isinstance(n, Load)]
+        return [n for root in self.roots() for n in walk(root) if isinstance(n, Load)]
 
     def bytes_moved(self) -> int:
         """Each input read once and each output written once (the roofline's byte count)."""
@@ -102,6 +122,7 @@ class LoopKernel:
 
         per_point = sum(count(st.value, set(), hoisted) for st in self.stores)
         per_group = sum(count(r, set(), hoisted - {r}) for r in self.hoisted)
+        per_group += sum(st.buffer.numel * count(st.value, set(), hoisted) for st in self.staged)
         groups = prod(self.domain[k][1] for k in self.group)
         return self.numel * per_point + groups * per_group
 
@@ -111,6 +132,8 @@ class LoopKernel:
         lines += [f"  in  {b.name}: {b.dtype}{list(b.shape)}" for b in self.inputs]
         lines += [f"  out {b.name}: {b.dtype}{list(b.shape)}" for b in self.outputs]
         lines.append("  domain: " + ", ".join(f"{s} < {n}" for s, n in self.domain))
+        lines += [f"  staged: {st.buffer.name}[{st.row} < {st.buffer.shape[0]}] = "
+                  f"{_text(st.value)}" for st in self.staged]
         lines += [f"  hoisted: {_text(r)}" for r in self.hoisted]
         lines += [f"  {st.buffer}[{self.store_offset}] = {_text(st.value)}" for st in self.stores]
         return "\n".join(lines)
@@ -196,8 +219,8 @@ def hoist(kernel: LoopKernel) -> LoopKernel:
 
 def _index_exprs(kernel: LoopKernel) -> Iterable[tuple[sympy.Basic, bool]]:
     """(expression, is_offset) for every index expression in the kernel."""
-    for st in kernel.stores:
-        for node in walk(st.value):
+    for root in kernel.roots():
+        for node in walk(root):
             if isinstance(node, Load):
                 yield node.offset, True
                 yield node.guard, False
@@ -272,14 +295,22 @@ def _merge_pair(kernel: LoopKernel, k: int) -> LoopKernel:
     stores = tuple(Store(st.buffer, transform(st.value, rewrite)) for st in kernel.stores)
     # rewriting is deterministic, so each hoisted reduction equals its copy inside the stores
     hoisted = tuple(transform(r, rewrite) for r in kernel.hoisted)
+    staged = tuple(replace(st, value=transform(st.value, rewrite)) for st in kernel.staged)
     domain = kernel.domain[:k] + ((q, a[1] * b[1]),) + kernel.domain[k + 2:]
     group = tuple(dict.fromkeys(g if g <= k else g - 1 for g in kernel.group))
     return replace(kernel, domain=domain, stores=stores, hoisted=hoisted,  # type: ignore[arg-type]
-                   group=group, ranges={**kernel.ranges, q: a[1] * b[1]})
+                   staged=staged, group=group, ranges={**kernel.ranges, q: a[1] * b[1]})
+
+
+def _stage_producers(kernel: LoopKernel) -> LoopKernel:
+    """``staging.stage_producers``: its own module, which builds on this one."""
+    from .staging import stage_producers as stage
+    return stage(kernel)
 
 
 PIPELINE: tuple[tuple[str, Callable[[LoopKernel], LoopKernel]], ...] = (
     ("hoist", hoist),
+    ("stage_producers", _stage_producers),
     ("merge_axes", merge_axes),
 )
 
@@ -296,6 +327,7 @@ def fingerprint(kernel: LoopKernel) -> str:
         s: sympy.Symbol(f"d{k}") for k, (s, _) in enumerate(kernel.domain)}
     buffers = {b.name: f"in{k}" for k, b in enumerate(kernel.inputs)}
     buffers.update({b.name: f"out{k}" for k, b in enumerate(kernel.outputs)})
+    buffers.update({st.buffer.name: f"stage{k}" for k, st in enumerate(kernel.staged)})
     memo: dict[int, str] = {}
 
     def bind(s: sympy.Symbol) -> None:
@@ -334,6 +366,9 @@ def fingerprint(kernel: LoopKernel) -> str:
 
     parts = [f"domain{[n for _, n in kernel.domain]}"]
     parts += [f"{buffers[b.name]}:{b.dtype}{list(b.shape)}" for b in kernel.inputs + kernel.outputs]
+    for st in kernel.staged:
+        bind(st.row)
+        parts.append(f"{buffers[st.buffer.name]}[{ix(st.row)}<{st.buffer.numel}]={text(st.value)}")
     parts += [f"{buffers[st.buffer]}={text(st.value)}" for st in kernel.stores]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 

@@ -40,8 +40,8 @@ class Capabilities:
             if b.dtype not in self.dtypes:
                 raise UnsupportedError(self.name, f"dtype {b.dtype}",
                                        f"buffer '{b.name}' of kernel '{kernel.name}'")
-        for st in kernel.stores:
-            for node in walk(st.value):
+        for root in kernel.roots():
+            for node in walk(root):
                 if isinstance(node, Call) and node.fn not in self.primitives:
                     raise UnsupportedError(self.name, f"function '{node.fn}'",
                                            f"kernel '{kernel.name}'")

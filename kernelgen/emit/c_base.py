@@ -14,7 +14,7 @@ from ..dtypes import DType
 from ..errors import UnsupportedError
 from ..expr import (Call, Cast, Const, Expr, IndexCond, Load, Reduce, Select, free_index_symbols,
                     walk)
-from ..loop_ir import Axis, Buffer, Contraction, LoopKernel
+from ..loop_ir import Axis, Buffer, Contraction, LoopKernel, Staged
 from ..shapes import prod
 from .base import Capabilities, Emitter, Scope
 
@@ -128,6 +128,9 @@ class CEmitter(Emitter):
             if b.dtype not in self.scalar_types:
                 raise UnsupportedError(self.backend, f"dtype {b.dtype}", f"buffer '{b.name}'")
         self.arg_names = {b.name: _c_ident(b.name) for b in kernel.inputs + kernel.outputs}
+        for st in kernel.staged:  # a local array of the group body, read like a buffer
+            self.buffers[st.buffer.name] = st.buffer
+            self.arg_names[st.buffer.name] = _c_ident(st.buffer.name)
 
     @property
     def index_t(self) -> str:
@@ -240,11 +243,21 @@ class CEmitter(Emitter):
         group axes are bound. With ``element_range`` the single element axis runs over
         ``[start, stop)`` only (a thread's chunk of a 1-D domain)."""
         k = self.kernel
-        for r in k.hoisted:
-            if vectorize and self._vector_reduction_ok(r):
-                self._vector_reduce(r, scope)
-            else:
-                self.serial_reduce(r, scope)
+        pending = list(k.hoisted)
+
+        def hoist(reductions: list[Reduce]) -> None:
+            for r in reductions:
+                pending.remove(r)
+                if vectorize and self._vector_reduction_ok(r):
+                    self._vector_reduce(r, scope)
+                else:
+                    self.serial_reduce(r, scope)
+
+        for st in k.staged:  # each after the hoisted reductions it reads (a softmax's sum)
+            used = set(walk(st.value))
+            hoist([r for r in pending if r in used])
+            self.stage_row(st, scope, vectorize)
+        hoist(list(pending))
         elems = [k.domain[e] for e in k.element_axes]
         vector_last = vectorize and self._vector_elements_ok(elems)
         opened: list[Scope] = []
@@ -266,6 +279,34 @@ class CEmitter(Emitter):
         for outer in reversed(opened):
             self.close_loop(outer)
 
+    def stage_row(self, st: Staged, scope: Scope, vectorize: bool) -> None:
+        """Compute a staged producer row into an array of the group body (``staging.py``): with
+        ``vectorize``, as vectors along the row where its reads allow (a score row reads the
+        keys' row contiguously), with the nested contraction a vector accumulator."""
+        name, n, v = self.arg_names[st.buffer.name], st.buffer.numel, self.vector
+        scope.add(f"{self.ctype(st.buffer.dtype)} {name}[{n}];")
+        var = self.fresh("j")
+        self.symbol_names[st.row] = var
+        start = "0"
+        if vectorize and v is not None and n >= 2 * v.width and vectorizable(
+                st.value, st.row, v, frozenset(self.kernel.hoisted), reductions=True):
+            self._hoist_invariants(st.value, st.row, scope)
+            scope.add(f"{self.index_t} {var} = 0;")
+            scope.add(f"for (; {var} + {v.width} <= {n}; {var} += {v.width}) {{")
+            inner = scope.child()
+            value = VectorPrinter(self, st.row, var, inner).expr(st.value)
+            inner.add(v.store.format(ptr=name, off=var, v=value))
+            scope.add("}")
+            if n % v.width == 0:
+                return
+            start = var
+            var = self.fresh("j")
+            self.symbol_names[st.row] = var
+        inner = self.open_loop(scope, var, start, self.int_literal(n))
+        inner.add(self.buffer_store(st.buffer, var, self.expr(st.value, inner)))
+        self.loop_tail(inner)
+        self.close_loop(scope)
+
     def _vector_reduction_ok(self, r: Reduce) -> bool:
         v = self.vector
         return v is not None and len(r.axes) == 1 and r.axes[0][1] >= 2 * v.width \
@@ -277,8 +318,11 @@ class CEmitter(Emitter):
             return False
         sym, n = elems[-1]
         hoisted = frozenset(k.hoisted)
+        # a staged kernel's per-element sum (attention's P V) runs as one vector accumulator
+        # for a run of output columns
         return n >= 2 * v.width and all(b.dtype is DType.float32 for b in k.outputs) and all(
-            vectorizable(st.value, sym, v, hoisted) for st in k.stores)
+            vectorizable(st.value, sym, v, hoisted, reductions=bool(k.staged))
+            for st in k.stores)
 
     # --- the register-tiled contraction (templates/<backend>/contraction.*) ---------------------
 
@@ -327,11 +371,14 @@ class CEmitter(Emitter):
 
     def _hoist_invariants(self, root: Expr, sym: sympy.Symbol, scope: Scope) -> None:
         """Emit, before a vector loop over ``sym``, every largest sub-expression of ``root`` that
-        does not depend on ``sym`` (the loop broadcasts the scalar)."""
+        does not depend on ``sym`` (the loop broadcasts the scalar). A nested reduction's body
+        stays inside: it reads the reduction's own symbols (``VectorPrinter`` broadcasts there)."""
         if isinstance(root, Const):
             return
         if sym not in free_index_symbols(root) or root in self.kernel.hoisted:
             self.expr(root, scope)
+            return
+        if isinstance(root, Reduce):
             return
         for child in root.children():
             self._hoist_invariants(child, sym, scope)

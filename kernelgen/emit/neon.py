@@ -287,5 +287,9 @@ def emit_neon(kernel: LoopKernel, **options: Any) -> tuple[NeonSource, dict[str,
         return source, {"schedule": schedule, "tunables": tunables,
                         "function": source.function_name, "threads": "openmp",
                         "producer_redundancy": producer_redundancy(kernel, emitter.tile[1])}
-    return source, {"schedule": schedule, "tunables": tunables, "function": source.function_name,
-                    "threads": "openmp"}
+    extra: dict[str, Any] = {"schedule": schedule, "tunables": tunables,
+                             "function": source.function_name, "threads": "openmp"}
+    if kernel.staged:  # each staged producer row once per group point (staging.py)
+        extra.update(staged_rows=[st.buffer.name for st in kernel.staged],
+                     producer_redundancy=1.0)
+    return source, extra

@@ -75,6 +75,7 @@ VECTOR = VectorSyntax(
 
 _BARRIER = "barrier(CLK_LOCAL_MEM_FENCE);"
 STRATEGIES = ("group", "item", "row", "tiled", "window")
+STAGED_STRATEGIES = ("item", "row")  # a staged row is an array of one work-item
 # PoCL runs a work-group as one thread's loop over work-items; groups of 256 vectorise well and
 # tiny groups (16) run 2-3x slower (TOOLCHAIN.md §3.4).
 DEFAULT_LOCAL = 256
@@ -187,6 +188,10 @@ class OpenCLEmitter(CEmitter):
         if requested is not None:
             if requested not in STRATEGIES:
                 raise ValueError(f"reduce_strategy must be one of {STRATEGIES}, got {requested!r}")
+            if k.staged and requested not in STAGED_STRATEGIES:
+                raise ValueError(f"kernel '{k.name}' stages a producer row per group point, "
+                                 f"which runs on the {STAGED_STRATEGIES} schedules, not "
+                                 f"{requested!r}")
             if requested == "row" and not self._row_vectorizable():
                 raise ValueError("reduce_strategy 'row' needs every hoisted reduction to run over "
                                  "one contiguous float32 axis")
@@ -199,6 +204,9 @@ class OpenCLEmitter(CEmitter):
                                  f"columns as vectors and has no axis of its own (a depthwise "
                                  f"conv); kernel '{k.name}' has none")
             return requested
+        if k.staged:  # a work-item holds the row: one per group point
+            return "row" if self.caps.simd_within_work_item and self._row_vectorizable() \
+                else "item"
         if self.window is not None and not self.tile_explicit:
             return "window"
         if self.contraction is not None:
@@ -849,6 +857,9 @@ def emit_opencl(kernel: LoopKernel, **options: Any) -> tuple[str, Launch, dict[s
         tunables["unroll"] = emitter.unroll
     if emitter.strategy == "window":
         tunables["window_rows"] = emitter.window_rows
+    if kernel.staged:  # each staged producer row once per group point (staging.py)
+        extra.update(staged_rows=[st.buffer.name for st in kernel.staged],
+                     producer_redundancy=1.0)
     if emitter.strategy == "tiled":
         tunables.update(tile_m=emitter.effective_tile[0], tile_n=emitter.effective_tile[1])
         extra["producer_redundancy"] = emitter.producer_recomputed or producer_redundancy(

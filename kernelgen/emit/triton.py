@@ -27,6 +27,7 @@ import templates
 from ..dtypes import DType
 from ..expr import Call, Cast, Load, Reduce, free_index_symbols
 from ..loop_ir import LoopKernel, contraction
+from ..staging import unstage
 from ..shapes import prod
 from .base import Capabilities, Emitter, Scope
 
@@ -423,6 +424,9 @@ def emit_triton(kernel: LoopKernel, **options: Any) -> tuple[TritonSource, dict[
         raise TypeError(f"unknown Triton emit options {sorted(unknown)}; expected "
                         f"{sorted(allowed)}")
     dot = tuple(options.get(f"block_{d}", 32) for d in "mnk")
+    # A Triton program holds blocks, not arrays it can index at run time, so a staged producer
+    # row runs inlined (recomputed where it is read)
+    kernel = unstage(kernel)
     emitter = TritonEmitter(kernel, options.get("block"), options.get("block_r"),
                             options.get("block_e"), options.get("capabilities", CAPABILITIES),
                             dot, options.get("schedule"))  # type: ignore[arg-type]

@@ -1,7 +1,10 @@
 """AGO's intensive fusion: Conv -> 1x1 Conv, MatMul -> MatMul and the attention pattern
 MatMul -> Softmax -> MatMul as one kernel equal the unfused operators, and the contraction
-templates compute each producer element once by default (redundancy 1.0)."""
+templates compute each producer element once by default (redundancy 1.0), as does the attention
+kernel, which stages each score row once per query (``kernelgen/staging.py``)."""
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pytest
@@ -9,6 +12,8 @@ from conftest import assert_close, require, run
 from reference import evaluate_chain
 
 import kernelgen as kg
+from kernelgen.loop_ir import lower
+from kernelgen.staging import unstage
 from mapping_types.tiling import redundancy
 
 rng = np.random.default_rng(11)
@@ -74,3 +79,62 @@ def test_default_tiling_computes_each_producer_element_once(backend_name: str,
     want = evaluate_chain(ops, feeds)[ops[-1].name]
     for k in (kernel, narrow):
         assert_close(k(*(feeds[v.name] for v in fused.inputs)), want, scale=50)
+
+
+def _scaled_attention(batch: int, m: int, d: int, n: int, dv: int
+                      ) -> tuple[list[kg.Value], list[kg.Op]]:
+    """softmax(Q K * scale + mask) V, then ReLU: a prologue between the MatMuls (scale and a
+    broadcast mask) and an epilogue after them."""
+    q, k, v = (kg.tensor("q", (batch, m, d)), kg.tensor("k", (batch, d, n)),
+               kg.tensor("v", (batch, n, dv)))
+    scale, mask = kg.tensor("scale", (1,)), kg.tensor("mask", (m, n))
+    s = kg.matmul(q, k)
+    scaled = kg.mul(s, scale)
+    masked = kg.add(scaled, mask)
+    p = kg.softmax(masked, 2)
+    o = kg.matmul(p, v)
+    return [q, k, v, scale, mask], [s, scaled, masked, p, o, kg.relu(o)]
+
+
+# one query and one key; primes; rows longer than two float8 vectors with a ragged end
+ATTENTION_SHAPES = [(1, 1, 1, 1, 1), (1, 7, 13, 5, 3), (2, 5, 8, 11, 3), (1, 37, 16, 129, 17)]
+
+
+@pytest.mark.parametrize("shape", ATTENTION_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_attention_with_prologue_and_epilogue_equals_unfused(backend: str, shape) -> None:
+    values, ops = _scaled_attention(*shape)
+    feeds = _feeds(values)
+    want = evaluate_chain(ops, feeds)[ops[-1].name]
+    fused = kg.fuse(*ops, force=True)
+    (got,) = run(backend, fused, *(feeds[v.name] for v in fused.inputs))
+    assert_close(got, want, scale=50)
+
+
+@pytest.mark.parametrize("backend_name", ["opencl", "neon"])
+def test_attention_computes_each_score_once(backend_name: str) -> None:
+    require(backend_name)
+    values, ops = _scaled_attention(2, 5, 8, 11, 3)
+    fused = kg.fuse(*ops, force=True)
+    loop = lower(fused, "attention")
+    # the score row is staged once per query, then the softmax weights read from it
+    assert [st.buffer.shape for st in loop.staged] == [(11,), (11,)]
+    assert {b.name for b in loop.inputs} == {"q", "k", "v", "scale", "mask"}
+    inlined = unstage(loop)
+    assert not inlined.staged and loop.flops() < inlined.flops()
+    kernel = fused.emit(backend_name, tuned=False)
+    assert kernel.metadata["producer_redundancy"] == 1.0
+    assert kernel.metadata["staged_rows"] == ["stage0", "stage1"]
+    # the keys are read by one loop (the staged row's), not by every reduction that uses a score
+    key = r"\bin1\[" if backend_name == "neon" else r"\bk\["
+    assert len(re.findall(key, kernel.source)) == 1
+    feeds = _feeds(values)
+    want = evaluate_chain(ops, feeds)[ops[-1].name]
+    assert_close(kernel(*(feeds[v.name] for v in fused.inputs)), want, scale=50)
+
+
+def test_staged_kernel_refuses_cooperative_schedules() -> None:
+    require("opencl")
+    _, ops = _scaled_attention(1, 3, 4, 5, 2)
+    fused = kg.fuse(*ops, force=True)
+    with pytest.raises(ValueError, match="stages a producer row.*'group'"):
+        fused.emit("opencl", reduce_strategy="group", tuned=False)
