@@ -22,7 +22,7 @@ from .loop_ir import Buffer, LoopKernel, Staged, Store, contraction, specialise
 
 # The scratch row lives per group point (a work-item's private array, a thread's stack): rows
 # longer than this stay recomputed rather than risk the stack.
-STAGE_MAX = 16384
+STAGE_MAX = 4096
 
 
 def _canonical(node: Expr, names: dict[sympy.Symbol, sympy.Symbol], prefix: str) -> Expr:
@@ -111,7 +111,8 @@ def stage_producers(kernel: LoopKernel) -> LoopKernel:
         if found is None:
             break
         key, extent, own_keys = found
-        stage = Staged(Buffer(f"stage{len(staged)}", (extent,), DType.float32), row, key)
+        stage = Staged(Buffer(_scratch_name(kernel, len(staged)), (extent,), DType.float32),
+                       row, key)
         stores = tuple(Store(st.buffer, _replace_uses(st.value, key, stage, extent))
                        for st in kernel.stores)
         staged.append(stage)
@@ -137,7 +138,8 @@ def _stage_weights(kernel: LoopKernel, keys: frozenset, staged: list[Staged]) ->
                 return None
             row = sympy.Symbol(f"_row{len(staged)}", integer=True, nonnegative=True)
             value = specialise(inner, {axis: row}, {**kernel.ranges, row: extent})
-            stage = Staged(Buffer(f"stage{len(staged)}", (extent,), DType.float32), row, value)
+            stage = Staged(Buffer(_scratch_name(kernel, len(staged)), (extent,), DType.float32),
+                           row, value)
             staged.append(stage)
             return Load(inner.dtype, stage.buffer.name, axis)
 
@@ -145,6 +147,15 @@ def _stage_weights(kernel: LoopKernel, keys: frozenset, staged: list[Staged]) ->
 
     stores = tuple(Store(st.buffer, transform(st.value, visit)) for st in kernel.stores)
     return _rehoist(replace(kernel, stores=stores), keys, staged)
+
+
+def _scratch_name(kernel: LoopKernel, k: int) -> str:
+    """``stage<k>``, made unlike every buffer name of the kernel (a tensor may be so named)."""
+    taken = {b.name for b in kernel.inputs + kernel.outputs}
+    name = f"stage{k}"
+    while name in taken:
+        name += "_"
+    return name
 
 
 def _rehoist(kernel: LoopKernel, keys: frozenset, staged: list[Staged]) -> LoopKernel:

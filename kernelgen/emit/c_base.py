@@ -128,9 +128,10 @@ class CEmitter(Emitter):
             if b.dtype not in self.scalar_types:
                 raise UnsupportedError(self.backend, f"dtype {b.dtype}", f"buffer '{b.name}'")
         self.arg_names = {b.name: _c_ident(b.name) for b in kernel.inputs + kernel.outputs}
-        for st in kernel.staged:  # a local array of the group body, read like a buffer
+        for k, st in enumerate(kernel.staged):  # an array of the group body, read like a buffer
             self.buffers[st.buffer.name] = st.buffer
-            self.arg_names[st.buffer.name] = _c_ident(st.buffer.name)
+            # no tensor's identifier starts with kg_ without ending in _ (_c_ident)
+            self.arg_names[st.buffer.name] = f"kg_stage{k}"
 
     @property
     def index_t(self) -> str:

@@ -132,6 +132,21 @@ def test_attention_computes_each_score_once(backend_name: str) -> None:
     assert_close(kernel(*(feeds[v.name] for v in fused.inputs)), want, scale=50)
 
 
+@pytest.mark.parametrize("backend_name", ["opencl", "neon"])
+def test_staged_rows_do_not_clash_with_tensor_names(backend_name: str) -> None:
+    require(backend_name)
+    q, k, v = (kg.tensor("stage0", (3, 4)), kg.tensor("kg_stage0", (4, 5)),
+               kg.tensor("stage1", (5, 2)))
+    s = kg.matmul(q, k)
+    p = kg.softmax(s, 1)
+    ops = [s, p, kg.matmul(p, v)]
+    feeds = _feeds([q, k, v])
+    want = evaluate_chain(ops, feeds)[ops[-1].name]
+    kernel = kg.fuse(*ops, force=True).emit(backend_name, tuned=False)
+    assert kernel.metadata["staged_rows"] == ["stage0_", "stage1_"]
+    assert_close(kernel(feeds["stage0"], feeds["kg_stage0"], feeds["stage1"]), want, scale=50)
+
+
 def test_staged_kernel_refuses_cooperative_schedules() -> None:
     require("opencl")
     _, ops = _scaled_attention(1, 3, 4, 5, 2)
