@@ -18,7 +18,7 @@ import sympy
 
 from .dtypes import DType
 from .expr import Expr, IndexCond, Load, Reduce, free_index_symbols, rebuild, transform, walk
-from .loop_ir import Buffer, LoopKernel, Staged, Store, contraction, specialise
+from .loop_ir import Buffer, LoopKernel, Staged, Store, contraction, hoist, specialise
 
 # The scratch row lives per group point (a work-item's private array, a thread's stack): rows
 # longer than this stay recomputed rather than risk the stack.
@@ -196,5 +196,4 @@ def unstage(kernel: LoopKernel) -> LoopKernel:
         return None
 
     stores = tuple(Store(st.buffer, transform(st.value, visit)) for st in kernel.stores)
-    from .loop_ir import hoist
     return hoist(replace(kernel, stores=stores, staged=(), hoisted=(), group=()))
