@@ -83,7 +83,9 @@ def search_space(loop: Any, backend: str) -> list[Config]:
         return configs
     if backend == "triton":
         from kernelgen.loop_ir import contraction
+        from kernelgen.staging import unstage
 
+        loop = unstage(loop)  # what the Triton emitter runs (it holds no staged rows)
         if contraction(loop) is not None:  # tl.dot tiles
             return [Config.of(block_m=m, block_n=n, block_k=k)
                     for m, n, k in ((32, 32, 32), (64, 64, 32), (16, 64, 32), (64, 16, 32),

@@ -187,15 +187,17 @@ def walk(root: Expr) -> Iterator[Expr]:
 def transform(root: Expr, fn: Callable[[Expr, Callable[[Expr], Expr]], Expr | None]) -> Expr:
     """Rebuild ``root`` bottom-up. ``fn(node, recurse)`` may return a replacement or None (keep the
     node, rebuilt from transformed children). Shared subtrees are transformed once."""
-    memo: dict[int, Expr] = {}
+    # keyed by identity, holding the node too: ``fn`` may recurse into nodes it has just built,
+    # and a freed node's id can be reused by the next one (a wrong memo hit)
+    memo: dict[int, tuple[Expr, Expr]] = {}
 
     def visit(node: Expr) -> Expr:
         if id(node) in memo:
-            return memo[id(node)]
+            return memo[id(node)][1]
         out = fn(node, visit)
         if out is None:
             out = rebuild(node, [visit(c) for c in node.children()])
-        memo[id(node)] = out
+        memo[id(node)] = (node, out)
         return out
 
     return visit(root)

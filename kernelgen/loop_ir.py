@@ -92,6 +92,12 @@ class LoopKernel:
         return offset
 
     @property
+    def grouped(self) -> bool:
+        """Whether each group point does work before its elements: hoisted reductions or
+        staged rows (a kernel may stage rows and hoist nothing)."""
+        return bool(self.hoisted or self.staged)
+
+    @property
     def element_axes(self) -> tuple[int, ...]:
         return tuple(k for k in range(len(self.domain)) if k not in self.group)
 

@@ -55,22 +55,30 @@ def _canonical(node: Expr, names: dict[sympy.Symbol, sympy.Symbol], prefix: str)
 
 
 def _candidate(kernel: LoopKernel, stage: sympy.Symbol) -> tuple[Expr, int, frozenset] | None:
-    """The first producer worth staging: a float32 reduction inside a hoisted one-axis
-    reduction ``R`` that depends on ``R``'s axis and on fewer domain axes than ``R`` does (so
-    ``R``'s points recompute it). Returns its canonical form (``R``'s axis renamed ``stage``),
-    the row's extent and the domain symbols it keys on."""
+    """The first producer worth staging: a float32 reduction inside a one-axis reduction ``R``
+    of the stores keyed by every domain axis (a per-element sum, such as attention's P V) that
+    depends on ``R``'s axis and on some but fewer domain axes (so ``R``'s points recompute it).
+    Returns its canonical form (``R``'s axis renamed ``stage``), the row's extent and the
+    domain symbols it keys on.
+
+    Why only per-element ``R``: staging makes the kernel's group the producer's keys, and the
+    reductions keyed by more than those then run per element. For a per-element ``R`` that
+    costs nothing (its group was the whole domain); for one keyed by fewer axes (softmax of a
+    softmax over another axis) it would recompute ``R`` for every element of its row. A
+    producer keyed by no axis would be recomputed per element all the same."""
     domain = {s for s, _ in kernel.domain}
-    for outer in kernel.hoisted:
+    outers = [node for st in kernel.stores for node in walk(st.value)
+              if isinstance(node, Reduce) and free_index_symbols(node) == domain]
+    for outer in outers:
         if len(outer.axes) != 1 or outer.axes[0][1] > STAGE_MAX:
             continue
         (row, extent), = outer.axes
-        keys_outer = free_index_symbols(outer) & domain
         for node in walk(outer.body):
             if not isinstance(node, Reduce) or node.dtype is not DType.float32:
                 continue
             free = free_index_symbols(node)
             keys = free & domain
-            if row in free and free <= domain | {row} and keys < keys_outer:
+            if row in free and free <= domain | {row} and keys and keys < domain:
                 return _canonical(node, {row: stage}, stage.name), extent, frozenset(keys)
     return None
 
@@ -97,7 +105,7 @@ def _replace_uses(root: Expr, key: Expr, stage: Staged, extent: int) -> Expr:
 
 
 def stage_producers(kernel: LoopKernel) -> LoopKernel:
-    """Stage each producer row that the hoisted reductions would recompute (module docstring).
+    """Stage each producer row that a per-element reduction would recompute (module docstring).
     A contraction is left to the tiled templates, which already compute a fused producer once
     per tile; after staging, only reductions keyed by the staged rows' own axes stay hoisted
     (the softmax's max and sum), and the consumer's sum runs per element over the row."""
@@ -115,6 +123,8 @@ def stage_producers(kernel: LoopKernel) -> LoopKernel:
                        row, key)
         stores = tuple(Store(st.buffer, _replace_uses(st.value, key, stage, extent))
                        for st in kernel.stores)
+        if stores == kernel.stores:  # no use matched its canonical form: leave it inlined
+            break
         staged.append(stage)
         keys |= own_keys
         kernel = _rehoist(replace(kernel, stores=stores), keys, staged)

@@ -142,7 +142,7 @@ class NeonEmitter(CEmitter):
                  pack_b: bool | None = None) -> None:
         self.tile_default = tile is None
         tile = tile or (4, 8)
-        if not kernel.hoisted:  # elementwise: the outer axes are the parallel ones
+        if not kernel.grouped:  # elementwise: the outer axes are the parallel ones
             kernel = replace(kernel, group=tuple(range(len(kernel.domain) - 1)))
         super().__init__(kernel, capabilities)
         if tile[0] < 1 or tile[1] < 4 or tile[1] % 4:
@@ -217,7 +217,7 @@ class NeonEmitter(CEmitter):
             self.decompose(g, parallel, inner)
             self.group_body(inner, vectorize=True)
             self.close_loop(body)
-        elif not k.hoisted and len(k.domain) == 1 and threads:
+        elif not k.grouped and len(k.domain) == 1 and threads:
             n = k.domain[0][1]
             chunks = -(-n // CHUNK)
             body.add(pragma)
@@ -232,7 +232,7 @@ class NeonEmitter(CEmitter):
             self.group_body(body, vectorize=True)
         code = templates.render("neon", "function.c", name="KG_FN", params=self.params(),
                                 body="\n".join(body.lines))
-        return self._finish(code, "row" if k.hoisted else "elementwise")
+        return self._finish(code, "row" if k.grouped else "elementwise")
 
     def _finish(self, code: str, schedule: str) -> NeonSource:
         """Name the function by a hash of its code, document its parameters, pick helpers."""

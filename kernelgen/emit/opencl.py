@@ -183,7 +183,7 @@ class OpenCLEmitter(CEmitter):
 
     def _strategy(self, requested: str | None) -> str:
         k = self.kernel
-        if not k.hoisted:
+        if not k.grouped:
             return "elementwise"
         if requested is not None:
             if requested not in STRATEGIES:

@@ -99,7 +99,7 @@ def ranked(kernel: LoopKernel) -> tuple[tuple[int, ...], ...]:
     distinctly, the smallest share first (then the fewest points). Candidates: each leading run
     of short axes unrolled completely, each axis split by a divisor it is floor-divided by in an
     index (or twice that), and both together."""
-    if kernel.hoisted or not kernel.loads():
+    if kernel.grouped or not kernel.loads():
         return ()
     scored = [(_distinct_share(kernel, f), prod(f), f) for f in _candidates(kernel)]
     return tuple(f for share, _, f in sorted(scored) if share <= MAX_DISTINCT)

@@ -153,3 +153,41 @@ def test_staged_kernel_refuses_cooperative_schedules() -> None:
     fused = kg.fuse(*ops, force=True)
     with pytest.raises(ValueError, match="stages a producer row.*'group'"):
         fused.emit("opencl", reduce_strategy="group", tuned=False)
+
+
+# --- staging's limits (regressions found by Hypothesis) ---------------------------------------
+
+def _softmax_of_softmax_across_axes() -> tuple[list[kg.Value], list[kg.Op]]:
+    """The outer softmax's max and sum are keyed by rows, and read the inner softmax, whose max
+    over a column keys on no domain axis: staging it would run the outer reductions per element
+    and put the row in a kernel without a group."""
+    x = kg.tensor("x", (2, 3))
+    inner = kg.softmax(x, 0)
+    return [x], [inner, kg.softmax(inner, 1)]
+
+
+def _softmax_then_reduce_across_axes() -> tuple[list[kg.Value], list[kg.Op]]:
+    """A per-element sum over ``c`` of a softmax over ``b``: the softmax's max and sum key on
+    ``(a, c)``, so the row over ``c`` is staged per ``a`` and nothing else is hoisted."""
+    x = kg.tensor("x", (3, 5, 7))
+    inner = kg.softmax(x, 1)
+    return [x], [inner, kg.ops.reduce_op("ReduceSum", inner, [2], 0)]
+
+
+STAGING_LIMITS = {"softmax-softmax": (_softmax_of_softmax_across_axes, 0),
+                  "softmax-reducesum": (_softmax_then_reduce_across_axes, 2)}
+
+
+@pytest.mark.parametrize("pattern", STAGING_LIMITS)
+def test_staging_only_where_the_group_holds_the_row(backend: str, pattern: str) -> None:
+    build, rows = STAGING_LIMITS[pattern]
+    values, ops = build()
+    fused = kg.fuse(*ops, force=True)
+    loop = lower(fused, pattern)
+    assert len(loop.staged) == rows
+    if rows:
+        assert not loop.hoisted and loop.grouped and loop.flops() < unstage(loop).flops()
+    feeds = _feeds(values)
+    want = evaluate_chain(ops, feeds)[ops[-1].name]
+    (got,) = run(backend, fused, *(feeds[v.name] for v in fused.inputs))
+    assert_close(got, want, scale=50)

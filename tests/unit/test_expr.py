@@ -1,0 +1,42 @@
+"""Expression traversal: ``transform`` rebuilds a tree bottom-up, transforming shared subtrees
+once."""
+import sympy
+
+from kernelgen.dtypes import DType
+from kernelgen.expr import Call, Const, Expr, Load, transform, walk
+
+F32 = DType.float32
+
+
+def _call_of_loads(n: int) -> Expr:
+    """One call of ``n`` loads: nothing is built between visiting one load and the next."""
+    return Call(F32, "sum", tuple(Load(F32, "x", sympy.Integer(k)) for k in range(n)))
+
+
+def test_transform_recursing_into_nodes_it_builds() -> None:
+    """Regression: the memo was keyed by ``id`` alone. ``fn`` recursing into a node it had just
+    built, then dropped, let the next node built reuse that id and get the first one's result
+    (``staging.unstage`` does this; it made the interpreter fail now and then)."""
+    def fn(node: Expr, recurse) -> Expr | None:
+        if isinstance(node, Load):  # a temporary node, dropped once transformed
+            return recurse(Call(F32, "neg", (Const(F32, int(node.offset)),)))
+        if isinstance(node, Call) and node.fn == "neg":
+            return Const(F32, -node.args[0].value)  # type: ignore[attr-defined]
+        return None
+
+    out = transform(_call_of_loads(40), fn)
+    consts = [n.value for n in walk(out) if isinstance(n, Const)]
+    assert consts == [-k for k in range(40)]
+
+
+def test_transform_visits_a_shared_subtree_once() -> None:
+    shared = Call(F32, "exp", (Load(F32, "x", sympy.Integer(0)),))
+    root = Call(F32, "add", (shared, Call(F32, "mul", (shared, shared))))
+    seen: list[Expr] = []
+
+    def fn(node: Expr, recurse) -> Expr | None:
+        seen.append(node)
+        return None
+
+    assert transform(root, fn) is root  # nothing replaced: the very same tree
+    assert seen.count(shared) == 1
