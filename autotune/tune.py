@@ -102,6 +102,10 @@ def search_space(loop: Any, backend: str) -> list[Config]:
                      for m, n in ((4, 8), (8, 8), (4, 16), (6, 8), (2, 16), (1, 4))]
             # AGO: the emitter's own tile spans the producer once; most others recompute it
             return [Config.of(), *tiles] if operand_has_reduction(c.left) else tiles
+        from kernelgen.emit.neon import columns_plan
+
+        if columns_plan(loop) is not None:  # windows in vector lanes, or one at a time
+            return [Config.of(), Config.of(schedule="row")]
     return [Config.of()]  # nothing else to tune (the vector width is the hardware's)
 
 

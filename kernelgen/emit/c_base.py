@@ -3,10 +3,11 @@ by a per-backend ``VectorSyntax`` table, and the per-group body both backends sh
 reductions, then the loops over the group's elements with their stores."""
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import sympy
 
@@ -36,9 +37,22 @@ class VectorSyntax:
     combine: Mapping[str, str]      # reduction kind -> vector combine of {a}, {b}
     horizontal: Mapping[str, str]   # reduction kind -> scalar from vector {v} ('' = halving)
     iota: str = ""                  # the lane numbers as an int mask-type vector ('' = none)
+    # Where vectors take no C operators (NEON intrinsics), lane masks are built by call:
+    # ``lane_ints`` the int vector {first} + lane * {step}, ``sign_masks`` a mask of an int
+    # vector {0} against 0 by relation ('>=', '>', '<=', '<'), ``mask_and`` two masks' lanes
+    # joined, ``mask_load`` a mask from a C int array of -1 and 0
+    lane_ints: str = ""
+    sign_masks: Mapping[str, str] = field(default_factory=dict)
+    mask_and: str = "({0}) & ({1})"
+    mask_load: str = ""
     fma: str = ""                   # {0} * {1} + {2} fused ('' = none)
     lane: str = ""                  # lane {j} (an int) of vector {v} ('' = none)
     compose: str = ""               # a vector from comma-separated lane values {0} ('' = none)
+
+    @property
+    def lane_masks(self) -> bool:
+        """Whether the backend builds masks from lane numbers (a guard linear in the axis)."""
+        return bool(self.iota or self.lane_ints)
 
 
 SHORT_LOOP = 8  # a vector reduction's loops up to this long are unrolled
@@ -84,7 +98,7 @@ def vectorizable(root: Expr, sym: sympy.Symbol, syntax: VectorSyntax,
             return (reductions and node.dtype is DType.float32
                     and node.kind in syntax.combine and ok(node.body))
         if isinstance(node, IndexCond):  # a lane mask from the lane numbers
-            return guarded and bool(syntax.iota) and split_guard(node.cond, sym) is not None
+            return guarded and syntax.lane_masks and split_guard(node.cond, sym) is not None
         if isinstance(node, Load):
             offset = sympy.expand(node.offset)
             coeff = offset.coeff(sym)
@@ -106,6 +120,19 @@ def vectorizable(root: Expr, sym: sympy.Symbol, syntax: VectorSyntax,
     return ok(root)
 
 
+def vector_columns_ok(kernel: LoopKernel, v: VectorSyntax | None, guarded: bool) -> bool:
+    """Whether every store runs as vectors along the innermost domain axis. A reduction left
+    in the stores (not hoisted) is computed per element: it runs as one vector accumulator for
+    a run of output columns (a staged kernel's P V; a conv's window on NEON)."""
+    if v is None or not kernel.domain:
+        return False
+    sym, n = kernel.domain[-1]
+    hoisted = frozenset(kernel.hoisted)
+    return n >= 2 * v.width and all(b.dtype is DType.float32 for b in kernel.outputs) and all(
+        vectorizable(st.value, sym, v, hoisted, guarded=guarded, reductions=True)
+        for st in kernel.stores)
+
+
 class CEmitter(Emitter):
     """C statements. Subclasses set the type tables, the primitive formats and ``vector``."""
 
@@ -115,6 +142,9 @@ class CEmitter(Emitter):
     int_formats: Mapping[str, str] = {}
     float_suffix = {DType.float32: "f", DType.float16: "f", DType.float64: ""}
     vector: VectorSyntax | None = None
+    # whether the vector loop over a group's elements may load through a guard linear in its
+    # axis (a padded window: one vector where the guard passes, edges lane by lane)
+    guarded_element_vectors = False
     contraction: Contraction | None = None  # what the 'tiled' schedule runs, when it runs
     reduce_combine = {
         ("sum", "any"): "{a} + {b}", ("prod", "any"): "{a} * {b}",
@@ -314,16 +344,10 @@ class CEmitter(Emitter):
             and r.dtype is DType.float32 and vectorizable(r.body, r.axes[0][0], v)
 
     def _vector_elements_ok(self, elems: list[Axis]) -> bool:
-        v, k = self.vector, self.kernel
-        if v is None or not elems or k.element_axes[-1] != len(k.domain) - 1:
+        k = self.kernel
+        if not elems or k.element_axes[-1] != len(k.domain) - 1:
             return False
-        sym, n = elems[-1]
-        hoisted = frozenset(k.hoisted)
-        # a staged kernel's per-element sum (attention's P V) runs as one vector accumulator
-        # for a run of output columns
-        return n >= 2 * v.width and all(b.dtype is DType.float32 for b in k.outputs) and all(
-            vectorizable(st.value, sym, v, hoisted, reductions=bool(k.staged))
-            for st in k.stores)
+        return vector_columns_ok(k, self.vector, self.guarded_element_vectors)
 
     # --- the register-tiled contraction (templates/<backend>/contraction.*) ---------------------
 
@@ -498,12 +522,13 @@ class VectorPrinter:
             return self._reduce(node)
         if isinstance(node, IndexCond):
             split = split_guard(node.cond, self.sym)
-            assert split is not None and self.v.iota
+            assert split is not None and self.v.lane_masks
             uniform, linear = split
             lanes = self._lane_mask(linear)
             if uniform is sympy.true:
                 return lanes
-            return f"{self.v.broadcast_mask.format(self.em.index(uniform))} & ({lanes})"
+            return self.v.mask_and.format(self.v.broadcast_mask.format(self.em.index(uniform)),
+                                          lanes)
         raise TypeError(f"cannot vectorise {type(node).__name__}")
 
     def _reduce(self, node: Reduce) -> str:
@@ -551,7 +576,7 @@ class VectorPrinter:
             return self.names[node]
         inside = em.index(sympy.And(*(at(t, binding(t)) for t in linear)))
         whole = v.load.format(ptr=ptr, off=em.index(at(node.offset, first)))
-        mask = self._lane_mask(linear) if v.iota else None
+        mask = self._lane_mask(linear) if v.lane_masks else None
         scope.add(f"{v.vtype} {name} = {zero};")
         block = scope if uniform is sympy.true else None
         if block is None:
@@ -640,6 +665,14 @@ class VectorPrinter:
         vector and a long scalar do not mix in OpenCL C (and a long vector's mask would not
         fit a float select)."""
         em, v = self.em, self.v
+        if em.index_t == "int" and v.lane_ints:  # by intrinsics: each bound's lanes against 0
+            masks = []
+            for t in linear:
+                diff = sympy.expand(t.lhs - t.rhs)
+                lanes = v.lane_ints.format(first=em.index(self._at(diff, 0)),
+                                           step=em.index(diff.coeff(self.sym)))
+                masks.append(v.sign_masks[t.rel_op].format(lanes))
+            return functools.reduce(v.mask_and.format, masks)
         if em.index_t == "int":
             name = f"kg_lanes{self.base}" if isinstance(self.base, int) else f"{self.base}_lanes"
             if name not in self.declared:
@@ -654,7 +687,7 @@ class VectorPrinter:
         self.scope.add(f"for (int kg_lane = 0; kg_lane < {v.width}; ++kg_lane)")
         holds = em.index(sympy.And(*(self._at(t, lane) for t in linear)))
         self.scope.child().add(f"{name}[kg_lane] = ({holds}) ? -1 : 0;")
-        return v.load.format(ptr=name, off="0")
+        return (v.mask_load or v.load).format(ptr=name, off="0")
 
 
 def read_together(printers: Sequence[VectorPrinter], loads: Iterable[Load]) -> None:

@@ -26,7 +26,7 @@ from ..loop_ir import (Buffer, LoopKernel, contraction, operand_has_reduction,
                        producer_redundancy)
 from ..shapes import prod
 from .base import Capabilities, Scope
-from .c_base import CEmitter, VectorSyntax
+from .c_base import CEmitter, VectorSyntax, vector_columns_ok
 
 _UNARY_F = ("exp", "expm1", "log", "log1p", "sqrt", "sin", "cos", "tan", "asin", "acos", "atan",
             "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "floor", "ceil", "rint")
@@ -81,6 +81,11 @@ VECTOR = VectorSyntax(
         "and": "vandq_u32({0}, {1})", "or": "vorrq_u32({0}, {1})",
         "xor": "veorq_u32({0}, {1})", "not": "vmvnq_u32({0})",
     },
+    fma="vfmaq_f32({2}, {0}, {1})",
+    lane_ints="kg_vlanes_s32({first}, {step})",
+    sign_masks={">=": "vcgeq_s32({0}, vdupq_n_s32(0))", ">": "vcgtq_s32({0}, vdupq_n_s32(0))",
+                "<=": "vcleq_s32({0}, vdupq_n_s32(0))", "<": "vcltq_s32({0}, vdupq_n_s32(0))"},
+    mask_and="vandq_u32({0}, {1})", mask_load="vld1q_u32((const uint32_t*){ptr} + {off})",
     combine={"sum": "vaddq_f32({a}, {b})", "prod": "vmulq_f32({a}, {b})",
              "max": "vmaxnmq_f32({a}, {b})", "min": "vminnmq_f32({a}, {b})"},
     horizontal={"sum": "vaddvq_f32({v})", "max": "vmaxnmvq_f32({v})",
@@ -97,6 +102,12 @@ PACK_B_MIN_BYTES = 256 << 10
 # The packed template sweeps the column panels with blocks of row tiles whose left-operand rows
 # fit in this much cache (half a typical L2), so neither operand streams from memory per tile.
 ROW_BLOCK_BYTES = 512 << 10
+
+# 'tiled': the register-tiled contraction template; 'columns': per-element reductions (a
+# depthwise conv's window) as one vector accumulator per run of four output columns, loads
+# through padding as vectors (``columns_plan``); 'row': one group point at a time, its
+# reductions scalar or vectorised along their own axis.
+SCHEDULES = ("tiled", "columns", "row")
 
 CAPABILITIES = Capabilities(name="neon", vector_width=VECTOR.width, simd_within_work_item=True,
                             multithreaded=True)
@@ -137,14 +148,16 @@ class NeonEmitter(CEmitter):
     ix_max = "(({a}) > ({b}) ? ({a}) : ({b}))"
     ix_min = "(({a}) < ({b}) ? ({a}) : ({b}))"
 
+    guarded_element_vectors = True
+
     def __init__(self, kernel: LoopKernel, capabilities: Capabilities = CAPABILITIES,
                  tile: tuple[int, int] | None = None, schedule: str | None = None,
                  pack_b: bool | None = None) -> None:
+        if schedule is not None and schedule not in SCHEDULES:
+            raise ValueError(f"kernel '{kernel.name}': NEON schedule must be one of {SCHEDULES}, "
+                             f"got {schedule!r}")
         self.tile_default = tile is None
         tile = tile or (4, 8)
-        if not kernel.grouped:  # elementwise: the outer axes are the parallel ones
-            kernel = replace(kernel, group=tuple(range(len(kernel.domain) - 1)))
-        super().__init__(kernel, capabilities)
         if tile[0] < 1 or tile[1] < 4 or tile[1] % 4:
             raise ValueError(f"NEON tiles need tile_m >= 1 and tile_n a multiple of 4, got {tile}")
         self.tile = tile
@@ -153,6 +166,18 @@ class NeonEmitter(CEmitter):
         if schedule == "tiled" and self.contraction is None:
             raise ValueError("schedule 'tiled' needs a contraction (one sum of a product of "
                              "operands on disjoint output axes)")
+        columns = columns_plan(kernel) if schedule in (None, "columns") else None
+        if schedule == "columns" and columns is None:
+            raise ValueError(f"kernel '{kernel.name}' cannot run schedule 'columns', which "
+                             f"needs reductions computed per element and every store as "
+                             f"float32 vectors along the last axis (contiguous or padded "
+                             f"loads, at least {2 * VECTOR.width} columns)")
+        self.columns = columns is not None and self.contraction is None
+        if self.columns:
+            kernel = columns  # type: ignore[assignment]
+        elif not kernel.grouped:  # elementwise: the outer axes are the parallel ones
+            kernel = replace(kernel, group=tuple(range(len(kernel.domain) - 1)))
+        super().__init__(kernel, capabilities)
         roles = [("in", b) for b in kernel.inputs] + [("out", b) for b in kernel.outputs]
         counts = {"in": 0, "out": 0}
         for role, b in roles:
@@ -232,7 +257,8 @@ class NeonEmitter(CEmitter):
             self.group_body(body, vectorize=True)
         code = templates.render("neon", "function.c", name="KG_FN", params=self.params(),
                                 body="\n".join(body.lines))
-        return self._finish(code, "row" if k.grouped else "elementwise")
+        return self._finish(code, "columns" if self.columns else
+                            "row" if k.grouped else "elementwise")
 
     def _finish(self, code: str, schedule: str) -> NeonSource:
         """Name the function by a hash of its code, document its parameters, pick helpers."""
@@ -248,6 +274,19 @@ class NeonEmitter(CEmitter):
         return NeonSource(name, helpers, function)
 
 
+def columns_plan(kernel: LoopKernel) -> LoopKernel | None:
+    """``kernel`` with its reductions computed per element inside a vector loop over the last
+    axis (the 'columns' schedule), or None where that does not apply. It applies when the
+    hoisted reductions already key every domain axis (so a group point is one element, and
+    'row' runs each window scalar: a depthwise conv) and every store vectorises along the last
+    axis, the reductions as vector accumulators; reductions that the last axis does not key are
+    then computed once per row, before the vector loop."""
+    if not kernel.hoisted or kernel.staged or len(kernel.group) != len(kernel.domain):
+        return None
+    plan = replace(kernel, hoisted=(), group=tuple(range(len(kernel.domain) - 1)))
+    return plan if vector_columns_ok(plan, VECTOR, guarded=True) else None
+
+
 def _c_name(name: str) -> str:
     return "".join(ch if ch.isalnum() else "_" for ch in name)[:40]
 
@@ -259,6 +298,7 @@ def _helpers() -> dict[str, str]:
     for f in _LANEWISE:
         out[f"kg_v_{f}f"] = templates.render("neon", "lanewise.c", name=f"kg_v_{f}f", fn=f"{f}f")
     out["kg_v_signf"] = templates.render("neon", "vsign.c")
+    out["kg_vlanes_s32"] = templates.render("neon", "vlanes.c")
     for f in ("pow", "fmod"):
         out[f"kg_v_{f}f"] = templates.render("neon", "lanewise2.c", name=f"kg_v_{f}f",
                                              fn=f"{f}f")

@@ -14,25 +14,63 @@
 #define KG_FLOORDIV(a, b) (((a) - ((((a) % (b)) + (b)) % (b))) / (b))
 #define KG_FLOORMOD(a, b) ((((a) % (b)) + (b)) % (b))
 
+// The int lanes first, first + step, first + 2 step, first + 3 step (a guard's bound tested
+// at every lane of a vector at once).
+static inline int32x4_t kg_vlanes_s32(int32_t first, int32_t step)
+{
+    static const int32_t lanes[4] = {0, 1, 2, 3};
+    return vmlaq_n_s32(vdupq_n_s32(first), vld1q_s32(lanes), step);
+}
+
 // fused_pad_concat
 //   in0: input 'x' float32[4, 5]
 //   in1: input 'y' float32[4, 3]
 //   out0: output 'c' float32[4, 11]
-void kg_fused_pad_concat_c9e1f24f9042(const float* restrict in0,
+void kg_fused_pad_concat_71ec9449cbef(const float* restrict in0,
         const float* restrict in1,
         float* restrict out0)
 {
     for (int g1 = 0; g1 < 4; ++g1) {
         const int o0 = g1;
-        for (int o1 = 0; o1 < 11; ++o1) {
-            const bool t3 = o1 < 8;
-            const bool t4 = (o1 >= 1) && (o1 < 6);
-            const float t5 = t4 ? in0[5 * o0 + o1 - 1] : 0.0f;
-            const float t6 = t4 ? t5 : 0.5f;
-            const bool t7 = o1 >= 8;
-            const float t8 = t7 ? in1[3 * o0 + o1 - 8] : 0.0f;
-            const float t9 = t3 ? t6 : t8;
-            out0[11 * o0 + o1] = t9;
+        int o1 = 0;
+        for (; o1 + 4 <= 11; o1 += 4) {
+            const uint32x4_t v3 = vcltq_s32(kg_vlanes_s32(o1 - 8, 1), vdupq_n_s32(0));
+            const uint32x4_t v4 = vandq_u32(vcgeq_s32(kg_vlanes_s32(o1 - 1, 1), vdupq_n_s32(0)), vcltq_s32(kg_vlanes_s32(o1 - 6, 1), vdupq_n_s32(0)));
+            float32x4_t v5 = vdupq_n_f32(0.0f);
+            if ((o1 >= 1) && (o1 < 3)) {
+                v5 = vld1q_f32(in0 + 5 * o0 + o1 - 1);
+            } else if ((5 * o0 + o1 >= 1) && (5 * o0 + o1 < 18)) {
+                v5 = vbslq_f32(vandq_u32(vcgeq_s32(kg_vlanes_s32(o1 - 1, 1), vdupq_n_s32(0)), vcltq_s32(kg_vlanes_s32(o1 - 6, 1), vdupq_n_s32(0))), vld1q_f32(in0 + 5 * o0 + o1 - 1), vdupq_n_f32(0.0f));
+            } else {  // an edge: lanes outside the guard read 0
+                float lanes6[4];
+                for (int kg_lane = 0; kg_lane < 4; ++kg_lane)
+                    lanes6[kg_lane] = ((kg_lane + o1 >= 1) && (kg_lane + o1 < 6)) ? in0[5 * o0 + kg_lane + o1 - 1] : 0.0f;
+                v5 = vld1q_f32(lanes6 + 0);
+            }
+            const float32x4_t v7 = vbslq_f32(v4, v5, vdupq_n_f32(0.5f));
+            float32x4_t v8 = vdupq_n_f32(0.0f);
+            if (o1 >= 8) {
+                v8 = vld1q_f32(in1 + 3 * o0 + o1 - 8);
+            } else if ((3 * o0 + o1 >= 8) && (3 * o0 + o1 < 17)) {
+                v8 = vbslq_f32(vcgeq_s32(kg_vlanes_s32(o1 - 8, 1), vdupq_n_s32(0)), vld1q_f32(in1 + 3 * o0 + o1 - 8), vdupq_n_f32(0.0f));
+            } else {  // an edge: lanes outside the guard read 0
+                float lanes9[4];
+                for (int kg_lane = 0; kg_lane < 4; ++kg_lane)
+                    lanes9[kg_lane] = (kg_lane + o1 >= 8) ? in1[3 * o0 + kg_lane + o1 - 8] : 0.0f;
+                v8 = vld1q_f32(lanes9 + 0);
+            }
+            const float32x4_t v10 = vbslq_f32(v3, v7, v8);
+            vst1q_f32(out0 + 11 * o0 + o1, v10);
+        }
+        for (; o1 < 11; ++o1) {
+            const bool t11 = o1 < 8;
+            const bool t12 = (o1 >= 1) && (o1 < 6);
+            const float t13 = t12 ? in0[5 * o0 + o1 - 1] : 0.0f;
+            const float t14 = t12 ? t13 : 0.5f;
+            const bool t15 = o1 >= 8;
+            const float t16 = t15 ? in1[3 * o0 + o1 - 8] : 0.0f;
+            const float t17 = t11 ? t14 : t16;
+            out0[11 * o0 + o1] = t17;
         }
     }
 }

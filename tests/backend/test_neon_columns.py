@@ -1,0 +1,82 @@
+"""NEON's 'columns' schedule (a depthwise or grouped conv's default): each output element's
+window is a vector accumulator over four output columns, its loads through padding one vector
+where the guard passes and lane by lane at the edges. The blocks of the OpenCL window tests
+(rows no multiple of four, prime heights, batch > 1, dilation, asymmetric pads wider than a
+vector, a channel multiplier, a 7x7 kernel; a ReLU prologue and three epilogues) against ONNX's
+reference, on the default and on the forced 'row' schedule; where it does not apply; bad
+schedules refused; the tuner's choice between the two."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import assert_close, require
+from reference import evaluate_chain
+from test_opencl_window import BLOCKS, _block, _check
+
+import autotune
+import kernelgen as kg
+from autotune import FastRunDB
+from kernelgen.emit.neon import columns_plan
+
+
+@pytest.mark.parametrize("epilogue", ["sigmoid", "residual", "scale"])
+@pytest.mark.parametrize("name", BLOCKS)
+def test_columns_is_the_default_and_matches_onnx(name: str, epilogue: str) -> None:
+    require("neon")
+    ops, feeds = _block(name, epilogue)
+    fused = kg.fuse(*ops)
+    kernel = fused.emit("neon", tuned=False, algorithm="direct")
+    width = ops[-1].shape[-1]
+    # two vectors of four at least: a shorter row keeps the scalar 'row' schedule
+    assert kernel.metadata["schedule"] == ("columns" if width >= 8 else "row")
+    if width >= 8:
+        assert "vfmaq_f32(" in kernel.source and "vld1q_f32(in0" in kernel.source
+    _check(kernel, ops, feeds)
+    _check(fused.emit("neon", tuned=False, algorithm="direct", schedule="row"), ops, feeds)
+
+
+def test_columns_outside_a_conv() -> None:
+    """Any kernel whose reductions are per element and vectorise along the last axis takes the
+    schedule (a MatMul forced off its tiles; a reduction the last axis does not key runs once
+    per row), and one that keeps its group (a softmax) is refused it by name."""
+    require("neon")
+    rng = np.random.default_rng(5)
+    a, b, s = kg.tensor("a", (5, 7)), kg.tensor("b", (7, 13)), kg.tensor("s", (5, 3))
+    product, row_max = kg.matmul(a, b), kg.ops.reduce_op("ReduceMax", s, [1], 1)
+    ops = [product, row_max, kg.add(product, row_max)]
+    feeds = {v.name: rng.standard_normal(v.shape).astype(np.float32) for v in (a, b, s)}
+    kernel = kg.fuse(*ops, force=True).emit("neon", tuned=False, schedule="columns")
+    assert kernel.metadata["schedule"] == "columns"
+    want = evaluate_chain(ops, feeds)[ops[-1].name]
+    assert_close(kernel(feeds["a"], feeds["b"], feeds["s"]), want, scale=10)
+    softmax = kg.fuse(kg.softmax(kg.tensor("x", (4, 16)), 1))
+    with pytest.raises(ValueError, match="'fused_softmax' cannot run schedule 'columns'"):
+        softmax.emit("neon", tuned=False, schedule="columns")
+    with pytest.raises(ValueError, match="NEON schedule must be one of"):
+        softmax.emit("neon", tuned=False, schedule="window")
+
+
+def test_strided_conv_keeps_the_row_schedule() -> None:
+    """A stride-2 window reads no run of columns contiguously."""
+    require("neon")
+    rng = np.random.default_rng(3)
+    feeds = {"x": rng.standard_normal((1, 4, 9, 20)).astype(np.float32),
+             "w": rng.standard_normal((4, 1, 3, 3)).astype(np.float32)}
+    ops = [kg.conv(kg.tensor("x", (1, 4, 9, 20)), kg.constant("w", feeds["w"]),
+                   pads=[1, 1, 1, 1], group=4, strides=[2, 2])]
+    fused = kg.fuse(*ops)
+    assert columns_plan(fused.lower()) is None
+    kernel = fused.emit("neon", tuned=False, algorithm="direct")
+    assert kernel.metadata["schedule"] == "row"
+    _check(kernel, ops, feeds)
+
+
+def test_tuner_chooses_between_columns_and_row(tmp_path) -> None:
+    require("neon")
+    ops, _ = _block("3x3-37-wide", "residual")
+    loop = kg.fuse(*ops).lower()
+    space = autotune.search_space(loop, "neon")
+    assert [c.as_options() for c in space] == [{}, {"schedule": "row"}]
+    result = autotune.tune(loop, "neon", db=FastRunDB(tmp_path / "db"), repeat=2)
+    assert all(c.status == "ok" for c in result.candidates)
+    assert result.best in space
