@@ -82,15 +82,18 @@ def search_space(loop: Any, backend: str) -> list[Config]:
                         for p in (*plans[1:3], unroll.none(loop)) for ls in (256, 1024)]
         return configs
     if backend == "triton":
+        from kernelgen.emit.triton import STAGED_TILE
         from kernelgen.loop_ir import contraction
-        from kernelgen.staging import unstage
 
-        loop = unstage(loop)  # what the Triton emitter runs (it holds no staged rows)
         if contraction(loop) is not None:  # tl.dot tiles
             return [Config.of(block_m=m, block_n=n, block_k=k)
                     for m, n, k in ((32, 32, 32), (64, 64, 32), (16, 64, 32), (64, 16, 32),
                                     (128, 64, 32), (64, 128, 32))]
-        if loop.hoisted:
+        if loop.staged:  # a per-element sum over a staged row is a [row, BLOCK_E] tile
+            row = max(1 << (st.buffer.numel - 1).bit_length() for st in loop.staged)
+            return [Config.of()] + [Config.of(block_e=e) for e in (4, 16, 64, 256)
+                                    if e * row <= 4 * STAGED_TILE]
+        if loop.grouped:
             return [Config.of(block_r=r, block_e=e) for r in (256, 64, 1024) for e in (256, 1024)]
         return [Config.of(block=b) for b in (1024, 256, 4096)]
     if backend == "neon":

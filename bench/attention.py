@@ -43,6 +43,10 @@ def row(name: str, m: int, d: int, n: int, dv: int, backends: list[str], repeat:
     want = numpy_attention(q, k, v, scale)
     arrays = [{"q": q, "k": k, "v": v, "scale": scale}[b.name] for b in fused.inputs]
     out: dict[str, object] = {"block": name}
+    # arithmetic counted on the IR: the staged kernel (every backend, Triton included) against
+    # the inlined form, which recomputes the score row in every reduction that reads it
+    out["flops_staged"] = fused.lower().flops()
+    out["flops_inlined"] = unstage(fused.lower()).flops()
     t0 = time.perf_counter()
     for _ in range(repeat):
         numpy_attention(q, k, v, scale)

@@ -6,7 +6,10 @@ Schedules:
 - ``row``: one program per group point; each hoisted reduction runs over its extent in blocks of
   ``BLOCK_R`` lanes (masked lanes hold the combiner's identity) and finishes with ``tl.sum``/
   ``tl.max``/``tl.min``/``tl.reduce``; then the group's elements go out in blocks of
-  ``BLOCK_E``. A single-kernel softmax is one such program per row.
+  ``BLOCK_E``. A single-kernel softmax is one such program per row. A staged producer row
+  (``staging.py``: attention's score row) is one block of the program, the row padded to a power
+  of two; every reduction over it reads the block whole, and one computed per element (the
+  output's sum over the keys) runs as a ``[row, BLOCK_E]`` tile reduced along the row.
 
 Only ``triton.language`` core functions are used: primitives it lacks (tanh, expm1, pow, rint,
 atan...) are ``@triton.jit`` helpers in ``templates/triton/helpers.py.tmpl`` built from them,
@@ -25,8 +28,8 @@ import sympy
 import templates
 
 from ..dtypes import DType
-from ..expr import Call, Cast, Load, Reduce, free_index_symbols
-from ..loop_ir import LoopKernel, contraction
+from ..expr import Call, Cast, Load, Reduce, free_index_symbols, walk
+from ..loop_ir import LoopKernel, Staged, contraction
 from ..staging import unstage
 from ..shapes import prod
 from .base import Capabilities, Emitter, Scope
@@ -63,6 +66,10 @@ _FINISH = {"sum": "tl.sum({v}, axis=0)", "max": "tl.max({v}, axis=0)",
 CAPABILITIES = Capabilities(name="triton", vector_width=1)
 DEFAULT_BLOCK = 1024
 MAX_ROW_BLOCK = 1024
+# A per-element reduction over a staged row is a [row, BLOCK_E] tile: by default at most this
+# many elements (32 KiB of float32 per program), and never past Triton's limit on a tensor.
+STAGED_TILE = 1 << 13
+MAX_TENSOR = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -110,6 +117,10 @@ class TritonEmitter(Emitter):
         self.lanes: str | None = None   # the lane shape of the current vector context
         self.mask: str | None = None    # which lanes are live there
         self.lane_symbols: set[sympy.Symbol] = set()  # index symbols that vary across lanes
+        # staged rows: buffer -> the block holding it; row symbols bound to a block's lanes ->
+        # how a staged block lines up with the current lanes ('' 1-D, '[:, None]' in a tile)
+        self.stage_blocks: dict[str, str] = {}
+        self.row_lanes: dict[sympy.Symbol, str] = {}
         self.params = {b.name: f"{role}{k}" for role, bufs in (("in", kernel.inputs),
                                                                 ("out", kernel.outputs))
                        for k, b in enumerate(bufs)}
@@ -154,6 +165,11 @@ class TritonEmitter(Emitter):
         return f"{value}.to({self.index_t})"
 
     def load_text(self, node: Load, guard: str | None) -> str:
+        if node.buffer in self.stage_blocks:  # a staged row: read whole, as a block
+            if node.offset not in self.row_lanes:
+                raise TypeError(f"staged row '{node.buffer}' read at {node.offset}, not along "
+                                f"a reduction over the row")
+            return f"{self.stage_blocks[node.buffer]}{self.row_lanes[node.offset]}"
         offset = self.index(node.offset)
         varies = bool(free_index_symbols(node) & self.lane_symbols)
         data = {s for s, _, _ in node.data}
@@ -207,7 +223,7 @@ class TritonEmitter(Emitter):
         body = Scope([], 1)
         if self.contraction is not None:
             schedule, constexprs, grid = self._dot(body)
-        elif k.hoisted:
+        elif k.grouped:
             schedule, constexprs, grid = self._row(body)
         else:
             schedule, constexprs, grid = self._elementwise(body)
@@ -251,13 +267,30 @@ class TritonEmitter(Emitter):
         if group:
             self.decompose("tl.program_id(0)" + (".to(tl.int64)" if self.wide else ""),
                            group, body)
-        longest = max(prod(n for _, n in r.axes) for r in k.hoisted)
+        longest = max((prod(n for _, n in r.axes) for r in k.hoisted), default=1)
         block_r = _pow2(self.block_r or min(_next_pow2(longest), MAX_ROW_BLOCK), "block_r")
-        for r in k.hoisted:
-            self._block_reduce(r, body)
+        pending = list(k.hoisted)
+
+        def hoist(reductions: list[Reduce]) -> None:
+            for r in reductions:
+                pending.remove(r)
+                self._row_reduce(r, body)
+
+        for st in k.staged:  # each after the hoisted reductions it reads (a softmax's sum)
+            used = set(walk(st.value))
+            hoist([r for r in pending if r in used])
+            self._stage_block(st, body)
+        hoist(list(pending))
         elems = [k.domain[e] for e in k.element_axes]
         count = prod(n for _, n in elems)
-        block_e = _pow2(self.block_e or min(_next_pow2(count), MAX_ROW_BLOCK), "block_e")
+        block_e = self.block_e or min(_next_pow2(count), MAX_ROW_BLOCK)
+        row = max((_next_pow2(st.buffer.numel) for st in k.staged), default=1)
+        if self.block_e is None:  # a per-element sum over a staged row is a [row, BLOCK_E] tile
+            block_e = max(1, min(block_e, STAGED_TILE // row))
+        _pow2(block_e, "block_e")
+        if row * block_e > MAX_TENSOR:
+            raise ValueError(f"kernel '{k.name}': block_e {block_e} makes a [{row}, {block_e}] "
+                             f"tile over its staged row, past Triton's {MAX_TENSOR} elements")
         if not elems:  # a plain reduction: one value per program
             self._stores(body)
         else:
@@ -344,6 +377,78 @@ class TritonEmitter(Emitter):
         self.lanes = self.mask = None
         self.lane_symbols = set()
 
+    def _row_reduce(self, node: Reduce, scope: Scope) -> None:
+        """A hoisted reduction: over a staged row as one block, else in BLOCK_R blocks."""
+        if self._stage_axis(node) is not None:
+            scope.names[node] = self._staged_reduce(node, scope)
+        else:
+            self._block_reduce(node, scope)
+
+    def _stage_axis(self, node: Reduce) -> tuple[sympy.Symbol, int] | None:
+        """``node``'s one axis when its body reads a staged row along it."""
+        if len(node.axes) != 1 or not self.stage_blocks:
+            return None
+        (s, _), = node.axes
+        reads = any(isinstance(n, Load) and n.buffer in self.stage_blocks and n.offset == s
+                    for n in walk(node.body))
+        return node.axes[0] if reads else None
+
+    def _stage_block(self, st: Staged, scope: Scope) -> None:
+        """A staged row as one block of the program (its tail lanes 0)."""
+        n = st.buffer.numel
+        j = self.fresh("j")
+        scope.add(f"{j} = tl.arange(0, {_next_pow2(n)})")
+        scope.add(f"{j}_live = {j} < {n}")
+        self.symbol_names[st.row] = j
+        self.row_lanes[st.row] = ""  # an earlier staged row read at this one's positions
+        self._enter_lanes(str(_next_pow2(n)), f"{j}_live", [(st.row, n)])
+        value = self.expr(st.value, Scope(scope.lines, scope.depth, parent=scope))
+        self._leave_lanes()
+        del self.row_lanes[st.row]
+        name = self.fresh("stage")
+        scope.add(f"{name} = tl.where({j}_live, {value}, 0.0)")
+        self.stage_blocks[st.buffer.name] = name
+
+    def serial_reduce(self, node: Reduce, scope: Scope) -> str:
+        """A reduction inside an expression; over a staged row, one block or tile of it."""
+        if self._stage_axis(node) is not None:
+            return self._staged_reduce(node, scope)
+        return super().serial_reduce(node, scope)
+
+    def _staged_reduce(self, node: Reduce, scope: Scope) -> str:
+        """A reduction over a staged row, the whole row at once: at group level a block of the
+        row, inside the elements' lanes a [row, lanes] tile (the row down, the elements
+        across) reduced along the row. Returns the name of its value."""
+        axis = self._stage_axis(node)
+        assert axis is not None
+        s, n = axis
+        rows = _next_pow2(n)
+        saved = (self.lanes, self.mask, set(self.lane_symbols), dict(self.symbol_names))
+        j, live = self.fresh("j"), self.fresh("live")
+        if self.lanes is None:
+            scope.add(f"{j} = tl.arange(0, {rows})")
+            scope.add(f"{live} = {j} < {n}")
+            self._enter_lanes(str(rows), live, [(s, n)])
+            self.row_lanes[s] = ""
+        else:
+            if "," in self.lanes:
+                raise TypeError("a staged row's reduction inside a 2-D tile")
+            scope.add(f"{j} = tl.arange(0, {rows})[:, None]")
+            scope.add(f"{live} = tl.where({j} < {n}, {self.mask}[None, :], False)")
+            for sym in self.lane_symbols:  # the elements' lanes go across the tile
+                self.symbol_names[sym] = f"{self.symbol_names[sym]}[None, :]"
+            self._enter_lanes(f"{rows}, {self.lanes}", live,
+                              [*((e, self.ranges[e]) for e in saved[2]), (s, n)])
+            self.row_lanes[s] = "[:, None]"
+        self.symbol_names[s] = j
+        value = self.expr(node.body, Scope(scope.lines, scope.depth, parent=scope))
+        acc = self.fresh("red")
+        scope.add(f"{acc} = " + _FINISH[node.kind].format(
+            v=f"tl.where({live}, {value}, {self.reduce_init(node)})"))
+        self.lanes, self.mask, self.lane_symbols, self.symbol_names = saved
+        del self.row_lanes[s]
+        return acc
+
     def _block_reduce(self, node: Reduce, scope: Scope) -> None:
         """One hoisted reduction: blocks of BLOCK_R lanes, then the cross-lane finish."""
         n = prod(e for _, e in node.axes)
@@ -424,15 +529,35 @@ def emit_triton(kernel: LoopKernel, **options: Any) -> tuple[TritonSource, dict[
         raise TypeError(f"unknown Triton emit options {sorted(unknown)}; expected "
                         f"{sorted(allowed)}")
     dot = tuple(options.get(f"block_{d}", 32) for d in "mnk")
-    # A Triton program holds blocks, not arrays it can index at run time, so a staged producer
-    # row runs inlined (recomputed where it is read)
-    kernel = unstage(kernel)
+    if not staged_as_blocks(kernel):  # a row read other than along a reduction over it
+        kernel = unstage(kernel)
     emitter = TritonEmitter(kernel, options.get("block"), options.get("block_r"),
                             options.get("block_e"), options.get("capabilities", CAPABILITIES),
                             dot, options.get("schedule"))  # type: ignore[arg-type]
     source = emitter.emit()
     launch = {"grid": list(source.grid), "constexprs": dict(source.constexprs)}
-    extra = {"schedule": emitter.schedule, "tunables": dict(source.constexprs),
-             "function": source.function, "signature": source.signature,
-             "module": source.module_name}
+    extra: dict[str, Any] = {"schedule": emitter.schedule, "tunables": dict(source.constexprs),
+                             "function": source.function, "signature": source.signature,
+                             "module": source.module_name}
+    if kernel.staged:  # each staged producer row once per program (staging.py)
+        extra.update(staged_rows=[st.buffer.name for st in kernel.staged],
+                     producer_redundancy=1.0)
     return source, launch, extra
+
+
+def staged_as_blocks(kernel: LoopKernel) -> bool:
+    """Whether every read of a staged row is along a one-axis reduction over the whole row (its
+    axis symbol, the row's extent), so the row can live in one block of the program (a block
+    cannot be indexed at run time); ``staging.py`` stages only such reads."""
+    extents = {st.buffer.name: st.buffer.numel for st in kernel.staged}
+    for root in kernel.roots():
+        for node in walk(root):
+            if isinstance(node, Reduce) and any(
+                    isinstance(n, Load) and n.buffer in extents for n in walk(node.body)) and (
+                    len(node.axes) != 1):
+                return False
+            if isinstance(node, Load) and node.buffer in extents and not (
+                    node.offset.is_Symbol and kernel.ranges.get(node.offset)
+                    == extents[node.buffer]):
+                return False
+    return True

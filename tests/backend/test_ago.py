@@ -5,6 +5,7 @@ kernel, which stages each score row once per query (``kernelgen/staging.py``).""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -110,7 +111,7 @@ def test_attention_with_prologue_and_epilogue_equals_unfused(backend: str, shape
     assert_close(got, want, scale=50)
 
 
-@pytest.mark.parametrize("backend_name", ["opencl", "neon"])
+@pytest.mark.parametrize("backend_name", ["opencl", "neon", "triton"])
 def test_attention_computes_each_score_once(backend_name: str) -> None:
     require(backend_name)
     values, ops = _scaled_attention(2, 5, 8, 11, 3)
@@ -125,7 +126,7 @@ def test_attention_computes_each_score_once(backend_name: str) -> None:
     assert kernel.metadata["producer_redundancy"] == 1.0
     assert kernel.metadata["staged_rows"] == ["stage0", "stage1"]
     # the keys are read by one loop (the staged row's), not by every reduction that uses a score
-    key = r"\bin1\[" if backend_name == "neon" else r"\bk\["
+    key = {"neon": r"\bin1\[", "triton": r"\bin1 \+", "opencl": r"\bk\["}[backend_name]
     assert len(re.findall(key, kernel.source)) == 1
     feeds = _feeds(values)
     want = evaluate_chain(ops, feeds)[ops[-1].name]
@@ -191,3 +192,36 @@ def test_staging_only_where_the_group_holds_the_row(backend: str, pattern: str) 
     want = evaluate_chain(ops, feeds)[ops[-1].name]
     (got,) = run(backend, fused, *(feeds[v.name] for v in fused.inputs))
     assert_close(got, want, scale=50)
+
+
+def test_triton_inlines_a_staged_row_it_cannot_hold_as_a_block() -> None:
+    """A staged row read other than along a reduction over the whole row (here the output's
+    sum runs over the keys backwards) cannot be one block of a Triton program, which has no
+    run-time indexing into a block: Triton runs the inlined form, and stays right."""
+    require("triton")
+    from kernelgen.emit.triton import staged_as_blocks
+    from kernelgen.expr import Load, Reduce, transform, walk
+    from kernelgen.kernel import emit
+    from kernelgen.loop_ir import Store, specialise
+
+    values, ops = _scaled_attention(1, 3, 4, 5, 2)
+    fused = kg.fuse(*ops, force=True)
+    loop = lower(fused, "attention")
+    weights = loop.staged[-1].buffer.name
+
+    def backwards(node, recurse):
+        if isinstance(node, Reduce) and any(isinstance(n, Load) and n.buffer == weights
+                                            for n in walk(node.body)):
+            (s, n), = node.axes
+            return Reduce(node.dtype, node.kind, specialise(node.body, {s: n - 1 - s},
+                                                            loop.ranges), node.axes)
+        return None
+
+    stores = tuple(Store(st.buffer, transform(st.value, backwards)) for st in loop.stores)
+    reversed_loop = replace(loop, stores=stores)
+    assert staged_as_blocks(loop) and not staged_as_blocks(reversed_loop)
+    kernel = emit(reversed_loop, "triton")
+    assert "staged_rows" not in kernel.metadata
+    feeds = _feeds(values)
+    want = evaluate_chain(ops, feeds)[ops[-1].name]
+    assert_close(kernel(*(feeds[v.name] for v in fused.inputs)), want, scale=50)

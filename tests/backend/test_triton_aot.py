@@ -1,5 +1,6 @@
-"""Every Triton kernel of the operator and fusion matrix also compiles ahead of time for a CUDA
-target (sm_80), in a separate process: kernels the interpreter wrongly accepts fail here."""
+"""Every Triton kernel of the operator and fusion matrix, and the fused attention kernels (staged
+score rows), also compile ahead of time for a CUDA target (sm_80), in a separate process:
+kernels the interpreter wrongly accepts fail here."""
 from __future__ import annotations
 
 import json
@@ -12,6 +13,7 @@ import pytest
 from conftest import require
 from test_fusion import NEIGHBOUR_CASES, neighbour_block
 from test_golden import CASES as GOLDEN_CASES
+from test_ago import ATTENTION_SHAPES, _scaled_attention
 from test_nn import CASES as NN_CASES
 from test_ops import CASES
 
@@ -26,6 +28,10 @@ def _blocks() -> list[tuple[str, kg.FusedOp]]:
                for c in NEIGHBOUR_CASES]
     blocks += [(f"golden-{name}", make()) for name, make in GOLDEN_CASES.items()]
     blocks += [(f"nn-{c.name}", kg.fuse(c.build(*c.inputs()[0]))) for c in NN_CASES]
+    # a row padded to a power of two; 4096 keys: the widest staged row, a [4096, 2] tile
+    blocks += [(f"attention-{'x'.join(map(str, s))}",
+                kg.fuse(*_scaled_attention(*s)[1], force=True))
+               for s in [*ATTENTION_SHAPES, (1, 3, 16, 4096, 8)]]
     return blocks
 
 
