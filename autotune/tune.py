@@ -69,10 +69,12 @@ def search_space(loop: Any, backend: str) -> list[Config]:
             return [Config.of(), *tiles] if ago else tiles
         from kernelgen.emit import unroll
 
+        if loop.staged:  # a staged row is one work-item's array; queries a work-item share loads
+            return [Config.of(), *(Config.of(reduce_strategy="row", group_rows=r)
+                                   for r in unroll.group_row_choices(loop)),
+                    *(Config.of(reduce_strategy="item", local_size=ls) for ls in (256, 64))]
         strategies: list[str | None] = [None]
-        if loop.staged:  # a staged row is one work-item's array
-            strategies += ["row", "item"]
-        elif loop.hoisted:
+        if loop.hoisted:
             strategies += ["row", "group", "item"]
         configs = [Config.of(**({"local_size": ls} | ({"reduce_strategy": st} if st else {})))
                    for st in strategies for ls in (256, 64, 1024)]
@@ -105,10 +107,14 @@ def search_space(loop: Any, backend: str) -> list[Config]:
                      for m, n in ((4, 8), (8, 8), (4, 16), (6, 8), (2, 16), (1, 4))]
             # AGO: the emitter's own tile spans the producer once; most others recompute it
             return [Config.of(), *tiles] if operand_has_reduction(c.left) else tiles
+        from kernelgen.emit import unroll
         from kernelgen.emit.neon import columns_plan
 
         if columns_plan(loop) is not None:  # windows in vector lanes, or one at a time
             return [Config.of(), Config.of(schedule="row")]
+        if loop.staged:  # queries per iteration, sharing the loads of keys and values
+            return [Config.of(), *(Config.of(group_rows=r)
+                                   for r in unroll.group_row_choices(loop))]
     return [Config.of()]  # nothing else to tune (the vector width is the hardware's)
 
 

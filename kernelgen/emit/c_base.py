@@ -6,18 +6,39 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 import sympy
 
 from ..dtypes import DType
 from ..errors import UnsupportedError
 from ..expr import (Call, Cast, Const, Expr, IndexCond, Load, Reduce, Select, free_index_symbols,
-                    walk)
+                    transform, walk)
 from ..loop_ir import Axis, Buffer, Contraction, LoopKernel, Staged
 from ..shapes import prod
 from .base import Capabilities, Emitter, Scope
+from .unroll import Unrolled
+
+StoreAt = tuple[Buffer, Expr, sympy.Expr]  # an output, its value, its flat offset
+
+
+@dataclass(frozen=True)
+class GroupCopy:
+    """What a work-item computes for one of its group points: staged rows, hoisted
+    reductions and stores (``CEmitter.group_copies``)."""
+
+    staged: tuple[Staged, ...]
+    hoisted: tuple[Reduce, ...]
+    stores: tuple[StoreAt, ...]
+
+
+def rename_loads(root: Expr, names: Mapping[str, str]) -> Expr:
+    """``root`` with loads of the buffers in ``names`` reading the renamed buffers."""
+    if not names:
+        return root
+    return transform(root, lambda node, _: replace(node, buffer=names[node.buffer])
+                     if isinstance(node, Load) and node.buffer in names else None)
 
 
 @dataclass(frozen=True)
@@ -162,6 +183,7 @@ class CEmitter(Emitter):
             self.buffers[st.buffer.name] = st.buffer
             # no tensor's identifier starts with kg_ without ending in _ (_c_ident)
             self.arg_names[st.buffer.name] = f"kg_stage{k}"
+        self._copies: list[GroupCopy] | None = None
 
     @property
     def index_t(self) -> str:
@@ -260,11 +282,42 @@ class CEmitter(Emitter):
                 f"{self.arg_names[b.name]}" for b in k.outputs]
         return ",\n        ".join(ins + outs)
 
-    def stores(self, scope: Scope, guard: str | None = None) -> None:
-        offset = self.index(self.kernel.store_offset)
-        for buf, st in zip(self.kernel.outputs, self.kernel.stores):
-            store = self.buffer_store(buf, offset, self.expr(st.value, scope))
+    def stores(self, scope: Scope, guard: str | None = None,
+               stores: Sequence[StoreAt] | None = None) -> None:
+        stores = stores or self.store_list()
+        self.reduce_together([value for _, value, _ in stores], scope)
+        for buf, value, offset in stores:
+            store = self.buffer_store(buf, self.index(offset), self.expr(value, scope))
             scope.add(f"if ({guard}) {store}" if guard else store)
+
+    def reduce_together(self, roots: Sequence[Expr], scope: Scope) -> None:
+        """Emit the reductions of ``roots`` (those not nested in another) that share their
+        axes in one loop nest per axes, each its own accumulator, so their bodies share loads
+        (several queries' sums over the same keys); ``expr`` then finds them named."""
+        for nodes in _outer_reductions(roots, lambda n: scope.lookup(n) is not None):
+            if len(nodes) > 1:
+                self._serial_reduce_group(nodes, scope)
+
+    def _serial_reduce_group(self, nodes: list[Reduce], scope: Scope) -> None:
+        """Reductions over the same axes in one loop nest, one accumulator each; names them."""
+        accs = [self.fresh("acc") for _ in nodes]
+        for node, acc in zip(nodes, accs):
+            self.declare_acc(scope, acc, node)
+        unroll = all(self.unrolls(n) for n in nodes)
+        inner, opened = self.open_reduce_loops(nodes[0], scope, lambda n: unroll)
+        for node, acc in zip(nodes, accs):
+            self.accumulate(inner, acc, node, self.expr(node.body, inner))
+        if not unroll:
+            self.loop_tail(inner)
+        for outer in reversed(opened):
+            self.close_loop(outer)
+        for node, acc in zip(nodes, accs):
+            scope.names[node] = acc
+
+    def store_list(self) -> list[StoreAt]:
+        """Each output with its value, at the domain point's offset."""
+        k = self.kernel
+        return [(buf, st.value, k.store_offset) for buf, st in zip(k.outputs, k.stores)]
 
     # --- the body run once per group point -------------------------------------------------------
 
@@ -274,21 +327,25 @@ class CEmitter(Emitter):
         group axes are bound. With ``element_range`` the single element axis runs over
         ``[start, stop)`` only (a thread's chunk of a 1-D domain)."""
         k = self.kernel
-        pending = list(k.hoisted)
+        copies = self.group_copies()
+        pending = [list(c.hoisted) for c in copies]
 
-        def hoist(reductions: list[Reduce]) -> None:
+        def hoist(c: int, reductions: list[Reduce]) -> None:
             for r in reductions:
-                pending.remove(r)
+                pending[c].remove(r)
                 if vectorize and self._vector_reduction_ok(r):
                     self._vector_reduce(r, scope)
                 else:
                     self.serial_reduce(r, scope)
 
-        for st in k.staged:  # each after the hoisted reductions it reads (a softmax's sum)
-            used = set(walk(st.value))
-            hoist([r for r in pending if r in used])
-            self.stage_row(st, scope, vectorize)
-        hoist(list(pending))
+        for pos in range(len(k.staged)):  # each after the hoisted reductions it reads
+            for c, copy in enumerate(copies):
+                used = set(walk(copy.staged[pos].value))
+                hoist(c, [r for r in pending[c] if r in used])
+            self.stage_rows([copy.staged[pos] for copy in copies], scope, vectorize)
+        for c in range(len(copies)):
+            hoist(c, list(pending[c]))
+        stores = [s for copy in copies for s in copy.stores]
         elems = [k.domain[e] for e in k.element_axes]
         vector_last = vectorize and self._vector_elements_ok(elems)
         opened: list[Scope] = []
@@ -302,41 +359,116 @@ class CEmitter(Emitter):
             inner = self.open_loop(inner, self.symbol_names[s], start, stop)
         if vector_last:
             start, stop = element_range or ("0", self.int_literal(elems[-1][1]))
-            self._vector_stores(elems[-1], inner, start, stop, guard)
+            self._vector_stores(elems[-1], inner, start, stop, guard, stores)
         else:
-            self.stores(inner, guard)
+            self.stores(inner, guard, stores)
             if elems:
                 self.loop_tail(inner)
         for outer in reversed(opened):
             self.close_loop(outer)
 
-    def stage_row(self, st: Staged, scope: Scope, vectorize: bool) -> None:
-        """Compute a staged producer row into an array of the group body (``staging.py``): with
-        ``vectorize``, as vectors along the row where its reads allow (a score row reads the
-        keys' row contiguously), with the nested contraction a vector accumulator."""
-        name, n, v = self.arg_names[st.buffer.name], st.buffer.numel, self.vector
-        scope.add(f"{self.ctype(st.buffer.dtype)} {name}[{n}];")
+    def stage_rows(self, rows: Sequence[Staged], scope: Scope, vectorize: bool) -> None:
+        """Compute staged producer rows of one extent (one per group point of the work-item)
+        into arrays of the group body (``staging.py``), in one loop: with ``vectorize``, as
+        vectors along the row where its reads allow (a score row reads the keys' row
+        contiguously), the nested contractions vector accumulators in one loop nest, so the
+        rows share its loads (the keys, for several queries)."""
+        n, v = rows[0].buffer.numel, self.vector
+        for st in rows:
+            scope.add(f"{self.ctype(st.buffer.dtype)} {self.arg_names[st.buffer.name]}[{n}];")
         var = self.fresh("j")
-        self.symbol_names[st.row] = var
+        sym = rows[0].row  # every copy of a staged row keeps its row symbol
+        self.symbol_names[sym] = var
         start = "0"
-        if vectorize and v is not None and n >= 2 * v.width and vectorizable(
-                st.value, st.row, v, frozenset(self.kernel.hoisted), reductions=True):
-            self._hoist_invariants(st.value, st.row, scope)
+        if vectorize and v is not None and n >= 2 * v.width and all(vectorizable(
+                st.value, sym, v, frozenset(self.hoisted_all), reductions=True) for st in rows):
+            for st in rows:
+                self._hoist_invariants(st.value, sym, scope)
             scope.add(f"{self.index_t} {var} = 0;")
             scope.add(f"for (; {var} + {v.width} <= {n}; {var} += {v.width}) {{")
             inner = scope.child()
-            value = VectorPrinter(self, st.row, var, inner).expr(st.value)
-            inner.add(v.store.format(ptr=name, off=var, v=value))
+            printer = VectorPrinter(self, sym, var, inner)
+            printer.reduce_together([st.value for st in rows])
+            for st in rows:
+                value = printer.expr(st.value)
+                inner.add(v.store.format(ptr=self.arg_names[st.buffer.name], off=var, v=value))
             scope.add("}")
             if n % v.width == 0:
                 return
             start = var
             var = self.fresh("j")
-            self.symbol_names[st.row] = var
+            self.symbol_names[sym] = var
         inner = self.open_loop(scope, var, start, self.int_literal(n))
-        inner.add(self.buffer_store(st.buffer, var, self.expr(st.value, inner)))
+        self.reduce_together([st.value for st in rows], inner)
+        for st in rows:
+            inner.add(self.buffer_store(st.buffer, var, self.expr(st.value, inner)))
         self.loop_tail(inner)
         self.close_loop(scope)
+
+    # --- several group points per work-item (a staged kernel's query rows) -------------------
+
+    group_plan: Unrolled | None = None  # the group axis split, when the backend tiles it
+
+    @property
+    def hoisted_all(self) -> list[Reduce]:
+        """The hoisted reductions of every group point the work-item computes."""
+        return [r for copy in self.group_copies() for r in copy.hoisted]
+
+    def group_copies(self) -> list[GroupCopy]:
+        """The group points one work-item computes: the kernel's own, or with ``group_plan``
+        one copy per point of the split axis, specialised to it (``unroll.split``), each with
+        its own staged arrays."""
+        if self._copies is None:
+            self._copies = self._make_copies()
+        return self._copies
+
+    def group_axes(self) -> list[Axis]:
+        """The axes that index work-items (or a thread's iterations) of a grouped kernel: the
+        group axes, the innermost one divided by ``group_plan``'s rows."""
+        plan, k = self.group_plan, self.kernel
+        if plan is None:
+            return [k.domain[g] for g in k.group]
+        unrolled = set(plan.copies[0])  # an axis split by its whole extent is gone
+        axes = []
+        for g in k.group:
+            s, n = k.domain[g]
+            if s in plan.outer_of:  # the outer part prints like the axis it splits
+                outer = plan.outer_of[s]
+                self.symbol_names[outer] = self.symbol_names[s]
+                self.ranges[outer] = plan.ranges[outer]
+                axes.append((outer, plan.ranges[outer]))
+            elif s not in unrolled:
+                axes.append((s, n))
+        return axes
+
+    def _make_copies(self) -> list[GroupCopy]:
+        k, plan = self.kernel, self.group_plan
+        if plan is None:
+            return [GroupCopy(k.staged, k.hoisted, tuple(self.store_list()))]
+        taken = set(self.buffers)
+        copies = []
+        for c, point in enumerate(plan.copies):
+            names = {}
+            for pos, st in enumerate(k.staged):
+                name = f"{st.buffer.name}.{c}"
+                while name in taken:
+                    name += "_"
+                taken.add(name)
+                names[st.buffer.name] = name
+                self.buffers[name] = replace(st.buffer, name=name)
+                self.arg_names[name] = f"kg_stage{pos}_{c}"
+
+            def value(root: Expr, names: dict[str, str] = names,
+                      point: dict[sympy.Symbol, sympy.Expr] = point) -> Expr:
+                return plan.value(rename_loads(root, names), point)
+
+            staged = tuple(Staged(self.buffers[names[st.buffer.name]], st.row, value(st.value))
+                           for st in k.staged)
+            hoisted = tuple(dict.fromkeys(value(r) for r in k.hoisted))
+            stores = tuple((buf, value(v), plan.offset(offset, point))
+                           for buf, v, offset in self.store_list())
+            copies.append(GroupCopy(staged, hoisted, stores))  # type: ignore[arg-type]
+        return copies
 
     def _vector_reduction_ok(self, r: Reduce) -> bool:
         v = self.vector
@@ -447,26 +579,26 @@ class CEmitter(Emitter):
         return parts
 
     def _vector_stores(self, axis: Axis, scope: Scope, start: str, stop: str,
-                       guard: str | None) -> None:
+                       guard: str | None, stores: Sequence[StoreAt]) -> None:
         assert self.vector is not None
         v = self.vector
         sym, _ = axis
-        for st in self.kernel.stores:
-            self._hoist_invariants(st.value, sym, scope)
+        for _, value, _ in stores:
+            self._hoist_invariants(value, sym, scope)
         i = self.symbol_names[sym]
         scope.add(f"{self.index_t} {i} = {start};")
         scope.add(f"for (; {i} + {v.width} <= {stop}; {i} += {v.width}) {{")
         inner = scope.child()
         printer = VectorPrinter(self, sym, i, inner)
-        offset = self.index(self.kernel.store_offset)
-        for buf, st in zip(self.kernel.outputs, self.kernel.stores):
-            value = printer.expr(st.value)
-            store = v.store.format(ptr=self.arg_names[buf.name], off=offset, v=value)
+        printer.reduce_together([value for _, value, _ in stores])
+        for buf, value, offset in stores:
+            store = v.store.format(ptr=self.arg_names[buf.name], off=self.index(offset),
+                                   v=printer.expr(value))
             inner.add(f"if ({guard}) {store}" if guard else store)
         scope.add("}")
         if not (start == "0" and stop.isdigit() and int(stop) % v.width == 0):
             scope.add(f"for (; {i} < {stop}; ++{i}) {{")
-            self.stores(scope.child(), guard)
+            self.stores(scope.child(), guard, stores)
             scope.add("}")
 
 
@@ -491,9 +623,7 @@ class VectorPrinter:
     def expr(self, node: Expr) -> str:
         if node in self.names:
             return self.names[node]
-        varies = self.sym in free_index_symbols(node) or (
-            bool(self.lanes) and any(n in self.lanes for n in walk(node)))
-        if isinstance(node, Const) or not varies or node in self.em.kernel.hoisted:
+        if isinstance(node, Const) or not self._varies(node) or node in self.em.kernel.hoisted:
             scalar = self.em.expr(node, self.scope)
             fmt = self.v.broadcast_mask if node.dtype is DType.bool else self.v.broadcast
             return fmt.format(scalar)
@@ -531,25 +661,48 @@ class VectorPrinter:
                                           lanes)
         raise TypeError(f"cannot vectorise {type(node).__name__}")
 
+    def _varies(self, node: Expr) -> bool:
+        return self.sym in free_index_symbols(node) or (
+            bool(self.lanes) and any(n in self.lanes for n in walk(node)))
+
+    def reduce_together(self, roots: Sequence[Expr]) -> None:
+        """Emit the vector reductions of ``roots`` (those not nested in another) that share
+        their axes in one loop nest per axes, each its own accumulator, so their bodies share
+        loads: the score rows of several queries read each row of keys once. ``expr`` then
+        finds them named."""
+        for nodes in _outer_reductions(roots, lambda n: n in self.names or not self._varies(n)
+                                       or n in self.em.kernel.hoisted):
+            if len(nodes) > 1:
+                self._reduce_group(nodes)
+
     def _reduce(self, node: Reduce) -> str:
         """A nested reduction as one vector accumulator and serial loops over its axes (each
         lane reduces its own element); declares the accumulator and returns its name."""
+        return self._reduce_group([node])[0]
+
+    def _reduce_group(self, nodes: list[Reduce]) -> list[str]:
+        """Reductions over the same axes in one loop nest, one vector accumulator each;
+        declares and names the accumulators."""
         em, v = self.em, self.v
-        acc = em.fresh("vacc")
-        self.scope.add(f"{v.vtype} {acc} = {v.broadcast.format(em.reduce_init(node))};")
+        accs = [em.fresh("vacc") for _ in nodes]
+        for node, acc in zip(nodes, accs):
+            self.scope.add(f"{v.vtype} {acc} = {v.broadcast.format(em.reduce_init(node))};")
         # a window's taps unrolled: straight-line code
-        inner, opened = em.open_reduce_loops(node, self.scope, lambda n: n <= SHORT_LOOP)
+        inner, opened = em.open_reduce_loops(nodes[0], self.scope, lambda n: n <= SHORT_LOOP)
         inner_printer = VectorPrinter(em, self.sym, self.base, inner, v, self.lane_values)
-        b = node.body
-        if node.kind == "sum" and v.fma and isinstance(b, Call) and b.fn == "mul":
-            x, y = (inner_printer.expr(a) for a in b.args)
-            inner.add(f"{acc} = {v.fma.format(x, y, acc)};")
-        else:
-            body = inner_printer.expr(b)
-            inner.add(f"{acc} = {v.combine[node.kind].format(a=acc, b=body)};")
+        for node, acc in zip(nodes, accs):
+            b = node.body
+            if node.kind == "sum" and v.fma and isinstance(b, Call) and b.fn == "mul":
+                x, y = (inner_printer.expr(a) for a in b.args)
+                inner.add(f"{acc} = {v.fma.format(x, y, acc)};")
+            else:
+                body = inner_printer.expr(b)
+                inner.add(f"{acc} = {v.combine[node.kind].format(a=acc, b=body)};")
         for outer in reversed(opened):
             em.close_loop(outer)
-        return acc
+        for node, acc in zip(nodes, accs):
+            self.names[node] = acc
+        return accs
 
     def _guarded_load(self, node: Load) -> str:
         """A load that reads 0 outside its guard: zero when the lane-free part fails, one
@@ -688,6 +841,26 @@ class VectorPrinter:
         holds = em.index(sympy.And(*(self._at(t, lane) for t in linear)))
         self.scope.child().add(f"{name}[kg_lane] = ({holds}) ? -1 : 0;")
         return (v.mask_load or v.load).format(ptr=name, off="0")
+
+
+def _outer_reductions(roots: Sequence[Expr], done: Callable[[Expr], bool]
+                      ) -> list[list[Reduce]]:
+    """The reductions of ``roots`` not nested in another and not ``done`` (computed already,
+    or outside the loop at hand), grouped by their axes, in order of first appearance."""
+    groups: dict[tuple, dict[Reduce, None]] = {}
+
+    def visit(node: Expr) -> None:
+        if isinstance(node, Const) or done(node):
+            return
+        if isinstance(node, Reduce):
+            groups.setdefault(node.axes, {})[node] = None
+            return
+        for child in node.children():
+            visit(child)
+
+    for root in roots:
+        visit(root)
+    return [list(nodes) for nodes in groups.values()]
 
 
 def read_together(printers: Sequence[VectorPrinter], loads: Iterable[Load]) -> None:

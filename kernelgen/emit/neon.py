@@ -26,6 +26,7 @@ from ..loop_ir import (Buffer, LoopKernel, contraction, operand_has_reduction,
                        producer_redundancy)
 from ..shapes import prod
 from .base import Capabilities, Scope
+from . import unroll
 from .c_base import CEmitter, VectorSyntax, vector_columns_ok
 
 _UNARY_F = ("exp", "expm1", "log", "log1p", "sqrt", "sin", "cos", "tan", "asin", "acos", "atan",
@@ -152,7 +153,7 @@ class NeonEmitter(CEmitter):
 
     def __init__(self, kernel: LoopKernel, capabilities: Capabilities = CAPABILITIES,
                  tile: tuple[int, int] | None = None, schedule: str | None = None,
-                 pack_b: bool | None = None) -> None:
+                 pack_b: bool | None = None, group_rows: int | None = None) -> None:
         if schedule is not None and schedule not in SCHEDULES:
             raise ValueError(f"kernel '{kernel.name}': NEON schedule must be one of {SCHEDULES}, "
                              f"got {schedule!r}")
@@ -178,6 +179,16 @@ class NeonEmitter(CEmitter):
         elif not kernel.grouped:  # elementwise: the outer axes are the parallel ones
             kernel = replace(kernel, group=tuple(range(len(kernel.domain) - 1)))
         super().__init__(kernel, capabilities)
+        # a staged kernel's 'row' schedule: several group points (queries) per iteration
+        choices = unroll.group_row_choices(kernel) if self.contraction is None else (1,)
+        if group_rows is None:
+            group_rows = unroll.default_group_rows(kernel) if self.contraction is None else 1
+        elif group_rows not in choices:
+            raise ValueError(f"kernel '{kernel.name}': group_rows must be one of {choices} "
+                             f"(divisors of its innermost group axis, for a staged kernel "
+                             f"within {unroll.STAGE_FLOATS} staged floats), got {group_rows}")
+        self.group_rows = group_rows
+        self.group_plan = unroll.split_group(kernel, group_rows)
         roles = [("in", b) for b in kernel.inputs] + [("out", b) for b in kernel.outputs]
         counts = {"in": 0, "out": 0}
         for role, b in roles:
@@ -230,7 +241,7 @@ class NeonEmitter(CEmitter):
         if self.contraction is not None:
             return self._finish(self._tiled(), "tiled")
         body = Scope([], 1)
-        parallel = [k.domain[g] for g in k.group]
+        parallel = self.group_axes()
         threads = k.numel >= PARALLEL_MIN_ELEMENTS
         pragma = "#pragma omp parallel for schedule(static)"
         if parallel:
@@ -311,13 +322,14 @@ def _version() -> str:
 
 
 def emit_neon(kernel: LoopKernel, **options: Any) -> tuple[NeonSource, dict[str, Any]]:
-    allowed = {"capabilities", "tile_m", "tile_n", "schedule", "pack_b"}
+    allowed = {"capabilities", "tile_m", "tile_n", "schedule", "pack_b", "group_rows"}
     if unknown := set(options) - allowed:
         raise TypeError(f"unknown NEON emit options {sorted(unknown)}; expected {sorted(allowed)}")
     explicit = "tile_m" in options or "tile_n" in options
     emitter = NeonEmitter(kernel, options.get("capabilities", CAPABILITIES),
                           (options.get("tile_m", 4), options.get("tile_n", 8)) if explicit
-                          else None, options.get("schedule"), options.get("pack_b"))
+                          else None, options.get("schedule"), options.get("pack_b"),
+                          options.get("group_rows"))
     source = emitter.emit()
     schedule = emitter.schedule
     tunables = {"vector_width": VECTOR.width, "index_type": emitter.index_t,
@@ -332,4 +344,5 @@ def emit_neon(kernel: LoopKernel, **options: Any) -> tuple[NeonSource, dict[str,
     if kernel.staged:  # each staged producer row once per group point (staging.py)
         extra.update(staged_rows=[st.buffer.name for st in kernel.staged],
                      producer_redundancy=1.0)
+        tunables["group_rows"] = emitter.group_rows
     return source, extra

@@ -133,7 +133,7 @@ class OpenCLEmitter(CEmitter):
                  capabilities: Capabilities = CAPABILITIES,
                  tile: tuple[int, int] | None = None,
                  unroll: tuple[int, ...] | None = None,
-                 window_rows: int | None = None) -> None:
+                 window_rows: int | None = None, group_rows: int | None = None) -> None:
         tile_default = tile is None
         self.tile_explicit = not tile_default
         self.producer_recomputed: float | None = None  # set when the producer is the vector side
@@ -180,6 +180,25 @@ class OpenCLEmitter(CEmitter):
         elif window_rows is not None:
             raise ValueError(f"window_rows applies to the 'window' schedule; kernel "
                              f"'{kernel.name}' runs '{self.strategy}'")
+        # 'row' and 'item' on a staged kernel: several group points (queries) per work-item
+        self.group_rows = 1
+        if self.strategy in STAGED_STRATEGIES:
+            choices = unroll_mod.group_row_choices(kernel)
+            if group_rows is None:  # the loads shared between the points are vector loads
+                group_rows = unroll_mod.default_group_rows(kernel) if self.strategy == "row" \
+                    else 1
+            elif group_rows not in choices:
+                raise ValueError(f"kernel '{kernel.name}': group_rows must be one of {choices} "
+                                 f"(divisors of its innermost group axis, for a staged kernel "
+                                 f"within {unroll_mod.STAGE_FLOATS} staged floats), got "
+                                 f"{group_rows}")
+            self.group_rows = group_rows
+            self.group_plan = unroll_mod.split_group(kernel, group_rows)
+            if kernel.staged and self.strategy == "row":  # measured: float16 with fma
+                self.vector = _vector_syntax(16)        # 1.4-1.6x float8 (hand-written)
+        elif group_rows not in (None, 1):
+            raise ValueError(f"group_rows applies to the {STAGED_STRATEGIES} schedules; "
+                             f"kernel '{kernel.name}' runs '{self.strategy}'")
 
     def _strategy(self, requested: str | None) -> str:
         k = self.kernel
@@ -343,7 +362,7 @@ class OpenCLEmitter(CEmitter):
     def _item(self) -> tuple[str, Launch]:
         k = self.kernel
         index, body = Scope([], 1), Scope([], 1)
-        launch = self._ndrange([k.domain[g] for g in k.group], index, clamp=True)
+        launch = self._ndrange(self.group_axes(), index, clamp=True)
         self._barrier_loops = True
         self.group_body(body, vectorize=False, guard="in_range")
         src = templates.render("opencl", "item_reduce.cl", name=k.name, params=self.params(),
@@ -659,11 +678,12 @@ class OpenCLEmitter(CEmitter):
     def _row(self) -> tuple[str, Launch]:
         k = self.kernel
         index, body = Scope([], 1), Scope([], 1)
-        launch = self._ndrange([k.domain[g] for g in k.group], index)
+        launch = self._ndrange(self.group_axes(), index)
         launch = Launch(launch.global_size, tuple(1 for _ in launch.global_size))
         self.group_body(body, vectorize=True)
         src = templates.render("opencl", "row_reduce.cl", name=k.name, params=self.params(),
-                               width=str(VECTOR.width), index="\n".join(index.lines),
+                               width=str((self.vector or VECTOR).width),
+                               index="\n".join(index.lines),
                                body="\n".join(body.lines))
         return src, launch
 
@@ -840,7 +860,7 @@ def _version() -> str:
 def emit_opencl(kernel: LoopKernel, **options: Any) -> tuple[str, Launch, dict[str, Any]]:
     """Source, launch geometry and tunables for ``kernel``."""
     allowed = {"local_size", "reduce_strategy", "capabilities", "tile_m", "tile_n", "unroll",
-               "window_rows"}
+               "window_rows", "group_rows"}
     if unknown := set(options) - allowed:
         raise TypeError(f"unknown OpenCL emit options {sorted(unknown)}; expected "
                         f"{sorted(allowed)}")
@@ -848,7 +868,8 @@ def emit_opencl(kernel: LoopKernel, **options: Any) -> tuple[str, Launch, dict[s
     emitter = OpenCLEmitter(kernel, options.get("local_size"), options.get("reduce_strategy"),
                             options.get("capabilities", CAPABILITIES),
                             (options.get("tile_m", 4), options.get("tile_n", 4)) if explicit
-                            else None, options.get("unroll"), options.get("window_rows"))
+                            else None, options.get("unroll"), options.get("window_rows"),
+                            options.get("group_rows"))
     source, launch = emitter.emit()
     tunables = {"local_size": emitter.local, "reduce_strategy": emitter.strategy,
                 "index_type": emitter.index_t}
@@ -857,6 +878,8 @@ def emit_opencl(kernel: LoopKernel, **options: Any) -> tuple[str, Launch, dict[s
         tunables["unroll"] = emitter.unroll
     if emitter.strategy == "window":
         tunables["window_rows"] = emitter.window_rows
+    if emitter.strategy in STAGED_STRATEGIES and kernel.staged:
+        tunables["group_rows"] = emitter.group_rows
     if kernel.staged:  # each staged producer row once per group point (staging.py)
         extra.update(staged_rows=[st.buffer.name for st in kernel.staged],
                      producer_redundancy=1.0)

@@ -12,7 +12,10 @@ import pytest
 from conftest import assert_close, require, run
 from reference import evaluate_chain
 
+import autotune
 import kernelgen as kg
+from autotune import FastRunDB
+from kernelgen.emit import unroll
 from kernelgen.loop_ir import lower
 from kernelgen.staging import unstage
 from mapping_types.tiling import redundancy
@@ -148,6 +151,52 @@ def test_staged_rows_do_not_clash_with_tensor_names(backend_name: str) -> None:
     assert_close(kernel(feeds["stage0"], feeds["kg_stage0"], feeds["stage1"]), want, scale=50)
 
 
+# (batch, queries, d, keys, dv): several queries a work-item, with a batch axis above them,
+# keys and output columns no multiple of the vector width, and 64 keys in 16-wide vectors
+GROUP_SHAPES = [(2, 8, 8, 37, 19), (1, 12, 5, 64, 33), (3, 6, 16, 40, 7)]
+
+
+@pytest.mark.parametrize("shape", GROUP_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("backend_name", ["opencl", "neon"])
+def test_several_queries_per_work_item(backend_name: str, shape) -> None:
+    """Every group_rows choice computes the same attention; with more than one query a
+    work-item, one loop reads each row of keys for all of them (the source reads the keys as
+    often as with one query: in the vector loop and its scalar tail)."""
+    require(backend_name)
+    values, ops = _scaled_attention(*shape)
+    fused = kg.fuse(*ops, force=True)
+    feeds = _feeds(values)
+    want = evaluate_chain(ops, feeds)[ops[-1].name]
+    choices = unroll.group_row_choices(fused.lower())
+    assert choices == tuple(r for r in range(1, 9) if shape[1] % r == 0)
+    key = r"\bin1\[|vld1q_f32\(in1 \+" if backend_name == "neon" else r"\bk\[|\(0, k \+ "
+    reads = set()
+    for rows in choices:
+        kernel = fused.emit(backend_name, tuned=False, group_rows=rows)
+        assert kernel.metadata["tunables"]["group_rows"] == rows
+        reads.add(len(re.findall(key, kernel.source)))
+        assert_close(kernel(*(feeds[v.name] for v in fused.inputs)), want, scale=50)
+    assert len(reads) == 1 and reads <= {1, 2}
+    default = fused.emit(backend_name, tuned=False).metadata["tunables"]["group_rows"]
+    points = shape[0] * shape[1]
+    assert default == max(r for r in choices if r == 1 or points // r >= 8)
+
+
+def test_bad_group_rows_are_refused() -> None:
+    require("opencl")
+    _, ops = _scaled_attention(1, 6, 4, 5, 2)
+    fused = kg.fuse(*ops, force=True)
+    with pytest.raises(ValueError, match=r"group_rows must be one of \(1, 2, 3, 6\).*got 4"):
+        fused.emit("opencl", tuned=False, group_rows=4)
+    with pytest.raises(ValueError, match="group_rows must be one of"):
+        fused.emit("neon", tuned=False, group_rows=5)
+    softmax = kg.fuse(kg.softmax(kg.tensor("x", (8, 40)), 1))
+    with pytest.raises(ValueError, match=r"group_rows must be one of \(1,\)"):
+        softmax.emit("opencl", tuned=False, reduce_strategy="row", group_rows=2)
+    with pytest.raises(ValueError, match="group_rows applies to the"):
+        softmax.emit("opencl", tuned=False, reduce_strategy="group", group_rows=2)
+
+
 def test_staged_kernel_refuses_cooperative_schedules() -> None:
     require("opencl")
     _, ops = _scaled_attention(1, 3, 4, 5, 2)
@@ -225,3 +274,17 @@ def test_triton_inlines_a_staged_row_it_cannot_hold_as_a_block() -> None:
     feeds = _feeds(values)
     want = evaluate_chain(ops, feeds)[ops[-1].name]
     assert_close(kernel(*(feeds[v.name] for v in fused.inputs)), want, scale=50)
+
+
+@pytest.mark.parametrize("backend_name", ["opencl", "neon"])
+def test_tuner_searches_queries_per_work_item(backend_name: str, tmp_path) -> None:
+    """The staged kernel's search space holds every group_rows choice; every candidate is
+    checked against the interpreter and the winner is one of them."""
+    require(backend_name)
+    _, ops = _scaled_attention(1, 8, 8, 37, 5)
+    loop = lower(kg.fuse(*ops, force=True), "attention")
+    space = autotune.search_space(loop, backend_name)
+    assert {c.as_options().get("group_rows") for c in space} >= {1, 2, 4, 8}
+    result = autotune.tune(loop, backend_name, db=FastRunDB(tmp_path / "db"), repeat=2)
+    assert all(c.status == "ok" for c in result.candidates)
+    assert result.best in space
