@@ -22,6 +22,7 @@ from typing import Any
 import templates
 
 from ..dtypes import DType
+from ..expr import free_index_symbols
 from ..loop_ir import (Buffer, LoopKernel, contraction, operand_has_reduction,
                        producer_redundancy)
 from ..shapes import prod
@@ -286,15 +287,19 @@ class NeonEmitter(CEmitter):
 
 
 def columns_plan(kernel: LoopKernel) -> LoopKernel | None:
-    """``kernel`` with its reductions computed per element inside a vector loop over the last
-    axis (the 'columns' schedule), or None where that does not apply. It applies when the
-    hoisted reductions already key every domain axis (so a group point is one element, and
-    'row' runs each window scalar: a depthwise conv) and every store vectorises along the last
-    axis, the reductions as vector accumulators; reductions that the last axis does not key are
-    then computed once per row, before the vector loop."""
-    if not kernel.hoisted or kernel.staged or len(kernel.group) != len(kernel.domain):
+    """``kernel`` with the reductions that the last axis keys computed per element inside a
+    vector loop over that axis (the 'columns' schedule), or None where that does not apply. It
+    applies when the hoisted reductions key every domain axis together (so a group point is
+    one element, and 'row' runs each window scalar: a depthwise conv) and every store
+    vectorises along the last axis, those reductions as vector accumulators. The others stay
+    hoisted, now once per row of the last axis (inside a vector accumulator's loop they would
+    be computed again at every step)."""
+    if not kernel.hoisted or kernel.staged or not kernel.domain or \
+            len(kernel.group) != len(kernel.domain):
         return None
-    plan = replace(kernel, hoisted=(), group=tuple(range(len(kernel.domain) - 1)))
+    last, _ = kernel.domain[-1]
+    rows = tuple(r for r in kernel.hoisted if last not in free_index_symbols(r))
+    plan = replace(kernel, hoisted=rows, group=tuple(range(len(kernel.domain) - 1)))
     return plan if vector_columns_ok(plan, VECTOR, guarded=True) else None
 
 

@@ -37,18 +37,23 @@ def test_columns_is_the_default_and_matches_onnx(name: str, epilogue: str) -> No
 
 def test_columns_outside_a_conv() -> None:
     """Any kernel whose reductions are per element and vectorise along the last axis takes the
-    schedule (a MatMul forced off its tiles; a reduction the last axis does not key runs once
-    per row), and one that keeps its group (a softmax) is refused it by name."""
+    schedule (a MatMul forced off its tiles); a reduction the last axis does not key runs once
+    per row, before the vector loop (one loop over its 3 elements, not one inside every step
+    of the product's sum that reads it); a kernel that keeps its group (a softmax) is refused
+    it by name."""
     require("neon")
     rng = np.random.default_rng(5)
     a, b, s = kg.tensor("a", (5, 7)), kg.tensor("b", (7, 13)), kg.tensor("s", (5, 3))
-    product, row_max = kg.matmul(a, b), kg.ops.reduce_op("ReduceMax", s, [1], 1)
-    ops = [product, row_max, kg.add(product, row_max)]
+    row_max = kg.ops.reduce_op("ReduceMax", s, [1], 1)
+    centred = kg.sub(a, row_max)
+    ops = [row_max, centred, kg.matmul(centred, b)]
     feeds = {v.name: rng.standard_normal(v.shape).astype(np.float32) for v in (a, b, s)}
-    kernel = kg.fuse(*ops, force=True).emit("neon", tuned=False, schedule="columns")
+    fused = kg.fuse(*ops, force=True)
+    kernel = fused.emit("neon", tuned=False, schedule="columns")
     assert kernel.metadata["schedule"] == "columns"
+    assert kernel.source.count(" < 3; ++") == 1
     want = evaluate_chain(ops, feeds)[ops[-1].name]
-    assert_close(kernel(feeds["a"], feeds["b"], feeds["s"]), want, scale=10)
+    assert_close(kernel(*(feeds[v.name] for v in fused.inputs)), want, scale=10)
     softmax = kg.fuse(kg.softmax(kg.tensor("x", (4, 16)), 1))
     with pytest.raises(ValueError, match="'fused_softmax' cannot run schedule 'columns'"):
         softmax.emit("neon", tuned=False, schedule="columns")
