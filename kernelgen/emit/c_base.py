@@ -8,6 +8,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 import sympy
 
@@ -464,10 +465,11 @@ class CEmitter(Emitter):
 
             staged = tuple(Staged(self.buffers[names[st.buffer.name]], st.row, value(st.value))
                            for st in k.staged)
-            hoisted = tuple(dict.fromkeys(value(r) for r in k.hoisted))
+            # a reduction stays a reduction when specialised
+            hoisted = tuple(dict.fromkeys(cast(Reduce, value(r)) for r in k.hoisted))
             stores = tuple((buf, value(v), plan.offset(offset, point))
                            for buf, v, offset in self.store_list())
-            copies.append(GroupCopy(staged, hoisted, stores))  # type: ignore[arg-type]
+            copies.append(GroupCopy(staged, hoisted, stores))
         return copies
 
     def _vector_reduction_ok(self, r: Reduce) -> bool:

@@ -181,15 +181,12 @@ class NeonEmitter(CEmitter):
             kernel = replace(kernel, group=tuple(range(len(kernel.domain) - 1)))
         super().__init__(kernel, capabilities)
         # a staged kernel's 'row' schedule: several group points (queries) per iteration
-        choices = unroll.group_row_choices(kernel) if self.contraction is None else (1,)
-        if group_rows is None:
-            group_rows = unroll.default_group_rows(kernel) if self.contraction is None else 1
-        elif group_rows not in choices:
-            raise ValueError(f"kernel '{kernel.name}': group_rows must be one of {choices} "
-                             f"(divisors of its innermost group axis, for a staged kernel "
-                             f"within {unroll.STAGE_FLOATS} staged floats), got {group_rows}")
-        self.group_rows = group_rows
-        self.group_plan = unroll.split_group(kernel, group_rows)
+        if self.contraction is not None and group_rows not in (None, 1):
+            raise ValueError(f"group_rows applies to the 'row' schedule; kernel "
+                             f"'{kernel.name}' runs 'tiled'")
+        self.group_rows = 1 if self.contraction is not None else \
+            unroll.choose_group_rows(kernel, group_rows, share=True)
+        self.group_plan = unroll.split_group(kernel, self.group_rows)
         roles = [("in", b) for b in kernel.inputs] + [("out", b) for b in kernel.outputs]
         counts = {"in": 0, "out": 0}
         for role, b in roles:

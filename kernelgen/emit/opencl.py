@@ -182,18 +182,10 @@ class OpenCLEmitter(CEmitter):
                              f"'{kernel.name}' runs '{self.strategy}'")
         # 'row' and 'item' on a staged kernel: several group points (queries) per work-item
         self.group_rows = 1
-        if self.strategy in STAGED_STRATEGIES:
-            choices = unroll_mod.group_row_choices(kernel)
-            if group_rows is None:  # the loads shared between the points are vector loads
-                group_rows = unroll_mod.default_group_rows(kernel) if self.strategy == "row" \
-                    else 1
-            elif group_rows not in choices:
-                raise ValueError(f"kernel '{kernel.name}': group_rows must be one of {choices} "
-                                 f"(divisors of its innermost group axis, for a staged kernel "
-                                 f"within {unroll_mod.STAGE_FLOATS} staged floats), got "
-                                 f"{group_rows}")
-            self.group_rows = group_rows
-            self.group_plan = unroll_mod.split_group(kernel, group_rows)
+        if self.strategy in STAGED_STRATEGIES:  # the points share vector loads on 'row'
+            self.group_rows = unroll_mod.choose_group_rows(kernel, group_rows,
+                                                           share=self.strategy == "row")
+            self.group_plan = unroll_mod.split_group(kernel, self.group_rows)
             if kernel.staged and self.strategy == "row":  # measured: float16 with fma
                 self.vector = _vector_syntax(16)        # 1.4-1.6x float8 (hand-written)
         elif group_rows not in (None, 1):

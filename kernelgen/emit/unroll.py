@@ -203,6 +203,19 @@ def default_group_rows(kernel: LoopKernel) -> int:
                if r == 1 or (r <= GROUP_ROWS and points // r >= MIN_GROUP_ITEMS))
 
 
+def choose_group_rows(kernel: LoopKernel, requested: int | None, share: bool) -> int:
+    """``requested`` checked against ``group_row_choices``, or by default
+    ``default_group_rows`` where the schedule shares the points' loads (``share``), else 1."""
+    if requested is None:
+        return default_group_rows(kernel) if share else 1
+    choices = group_row_choices(kernel)
+    if requested not in choices:
+        raise ValueError(f"kernel '{kernel.name}': group_rows must be one of {choices} "
+                         f"(divisors of its innermost group axis, for a staged kernel within "
+                         f"{STAGE_FLOATS} staged floats), got {requested}")
+    return requested
+
+
 def split_group(kernel: LoopKernel, rows: int) -> Unrolled | None:
     """The innermost group axis split so each work-item computes ``rows`` of its points (None
     for one)."""
