@@ -28,7 +28,7 @@ import sympy
 import templates
 
 from ..dtypes import DType
-from ..expr import Call, Cast, Load, Reduce, free_index_symbols, walk
+from ..expr import Call, Cast, Expr, Load, Reduce, free_index_symbols, walk
 from ..loop_ir import LoopKernel, Staged, contraction
 from ..staging import unstage
 from ..shapes import prod
@@ -548,13 +548,18 @@ def emit_triton(kernel: LoopKernel, **options: Any) -> tuple[TritonSource, dict[
 def staged_as_blocks(kernel: LoopKernel) -> bool:
     """Whether every read of a staged row is along a one-axis reduction over the whole row (its
     axis symbol, the row's extent), so the row can live in one block of the program (a block
-    cannot be indexed at run time); ``staging.py`` stages only such reads."""
+    cannot be indexed at run time), and no such reduction computed per element holds another
+    (a tile inside a tile); ``staging.py`` stages only such reads."""
     extents = {st.buffer.name: st.buffer.numel for st in kernel.staged}
+
+    def reads_row(node: Expr) -> bool:
+        return isinstance(node, Reduce) and node not in kernel.hoisted and any(
+            isinstance(n, Load) and n.buffer in extents for n in walk(node.body))
+
     for root in kernel.roots():
         for node in walk(root):
-            if isinstance(node, Reduce) and any(
-                    isinstance(n, Load) and n.buffer in extents for n in walk(node.body)) and (
-                    len(node.axes) != 1):
+            if isinstance(node, Reduce) and reads_row(node) and (len(node.axes) != 1 or any(
+                    m is not node and reads_row(m) for m in walk(node))):
                 return False
             if isinstance(node, Load) and node.buffer in extents and not (
                     node.offset.is_Symbol and kernel.ranges.get(node.offset)
