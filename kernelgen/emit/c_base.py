@@ -67,6 +67,9 @@ class VectorSyntax:
     sign_masks: Mapping[str, str] = field(default_factory=dict)
     mask_and: str = "({0}) & ({1})"
     mask_load: str = ""
+    # every second element from {ptr} + {off}, reading 2 * width of them ('' = none): a
+    # stride-2 window's run (NEON's deinterleaving vld2q_f32)
+    load_stride2: str = ""
     fma: str = ""                   # {0} * {1} + {2} fused ('' = none)
     lane: str = ""                  # lane {j} (an int) of vector {v} ('' = none)
     compose: str = ""               # a vector from comma-separated lane values {0} ('' = none)
@@ -128,7 +131,8 @@ def vectorizable(root: Expr, sym: sympy.Symbol, syntax: VectorSyntax,
             # otherwise a guarded load stays scalar: a vector would read past the guarded region
             guard_ok = node.guard is sympy.true or (
                 guarded and split_guard(node.guard, sym) is not None)
-            return (node.dtype is DType.float32 and coeff == 1 and sym not in rest.free_symbols
+            stride_ok = coeff == 1 or (coeff == 2 and bool(syntax.load_stride2))
+            return (node.dtype is DType.float32 and stride_ok and sym not in rest.free_symbols
                     and guard_ok and not node.data)
         if isinstance(node, Call):
             lanes_ok = node.dtype in (DType.float32, DType.bool) and all(
@@ -630,7 +634,7 @@ class VectorPrinter:
             fmt = self.v.broadcast_mask if node.dtype is DType.bool else self.v.broadcast
             return fmt.format(scalar)
         text = self._text(node)
-        if isinstance(node, Reduce) or (isinstance(node, Load) and node.guard is not sympy.true):
+        if isinstance(node, Reduce) or (isinstance(node, Load) and self._tested(node)):
             self.names[node] = text  # _guarded_load and _reduce declare their vector
             return text
         name = self.em.fresh("v")
@@ -641,7 +645,7 @@ class VectorPrinter:
 
     def _text(self, node: Expr) -> str:
         if isinstance(node, Load):
-            if node.guard is not sympy.true:
+            if self._tested(node):
                 return self._guarded_load(node)
             offset = self.em.index(node.offset.xreplace({self.sym: self.base_expr}))
             return self.v.load.format(ptr=self.em.arg_names[node.buffer], off=offset)
@@ -706,11 +710,20 @@ class VectorPrinter:
             self.names[node] = acc
         return accs
 
+    def _stride(self, node: Load) -> int:
+        return int(sympy.expand(node.offset).coeff(self.sym))
+
+    def _tested(self, node: Load) -> bool:
+        """Whether the vector read needs run-time tests: a guard, or a stride-2 read, which
+        reads one element past its last lane (that element may lie past the buffer)."""
+        return node.guard is not sympy.true or self._stride(node) != 1
+
     def _guarded_load(self, node: Load) -> str:
         """A load that reads 0 outside its guard: zero when the lane-free part fails, one
         vector load when the first and last lanes pass (then all do: ``split_guard``), else
-        lane by lane; with a constant base, as ``read_together`` reads it. Declares the vector
-        and returns its name."""
+        lane by lane; with a constant base, as ``read_together`` reads it. A stride-2 read
+        (guarded or not) is one deinterleaving load only where all it reads lies inside the
+        buffer. Declares the vector and returns its name."""
         split = split_guard(node.guard, self.sym)
         assert split is not None, "vectorizable(..., guarded=True) admits only these guards"
         uniform, linear = split
@@ -718,6 +731,12 @@ class VectorPrinter:
         ptr = em.arg_names[node.buffer]
         name, lanes = em.fresh("v"), em.fresh("lanes")
         first, last = sympy.Integer(0), sympy.Integer(v.width - 1)
+        buffer = next(b for b in em.kernel.inputs if b.name == node.buffer)
+        stride = self._stride(node)
+        # the last element the vector read touches: the last lane's, or one past it (stride 2)
+        read_end = at(node.offset, first) + stride * v.width - 1 if stride == 2 else \
+            at(node.offset, last)
+        past_end = sympy.true if stride == 1 else read_end < buffer.numel
 
         def binding(term: sympy.Basic) -> sympy.Expr:
             """The lane where ``term`` is tightest: the first for a lower bound on ``sym``."""
@@ -726,12 +745,14 @@ class VectorPrinter:
             return first if rising == lower else last
 
         zero = v.broadcast.format(em.literal(0.0, DType.float32))
-        read_together([self], [node])
-        if node in self.names:
-            return self.names[node]
-        inside = em.index(sympy.And(*(at(t, binding(t)) for t in linear)))
-        whole = v.load.format(ptr=ptr, off=em.index(at(node.offset, first)))
-        mask = self._lane_mask(linear) if v.lane_masks else None
+        if stride == 1:
+            read_together([self], [node])
+            if node in self.names:
+                return self.names[node]
+        inside = em.index(sympy.And(*(at(t, binding(t)) for t in linear), past_end))
+        load = v.load if stride == 1 else v.load_stride2
+        whole = load.format(ptr=ptr, off=em.index(at(node.offset, first)))
+        mask = self._lane_mask(linear) if v.lane_masks and linear else None
         scope.add(f"{v.vtype} {name} = {zero};")
         block = scope if uniform is sympy.true else None
         if block is None:
@@ -742,9 +763,7 @@ class VectorPrinter:
         if mask is not None:
             # the vector lies inside the buffer (it ran into the next row's elements, say):
             # load it whole and zero the lanes outside the guard
-            buffer = next(b for b in em.kernel.inputs if b.name == node.buffer)
-            in_buffer = sympy.And(at(node.offset, first) >= 0,
-                                  at(node.offset, last) < buffer.numel)
+            in_buffer = sympy.And(at(node.offset, first) >= 0, read_end < buffer.numel)
             block.add(f"}} else if ({em.index(in_buffer)}) {{")
             block.child().add(f"{name} = {v.select.format(mask, whole, zero)};")
         block.add("} else {  // an edge: lanes outside the guard read 0")

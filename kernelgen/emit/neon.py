@@ -65,6 +65,7 @@ _INT = {
 _LANEWISE = [f for f in _UNARY_F if f not in ("exp", "sqrt", "floor", "ceil", "rint")]
 VECTOR = VectorSyntax(
     width=4, vtype="float32x4_t", mtype="uint32x4_t", load="vld1q_f32({ptr} + {off})",
+    load_stride2="vld2q_f32({ptr} + {off}).val[0]",
     store="vst1q_f32({ptr} + {off}, {v});", broadcast="vdupq_n_f32({0})",
     broadcast_mask="vdupq_n_u32(({0}) ? 0xFFFFFFFFu : 0u)", select="vbslq_f32({0}, {1}, {2})",
     functions={

@@ -67,6 +67,22 @@ def test_neon_kernels_on_aarch64(tmp_path: Path) -> None:
     inputs.append([X])
     wants.append(reference(sm, X))
     names.append("softmax-threads")
+    rng = np.random.default_rng(6)
+    # the 'columns' schedule: guard masks from lane numbers (a ReLU prologue's padding), and a
+    # stride-2 window's deinterleaving loads up to the input's very end
+    for shape, strides, pads in (((1, 3, 9, 37), [1, 1], [1, 1, 1, 1]),
+                                 ((1, 2, 3, 17), [2, 2], [0, 0, 0, 0])):
+        feeds = {"x": rng.standard_normal(shape).astype(np.float32),
+                 "w": rng.standard_normal((shape[1], 1, 3, 3)).astype(np.float32)}
+        pre = kg.relu(kg.tensor("x", shape))
+        window = kg.conv(pre, kg.constant("w", feeds["w"]), pads=pads, group=shape[1],
+                         strides=strides)
+        kernel = kg.fuse(pre, window).emit("neon")
+        assert kernel.metadata["schedule"] == "columns"
+        kernels.append(kernel)
+        inputs.append([feeds["x"], feeds["w"]])
+        wants.append(evaluate_chain([pre, window], feeds)[window.name])
+        names.append(f"columns-stride{strides[0]}")
 
     exe = aarch64.build_harness(kernels, tmp_path)
     results = aarch64.run(exe, kernels, inputs, tmp_path, cpu="cortex-a53")

@@ -3,8 +3,9 @@ window is a vector accumulator over four output columns, its loads through paddi
 where the guard passes and lane by lane at the edges. The blocks of the OpenCL window tests
 (rows no multiple of four, prime heights, batch > 1, dilation, asymmetric pads wider than a
 vector, a channel multiplier, a 7x7 kernel; a ReLU prologue and three epilogues) against ONNX's
-reference, on the default and on the forced 'row' schedule; where it does not apply; bad
-schedules refused; the tuner's choice between the two."""
+reference, on the default and on the forced 'row' schedule; stride-2 windows (convs and max
+pools) through deinterleaving loads; where it does not apply; bad schedules refused; the
+tuner's choice between the two."""
 from __future__ import annotations
 
 import numpy as np
@@ -61,14 +62,48 @@ def test_columns_outside_a_conv() -> None:
         softmax.emit("neon", tuned=False, schedule="window")
 
 
-def test_strided_conv_keeps_the_row_schedule() -> None:
-    """A stride-2 window reads no run of columns contiguously."""
+# stride-2 windows: (x shape, kernel, pads, group (0: a max pool)); the last two read one element
+# past their last lane at the very end of the input (the deinterleaving load must not)
+STRIDED = {
+    "depthwise-3x3-s2-pad": ((1, 4, 9, 20), 3, [1, 1, 1, 1], 4),
+    "depthwise-3x3-s2-odd": ((2, 3, 11, 23), 3, [0, 1, 1, 0], 3),
+    "maxpool-3x3-s2-pad": ((1, 5, 12, 33), 3, [1, 1, 1, 1], 0),
+    "depthwise-buffer-end": ((1, 1, 3, 17), 3, [0, 0, 0, 0], 1),
+    "maxpool-buffer-end": ((1, 2, 3, 17), 3, [0, 0, 0, 0], 0),
+}
+
+
+@pytest.mark.parametrize("name", STRIDED)
+def test_stride_two_windows_deinterleave(name: str) -> None:
+    """A stride-2 window reads every second column: one deinterleaving vld2q_f32 where all
+    it reads (one element past its last lane) lies in the buffer, else lane by lane."""
+    require("neon")
+    shape, k, pads, group = STRIDED[name]
+    rng = np.random.default_rng(len(name))
+    feeds = {"x": rng.standard_normal(shape).astype(np.float32)}
+    x = kg.tensor("x", shape)
+    if group:
+        feeds["w"] = rng.standard_normal((shape[1], 1, k, k)).astype(np.float32)
+        ops = [kg.conv(x, kg.constant("w", feeds["w"]), pads=pads, group=group,
+                       strides=[2, 2])]
+    else:
+        ops = [kg.max_pool(x, [k, k], pads=pads, strides=[2, 2])]
+    fused = kg.fuse(*ops)
+    kernel = fused.emit("neon", tuned=False)
+    assert kernel.metadata["schedule"] == "columns"
+    assert "vld2q_f32(" in kernel.source
+    _check(kernel, ops, feeds)
+    _check(fused.emit("neon", tuned=False, schedule="row"), ops, feeds)
+
+
+def test_stride_three_keeps_the_row_schedule() -> None:
+    """A stride-3 window has no deinterleaving load."""
     require("neon")
     rng = np.random.default_rng(3)
-    feeds = {"x": rng.standard_normal((1, 4, 9, 20)).astype(np.float32),
+    feeds = {"x": rng.standard_normal((1, 4, 9, 40)).astype(np.float32),
              "w": rng.standard_normal((4, 1, 3, 3)).astype(np.float32)}
-    ops = [kg.conv(kg.tensor("x", (1, 4, 9, 20)), kg.constant("w", feeds["w"]),
-                   pads=[1, 1, 1, 1], group=4, strides=[2, 2])]
+    ops = [kg.conv(kg.tensor("x", (1, 4, 9, 40)), kg.constant("w", feeds["w"]),
+                   pads=[1, 1, 1, 1], group=4, strides=[3, 3])]
     fused = kg.fuse(*ops)
     assert columns_plan(fused.lower()) is None
     kernel = fused.emit("neon", tuned=False, algorithm="direct")
@@ -85,3 +120,17 @@ def test_tuner_chooses_between_columns_and_row(tmp_path) -> None:
     result = autotune.tune(loop, "neon", db=FastRunDB(tmp_path / "db"), repeat=2)
     assert all(c.status == "ok" for c in result.candidates)
     assert result.best in space
+
+
+def test_step_two_slice_deinterleaves() -> None:
+    """An elementwise kernel reading every second element (a step-2 slice of the last axis)
+    uses the deinterleaving load too; its last vectors reach the input's end (37 columns)."""
+    require("neon")
+    rng = np.random.default_rng(9)
+    feeds = {"x": rng.standard_normal((3, 37)).astype(np.float32),
+             "b": rng.standard_normal((19,)).astype(np.float32)}
+    sliced = kg.slice(kg.tensor("x", (3, 37)), [0], [37], [1], [2])
+    ops = [sliced, kg.add(sliced, kg.tensor("b", (19,)))]
+    kernel = kg.fuse(*ops).emit("neon", tuned=False)
+    assert "vld2q_f32(" in kernel.source
+    _check(kernel, ops, feeds)
