@@ -84,7 +84,7 @@ def search_space(loop: Any, backend: str) -> list[Config]:
                         for p in (*plans[1:3], unroll.none(loop)) for ls in (256, 1024)]
         return configs
     if backend == "triton":
-        from kernelgen.emit.triton import STAGED_TILE
+        from kernelgen.emit.triton import STAGED_TILE, staged_block
         from kernelgen.loop_ir import contraction
 
         if contraction(loop) is not None:  # tl.dot tiles
@@ -92,9 +92,9 @@ def search_space(loop: Any, backend: str) -> list[Config]:
                     for m, n, k in ((32, 32, 32), (64, 64, 32), (16, 64, 32), (64, 16, 32),
                                     (128, 64, 32), (64, 128, 32))]
         if loop.staged:  # a per-element sum over a staged row is a [row, BLOCK_E] tile
-            row = max(1 << (st.buffer.numel - 1).bit_length() for st in loop.staged)
+            # tiles up to 4x the emitter's default
             return [Config.of()] + [Config.of(block_e=e) for e in (4, 16, 64, 256)
-                                    if e * row <= 4 * STAGED_TILE]
+                                    if e * staged_block(loop) <= 4 * STAGED_TILE]
         if loop.grouped:
             return [Config.of(block_r=r, block_e=e) for r in (256, 64, 1024) for e in (256, 1024)]
         return [Config.of(block=b) for b in (1024, 256, 4096)]

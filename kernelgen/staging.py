@@ -12,6 +12,7 @@ covering the producer's (one score row).
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 import sympy
@@ -188,6 +189,18 @@ def _rehoist(kernel: LoopKernel, keys: frozenset, staged: list[Staged]) -> LoopK
             elif isinstance(node, Load):
                 ranges.update((s, n) for s, n, _ in node.data)
     return replace(kernel, hoisted=tuple(hoisted), group=group, ranges=ranges)
+
+
+def hoist_order(staged: Sequence[Staged], hoisted: Sequence[Reduce]) -> list[list[Reduce]]:
+    """When a group body computes its hoisted reductions: before each staged row, those its
+    value reads that no earlier row took (a softmax's max and sum before the weights row),
+    then the rest; ``len(staged) + 1`` lists."""
+    pending, order = list(hoisted), []
+    for st in staged:
+        used = set(walk(st.value))
+        order.append([r for r in pending if r in used])
+        pending = [r for r in pending if r not in used]
+    return [*order, pending]
 
 
 def unstage(kernel: LoopKernel) -> LoopKernel:

@@ -286,18 +286,28 @@ class Emitter:
 
     def serial_reduce(self, node: Reduce, scope: Scope) -> str:
         """A reduction as nested loops inside ``scope``; returns its accumulator."""
-        acc = self.fresh("acc")
-        self.declare_acc(scope, acc, node)
-        self.reduce_loops(node, scope, acc)
-        scope.names[node] = acc
-        return acc
+        return self.serial_reduce_together([node], scope)[0]
 
-    def reduce_loops(self, node: Reduce, scope: Scope, acc: str, start: str = "0") -> None:
-        """Loops combining ``node.body`` into ``acc``; the first axis starts at ``start`` (a
-        vector loop may have covered the positions before it)."""
-        unroll = self.unrolls(node)
-        inner, opened = self.open_reduce_loops(node, scope, lambda n: unroll, start)
-        self.accumulate(inner, acc, node, self.expr(node.body, inner))
+    def serial_reduce_together(self, nodes: list[Reduce], scope: Scope) -> list[str]:
+        """Reductions over the same axes as one loop nest inside ``scope``, one accumulator
+        each, so their bodies share loads; names them and returns the accumulators."""
+        accs = [self.fresh("acc") for _ in nodes]
+        for node, acc in zip(nodes, accs):
+            self.declare_acc(scope, acc, node)
+        self.reduce_loops(nodes, scope, accs)
+        for node, acc in zip(nodes, accs):
+            scope.names[node] = acc
+        return accs
+
+    def reduce_loops(self, nodes: list[Reduce], scope: Scope, accs: list[str],
+                     start: str = "0") -> None:
+        """Loops over the axes ``nodes`` share, combining each body into its accumulator; the
+        first axis starts at ``start`` (a vector loop may have covered the positions before
+        it)."""
+        unroll = all(self.unrolls(n) for n in nodes)
+        inner, opened = self.open_reduce_loops(nodes[0], scope, lambda n: unroll, start)
+        for node, acc in zip(nodes, accs):
+            self.accumulate(inner, acc, node, self.expr(node.body, inner))
         if not unroll:
             self.loop_tail(inner)
         for outer in reversed(opened):

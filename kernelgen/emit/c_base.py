@@ -18,6 +18,7 @@ from ..expr import (Call, Cast, Const, Expr, IndexCond, Load, Reduce, Select, fr
                     transform, walk)
 from ..loop_ir import Axis, Buffer, Contraction, LoopKernel, Staged
 from ..shapes import prod
+from ..staging import hoist_order
 from .base import Capabilities, Emitter, Scope
 from .unroll import Unrolled
 
@@ -301,23 +302,7 @@ class CEmitter(Emitter):
         (several queries' sums over the same keys); ``expr`` then finds them named."""
         for nodes in _outer_reductions(roots, lambda n: scope.lookup(n) is not None):
             if len(nodes) > 1:
-                self._serial_reduce_group(nodes, scope)
-
-    def _serial_reduce_group(self, nodes: list[Reduce], scope: Scope) -> None:
-        """Reductions over the same axes in one loop nest, one accumulator each; names them."""
-        accs = [self.fresh("acc") for _ in nodes]
-        for node, acc in zip(nodes, accs):
-            self.declare_acc(scope, acc, node)
-        unroll = all(self.unrolls(n) for n in nodes)
-        inner, opened = self.open_reduce_loops(nodes[0], scope, lambda n: unroll)
-        for node, acc in zip(nodes, accs):
-            self.accumulate(inner, acc, node, self.expr(node.body, inner))
-        if not unroll:
-            self.loop_tail(inner)
-        for outer in reversed(opened):
-            self.close_loop(outer)
-        for node, acc in zip(nodes, accs):
-            scope.names[node] = acc
+                self.serial_reduce_together(nodes, scope)
 
     def store_list(self) -> list[StoreAt]:
         """Each output with its value, at the domain point's offset."""
@@ -333,23 +318,21 @@ class CEmitter(Emitter):
         ``[start, stop)`` only (a thread's chunk of a 1-D domain)."""
         k = self.kernel
         copies = self.group_copies()
-        pending = [list(c.hoisted) for c in copies]
+        orders = [hoist_order(c.staged, c.hoisted) for c in copies]
 
-        def hoist(c: int, reductions: list[Reduce]) -> None:
+        def hoist(reductions: list[Reduce]) -> None:
             for r in reductions:
-                pending[c].remove(r)
                 if vectorize and self._vector_reduction_ok(r):
                     self._vector_reduce(r, scope)
                 else:
                     self.serial_reduce(r, scope)
 
         for pos in range(len(k.staged)):  # each after the hoisted reductions it reads
-            for c, copy in enumerate(copies):
-                used = set(walk(copy.staged[pos].value))
-                hoist(c, [r for r in pending[c] if r in used])
+            for order in orders:
+                hoist(order[pos])
             self.stage_rows([copy.staged[pos] for copy in copies], scope, vectorize)
-        for c in range(len(copies)):
-            hoist(c, list(pending[c]))
+        for order in orders:
+            hoist(order[-1])
         stores = [s for copy in copies for s in copy.stores]
         elems = [k.domain[e] for e in k.element_axes]
         vector_last = vectorize and self._vector_elements_ok(elems)
@@ -731,7 +714,7 @@ class VectorPrinter:
         ptr = em.arg_names[node.buffer]
         name, lanes = em.fresh("v"), em.fresh("lanes")
         first, last = sympy.Integer(0), sympy.Integer(v.width - 1)
-        buffer = next(b for b in em.kernel.inputs if b.name == node.buffer)
+        buffer = em.buffers[node.buffer]
         stride = self._stride(node)
         # the last element the vector read touches: the last lane's, or one past it (stride 2)
         read_end = at(node.offset, first) + stride * v.width - 1 if stride == 2 else \

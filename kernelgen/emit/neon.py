@@ -169,13 +169,15 @@ class NeonEmitter(CEmitter):
         if schedule == "tiled" and self.contraction is None:
             raise ValueError("schedule 'tiled' needs a contraction (one sum of a product of "
                              "operands on disjoint output axes)")
-        columns = columns_plan(kernel) if schedule in (None, "columns") else None
+        # a contraction takes the tiles: no need to plan columns for it
+        columns = columns_plan(kernel) if self.contraction is None and \
+            schedule in (None, "columns") else None
         if schedule == "columns" and columns is None:
             raise ValueError(f"kernel '{kernel.name}' cannot run schedule 'columns', which "
                              f"needs reductions computed per element and every store as "
                              f"float32 vectors along the last axis (contiguous or padded "
                              f"loads, at least {2 * VECTOR.width} columns)")
-        self.columns = columns is not None and self.contraction is None
+        self.columns = columns is not None
         if self.columns:
             kernel = columns  # type: ignore[assignment]
         elif not kernel.grouped:  # elementwise: the outer axes are the parallel ones

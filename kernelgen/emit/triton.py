@@ -30,7 +30,7 @@ import templates
 from ..dtypes import DType
 from ..expr import Call, Cast, Expr, Load, Reduce, free_index_symbols, walk
 from ..loop_ir import LoopKernel, Staged, contraction
-from ..staging import unstage
+from ..staging import hoist_order, unstage
 from ..shapes import prod
 from .base import Capabilities, Emitter, Scope
 
@@ -269,22 +269,17 @@ class TritonEmitter(Emitter):
                            group, body)
         longest = max((prod(n for _, n in r.axes) for r in k.hoisted), default=1)
         block_r = _pow2(self.block_r or min(_next_pow2(longest), MAX_ROW_BLOCK), "block_r")
-        pending = list(k.hoisted)
-
-        def hoist(reductions: list[Reduce]) -> None:
-            for r in reductions:
-                pending.remove(r)
+        order = hoist_order(k.staged, k.hoisted)
+        for pos, st in enumerate(k.staged):  # each after the hoisted reductions it reads
+            for r in order[pos]:
                 self._row_reduce(r, body)
-
-        for st in k.staged:  # each after the hoisted reductions it reads (a softmax's sum)
-            used = set(walk(st.value))
-            hoist([r for r in pending if r in used])
             self._stage_block(st, body)
-        hoist(list(pending))
+        for r in order[-1]:
+            self._row_reduce(r, body)
         elems = [k.domain[e] for e in k.element_axes]
         count = prod(n for _, n in elems)
         block_e = self.block_e or min(_next_pow2(count), MAX_ROW_BLOCK)
-        row = max((_next_pow2(st.buffer.numel) for st in k.staged), default=1)
+        row = staged_block(k)
         if self.block_e is None:  # a per-element sum over a staged row is a [row, BLOCK_E] tile
             block_e = max(1, min(block_e, STAGED_TILE // row))
         _pow2(block_e, "block_e")
@@ -379,8 +374,9 @@ class TritonEmitter(Emitter):
 
     def _row_reduce(self, node: Reduce, scope: Scope) -> None:
         """A hoisted reduction: over a staged row as one block, else in BLOCK_R blocks."""
-        if self._stage_axis(node) is not None:
-            scope.names[node] = self._staged_reduce(node, scope)
+        axis = self._stage_axis(node)
+        if axis is not None:
+            scope.names[node] = self._staged_reduce(node, axis, scope)
         else:
             self._block_reduce(node, scope)
 
@@ -411,16 +407,15 @@ class TritonEmitter(Emitter):
 
     def serial_reduce(self, node: Reduce, scope: Scope) -> str:
         """A reduction inside an expression; over a staged row, one block or tile of it."""
-        if self._stage_axis(node) is not None:
-            return self._staged_reduce(node, scope)
+        axis = self._stage_axis(node)
+        if axis is not None:
+            return self._staged_reduce(node, axis, scope)
         return super().serial_reduce(node, scope)
 
-    def _staged_reduce(self, node: Reduce, scope: Scope) -> str:
+    def _staged_reduce(self, node: Reduce, axis: tuple[sympy.Symbol, int], scope: Scope) -> str:
         """A reduction over a staged row, the whole row at once: at group level a block of the
         row, inside the elements' lanes a [row, lanes] tile (the row down, the elements
-        across) reduced along the row. Returns the name of its value."""
-        axis = self._stage_axis(node)
-        assert axis is not None
+        across) reduced along the row (``axis``). Returns the name of its value."""
         s, n = axis
         rows = _next_pow2(n)
         saved = (self.lanes, self.mask, set(self.lane_symbols), dict(self.symbol_names))
@@ -543,6 +538,12 @@ def emit_triton(kernel: LoopKernel, **options: Any) -> tuple[TritonSource, dict[
         extra.update(staged_rows=[st.buffer.name for st in kernel.staged],
                      producer_redundancy=1.0)
     return source, launch, extra
+
+
+def staged_block(kernel: LoopKernel) -> int:
+    """The block a staged row takes in a program: its longest row padded to a power of two
+    (1 without staged rows)."""
+    return max((_next_pow2(st.buffer.numel) for st in kernel.staged), default=1)
 
 
 def staged_as_blocks(kernel: LoopKernel) -> bool:
