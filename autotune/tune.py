@@ -105,6 +105,9 @@ def search_space(loop: Any, backend: str) -> list[Config]:
         if c is not None:  # register tiles; columns in whole float32x4
             tiles = [Config.of(tile_m=m, tile_n=n, pack_b=p) for p in (False, True)
                      for m, n in ((4, 8), (8, 8), (4, 16), (6, 8), (2, 16), (1, 4))]
+            # packed blocks a quarter and 4x the default's cache footprint
+            tiles += [Config.of(tile_m=m, tile_n=n, pack_b=True, pack_block_kib=kib)
+                      for m, n in ((4, 8), (4, 16)) for kib in (128, 2048)]
             # AGO: the emitter's own tile spans the producer once; most others recompute it
             return [Config.of(), *tiles] if operand_has_reduction(c.left) else tiles
         from kernelgen.emit import unroll

@@ -4,11 +4,18 @@ to run it. Every way keeps the block's prologue (elementwise ops on the input) a
 
 - ``direct``: one kernel, a sliding window per output element (the generic schedules).
 - ``implicit_gemm``: one kernel, the contraction template reading patches through the conv's
-  index map (the default single-kernel form; needs ``group == 1``).
-- ``im2col``: the prologue is applied while the patches are packed into a
-  (C·KH·KW) × (OH·OW) matrix per image, laid out as the GEMM's right operand streams it
-  (contiguous along output pixels); then the contraction template runs a plain GEMM with the
-  epilogue fused into its store.
+  index map in place, with no patch buffer (the default single-kernel form; needs
+  ``group == 1``).
+- ``im2col``: the patches are gathered, prologue applied, into the GEMM's right-operand
+  layout, then multiplied with the epilogue fused into the store. On NEON this is one kernel,
+  as in MegEngine: the packed contraction template gathers the patches of a cache-sized block
+  of output pixels (``PACK_BLOCK_BYTES``) straight into its ``tn``-wide panels (the pack is
+  the im2col, by vectors along an output row), and the tiles consume the block while it is in
+  cache. On OpenCL and Triton (and on NEON where the patches cannot be the packed operand) it
+  is two kernels: a (C·KH·KW) × (OH·OW) patch matrix per image, contiguous along output
+  pixels, then a plain GEMM. (An OpenCL work-group packing its panel into local memory, then
+  running the tiles from it, measured 1.7× slower on PoCL than the implicit GEMM it was made
+  from: 3.2 against 1.8 ms, 3×3 64→64 at 56×56.)
 - ``winograd``: F(2×2, 3×3) for 3×3, stride 1, dilation 1, 2-D. The filter transform
   U = G·g·Gᵀ runs once when the weights are constant; the input transform V = Bᵀ·d·B per
   4×4 tile (prologue fused); 16 independent GEMMs U·V (one batched contraction, 2.25× fewer
@@ -139,11 +146,14 @@ def heuristic(fused: FusedOp, backend: str) -> str:
     backends: on OpenCL 1.35 ms against im2col's 1.91 once its transforms unroll a tile per
     work-item (before, at 2.5-3.0 ms, it lost to im2col). F(4x4) beat or tied F(2x2) where 4 divides
     the output (3x3: 1.17 against 1.30 ms and 0.88 against 0.86 in two runs; with BN and ReLU 0.97
-    against 1.09 and 0.98 against 1.17); on NEON, whose stages do not unroll, F(2x2) beat im2col by
-    1.0-1.8x and F(4x4) by 1.3x. On OpenCL a pointwise conv reads its input as the GEMM operand
-    directly (implicit GEMM; im2col would only copy it); on NEON im2col beat implicit GEMM by
-    1.05-2.1x. Small convs stay one kernel, where launches and the patch matrix's round trip would
-    dominate."""
+    against 1.09 and 0.98 against 1.17). On NEON, im2col in cache-sized blocks (one kernel) beat
+    F(2x2) where few channels cover a large map (32 and 64 channels at 56x56: 1.17 against 2.22 ms
+    and 3.70 against 4.98) and lost from 128 channels (128 at 28x28: 5.49 against 2.37; 512 at
+    7x7: 7.14 against 2.87; F(4x4), whose stages do not unroll on NEON, lost to F(2x2)
+    everywhere). On OpenCL a pointwise conv reads its input as the GEMM operand directly
+    (implicit GEMM; im2col would only copy it); on NEON im2col beat implicit GEMM, whose tiles
+    gather the patches again for every row tile. Small convs stay one kernel, where launches
+    and the patch matrix's round trip would dominate."""
     ok = [name for name, why in applicable(fused).items() if why is None]
     block = conv_block(fused)
     if block is not None:
@@ -155,6 +165,8 @@ def heuristic(fused: FusedOp, backend: str) -> str:
             and set(conv.attrs["strides"]) == {1}
         if backend == "opencl" and pointwise and "implicit_gemm" in ok:
             return "implicit_gemm"
+        if backend == "neon" and "im2col" in ok and c <= 64 and pixels >= 1024:
+            return "im2col"  # few channels over a large map: the transforms cost more
         if "winograd" in ok and c >= 16 and big:
             # F(4x4) needs 4 | OH, OW for its output transform to unroll 4x4 blocks
             whole = all(s % 4 == 0 for s in conv.shape[2:])
@@ -178,9 +190,9 @@ def choose(fused: FusedOp, backend: str, tuned: bool | None = None) -> str:
 
 def build(fused: FusedOp, algorithm: str, backend: str, tuned: bool | None = None,
           **options: Any) -> Any:
-    """``fused`` run with ``algorithm`` on ``backend``: a Kernel for the one-kernel algorithms,
-    a ``Program`` for im2col and Winograd. ``tuned`` and ``options`` (tiles) go to every
-    stage."""
+    """``fused`` run with ``algorithm`` on ``backend``: a Kernel for the one-kernel algorithms
+    (NEON's im2col among them), a ``Program`` for the others. ``tuned`` and ``options``
+    (tiles) go to every stage."""
     from .program import Program
 
     reasons = applicable(fused)
@@ -193,9 +205,15 @@ def build(fused: FusedOp, algorithm: str, backend: str, tuned: bool | None = Non
             return fused.emit_kernel(backend, tuned, **options)
         return fused.emit_kernel(backend, tuned=False, **{**DIRECT_OPTIONS[backend], **options})
     if algorithm == "implicit_gemm":
-        return fused.emit_kernel(backend, tuned, **options)
+        # on NEON the packed template's pack would be im2col's: read the patches in place
+        extra = {"pack_b": False} if backend == "neon" else {}
+        return fused.emit_kernel(backend, tuned, **{**options, **extra})
     block = conv_block(fused)
     assert block is not None
+    if algorithm == "im2col" and backend == "neon":
+        kernel = fused.emit_kernel(backend, tuned, **{**options, "pack_b": True})
+        if block.conv.inputs[1].name not in kernel.metadata["right_operand_reads"]:
+            return kernel  # the pack gathers the patches: im2col in cache-sized blocks
     stages = _im2col_stages(block) if algorithm == "im2col" else \
         _winograd_stages(block, backend, WINOGRAD_TILES[algorithm])
     folded: dict[str, np.ndarray] = {}

@@ -16,10 +16,10 @@ from ..dtypes import DType
 from ..errors import UnsupportedError
 from ..expr import (Call, Cast, Const, Expr, IndexCond, Load, Reduce, Select, free_index_symbols,
                     transform, walk)
-from ..loop_ir import Axis, Buffer, Contraction, LoopKernel, Staged
+from ..loop_ir import Axis, Buffer, Contraction, LoopKernel, Staged, flatten_axes
 from ..shapes import prod
 from ..staging import hoist_order
-from .base import Capabilities, Emitter, Scope
+from .base import INDENT, Capabilities, Emitter, Scope
 from .unroll import Unrolled
 
 StoreAt = tuple[Buffer, Expr, sympy.Expr]  # an output, its value, its flat offset
@@ -472,13 +472,15 @@ class CEmitter(Emitter):
 
     # --- the register-tiled contraction (templates/<backend>/contraction.*) ---------------------
 
-    def contraction_holes(self, tm: int, tn: int, depth: int) -> dict[str, str]:
+    def contraction_holes(self, tm: int, tn: int, depth: int, b_row: int | None = None
+                          ) -> dict[str, str]:
         """Hole texts shared by the C-family contraction templates: ``batch_bind`` binds the
         batch axes from ``kg_bt`` (the template's batch position), ``k_bind`` the reduction
         axes from ``kg_k``, operand loads ``kg_a[kg_i]``/``kg_b[kg_j]`` (rows and columns past
         the end clamp to the last one), and the guarded epilogue storing ``kg_acc_at`` (the
         template defines it as this element's sum). ``depth`` is the indentation of the
-        template's loop bodies."""
+        template's loop bodies. With ``b_row`` (the depth of its loop body), also ``b_row``:
+        the loop filling all of ``kg_b`` (``_b_row``)."""
         k, c = self.kernel, self.contraction
         assert c is not None
         rows = [k.domain[i] for i in c.rows]
@@ -493,11 +495,13 @@ class CEmitter(Emitter):
         a = Scope([], depth, parent=k_scope)
         a.add(f"const {t} kg_row = kg_min(kg_tr * {tm} + kg_i, ({t}){n_rows - 1});")
         self.decompose("kg_row", rows, a)
-        a.add(f"kg_a[kg_i] = {self.expr(c.left, a)};")
+        a.add(f"kg_a[kg_i] = {self.expr(self.flat_reduction(c.left), a)};")
         b = Scope([], depth, parent=k_scope)
         b.add(f"const {t} kg_col = kg_min(kg_tc * {tn} + kg_j, ({t}){n_cols - 1});")
         self.decompose("kg_col", cols, b)
-        b.add(f"kg_b[kg_j] = {self.expr(c.right, b)};")
+        b.add(f"kg_b[kg_j] = {self.expr(self.flat_reduction(c.right), b)};")
+        row = "" if b_row is None else self._b_row(cols, tn, b_row, k_scope,
+                                                    _reindent(b.lines, b_row - depth))
         out = Scope([], depth, parent=tile_scope)
         out.add(f"const {t} kg_row = kg_tr * {tm} + kg_i, kg_col = kg_tc * {tn} + kg_j;")
         out.add(f"if (kg_row >= {n_rows} || kg_col >= {n_cols}) continue;")
@@ -506,12 +510,61 @@ class CEmitter(Emitter):
         out.names[c.reduce] = "kg_acc_at"
         self.stores(out)
         return {"batch_bind": "\n".join(tile_scope.lines), "k_bind": "\n".join(k_scope.lines),
-                "a_load": "\n".join(a.lines), "b_load": "\n".join(b.lines),
+                "a_load": "\n".join(a.lines), "b_load": "\n".join(b.lines), "b_row": row,
                 "epilogue": "\n".join(out.lines),
                 "k_extent": str(prod(n for _, n in c.reduce.axes)), "index_t": t,
                 "tm": str(tm), "tn": str(tn), "tiles_r": str(-(-n_rows // tm)),
                 "tiles_c": str(-(-n_cols // tn)), "batches": str(prod(n for _, n in batch)),
                 "n_rows": str(n_rows), "n_cols": str(n_cols)}
+
+    def flat_reduction(self, operand: Expr) -> Expr:
+        """``operand`` reading the contraction's reduction axes through ``kg_k``, the
+        templates' flat reduction position, where its loads walk them as one run (a conv's
+        weights ``w[m, c, kh, kw]``): the load then needs no ``kg_k / 9``-style decomposition
+        in the innermost loop. Otherwise ``operand`` unchanged."""
+        c = self.contraction
+        assert c is not None
+        flat = sympy.Symbol("kg_k")
+        self.ranges[flat] = prod(n for _, n in c.reduce.axes)
+        merged = flatten_axes(operand, list(c.reduce.axes), flat)
+        return operand if merged is None else merged
+
+    def _b_row(self, cols: list[Axis], tn: int, depth: int, k_scope: Scope,
+               scalar: list[str]) -> str:
+        """The loop filling ``kg_b[0 .. tn)`` for one ``kg_k``: vectors along the right
+        operand's last column axis wherever a vector's lanes lie in one run of it (an im2col
+        patch row: one output row of a conv's window, guarded loads through the padding) and
+        ``vectorizable`` allows it; element by element (the ``scalar`` lines, one ``kg_j``)
+        elsewhere, and wholly where the operand does not vectorise."""
+        c, v, t = self.contraction, self.vector, self.index_t
+        assert c is not None
+        sym, extent = cols[-1]
+        loop = INDENT * (depth - 1)
+        element = [f"{loop}for (int kg_j = 0; kg_j < {tn}; ++kg_j) {{", *scalar, f"{loop}}}"]
+        if v is None or tn % v.width or not vectorizable(
+                c.right, sym, v, frozenset(self.kernel.hoisted),
+                guarded=self.guarded_element_vectors):
+            return "\n".join(element)
+        w, n_cols = v.width, prod(n for _, n in cols)
+        outer = Scope([], depth - 1, parent=k_scope)
+        outer.add(f"for (int kg_jv = 0; kg_jv < {tn}; kg_jv += {w}) {{")
+        body = outer.child()
+        body.add(f"const {t} kg_col = kg_tc * {tn} + kg_jv;")
+        self.decompose("kg_col", cols, body)
+        run = self.symbol_names[sym]
+        inside = f"kg_col + {w} <= {n_cols}" if len(cols) == 1 else \
+            f"kg_col + {w} <= {n_cols} && {run} + {w} <= {extent}"
+        body.add(f"if ({inside}) {{  // {w} lanes in one run")
+        lanes = body.child()
+        value = VectorPrinter(self, sym, run, lanes).expr(self.flat_reduction(c.right))
+        lanes.add(v.store.format(ptr="kg_b", off="kg_jv", v=value))
+        body.add("} else {")
+        body.add(f"{INDENT}for (int kg_j = kg_jv; kg_j < kg_jv + {w}; ++kg_j) {{")
+        body.lines.extend(INDENT * 2 + line for line in scalar)
+        body.add(f"{INDENT}}}")
+        body.add("}")
+        outer.add("}")
+        return "\n".join(outer.lines)
 
     # --- explicit vector loops ------------------------------------------------------------------
 
@@ -589,6 +642,13 @@ class CEmitter(Emitter):
             scope.add(f"for (; {i} < {stop}; ++{i}) {{")
             self.stores(scope.child(), guard, stores)
             scope.add("}")
+
+
+def _reindent(lines: list[str], shift: int) -> list[str]:
+    """``lines`` moved ``shift`` indentation levels right (left when negative)."""
+    if shift >= 0:
+        return [INDENT * shift + line for line in lines]
+    return [line[len(INDENT) * -shift:] for line in lines]
 
 
 class VectorPrinter:

@@ -22,13 +22,13 @@ from typing import Any
 import templates
 
 from ..dtypes import DType
-from ..expr import free_index_symbols
-from ..loop_ir import (Buffer, LoopKernel, contraction, operand_has_reduction,
+from ..expr import Load, free_index_symbols, walk
+from ..loop_ir import (Buffer, Contraction, LoopKernel, contraction, operand_has_reduction,
                        producer_redundancy)
 from ..shapes import prod
 from .base import Capabilities, Scope
 from . import unroll
-from .c_base import CEmitter, VectorSyntax, vector_columns_ok
+from .c_base import CEmitter, VectorSyntax, vector_columns_ok, vectorizable
 
 _UNARY_F = ("exp", "expm1", "log", "log1p", "sqrt", "sin", "cos", "tan", "asin", "acos", "atan",
             "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "floor", "ceil", "rint")
@@ -105,6 +105,9 @@ PACK_B_MIN_BYTES = 256 << 10
 # The packed template sweeps the column panels with blocks of row tiles whose left-operand rows
 # fit in this much cache (half a typical L2), so neither operand streams from memory per tile.
 ROW_BLOCK_BYTES = 512 << 10
+# ... and packs the panels in blocks of this many bytes, each consumed by the tiles while it is
+# in cache (MegEngine's cache-sized im2col blocks) instead of the whole operand before any tile.
+PACK_BLOCK_BYTES = 512 << 10
 
 # 'tiled': the register-tiled contraction template; 'columns': per-element reductions (a
 # depthwise conv's window) as one vector accumulator per run of four output columns, loads
@@ -155,7 +158,8 @@ class NeonEmitter(CEmitter):
 
     def __init__(self, kernel: LoopKernel, capabilities: Capabilities = CAPABILITIES,
                  tile: tuple[int, int] | None = None, schedule: str | None = None,
-                 pack_b: bool | None = None, group_rows: int | None = None) -> None:
+                 pack_b: bool | None = None, group_rows: int | None = None,
+                 pack_block_kib: int | None = None) -> None:
         if schedule is not None and schedule not in SCHEDULES:
             raise ValueError(f"kernel '{kernel.name}': NEON schedule must be one of {SCHEDULES}, "
                              f"got {schedule!r}")
@@ -165,7 +169,18 @@ class NeonEmitter(CEmitter):
             raise ValueError(f"NEON tiles need tile_m >= 1 and tile_n a multiple of 4, got {tile}")
         self.tile = tile
         self.pack_b = pack_b
+        if pack_block_kib is not None and pack_block_kib < 1:
+            raise ValueError(f"kernel '{kernel.name}': pack_block_kib must be at least 1, "
+                             f"got {pack_block_kib}")
+        self.pack_block_kib = pack_block_kib or PACK_BLOCK_BYTES >> 10
+        self.pack_panels = 0  # panels per packed block, once the tiles are known
         self.contraction = contraction(kernel) if schedule in (None, "tiled") else None
+        if self.contraction is not None and _loads_rows_as_vectors(
+                kernel, self.contraction.swapped()) and not _loads_rows_as_vectors(
+                kernel, self.contraction):
+            # the right operand is the one packed and loaded in vectors along its columns: a
+            # conv's patches (x[..., ow + kw]) rather than its weights (w[m, c, kh, kw])
+            self.contraction = self.contraction.swapped()
         if schedule == "tiled" and self.contraction is None:
             raise ValueError("schedule 'tiled' needs a contraction (one sum of a product of "
                              "operands on disjoint output axes)")
@@ -222,17 +237,23 @@ class NeonEmitter(CEmitter):
         if self.tile_default and operand_has_reduction(c.left) and n_cols <= 64:
             tn = -(-n_cols // 4) * 4  # AGO: one column tile, each producer element once
         self.tile = (tm, tn)
-        holes = self.contraction_holes(tm, tn, depth=4)
         pragma = "#pragma omp parallel for schedule(static)" \
             if k.numel >= PARALLEL_MIN_ELEMENTS else "// one thread: too small to split"
         if self.pack_b is None:  # measured: packing pays from 256^3 up
             right_bytes = 4 * prod(n for _, n in c.reduce.axes) * \
                 prod(k.domain[i][1] for i in c.cols + c.batch)
             self.pack_b = right_bytes > PACK_B_MIN_BYTES
+        holes = self.contraction_holes(tm, tn, depth=5 if self.pack_b else 4,
+                                       b_row=5 if self.pack_b else 4)
         if self.pack_b:
-            tiles_r = int(holes["tiles_r"])
-            block = min(tiles_r, max(1, ROW_BLOCK_BYTES // (4 * tm * int(holes["k_extent"]))))
-            holes.update(row_block=str(block), row_blocks=str(-(-tiles_r // block)))
+            tiles_r, k_extent = int(holes["tiles_r"]), int(holes["k_extent"])
+            block = min(tiles_r, max(1, ROW_BLOCK_BYTES // (4 * tm * k_extent)))
+            panels = int(holes["batches"]) * int(holes["tiles_c"])
+            self.pack_panels = min(panels, max(1, (self.pack_block_kib << 10) //
+                                               (4 * tn * k_extent)))
+            holes.update(row_block=str(block), row_blocks=str(-(-tiles_r // block)),
+                         block_panels=str(self.pack_panels),
+                         block_kib=str(-(-4 * tn * k_extent * self.pack_panels // 1024)))
         template = "contraction_packed.c" if self.pack_b else "contraction.c"
         return templates.render("neon", template, name="KG_FN", params=self.params(),
                                 pragma=pragma, tn_vec=str(tn // 4), **holes)
@@ -303,6 +324,14 @@ def columns_plan(kernel: LoopKernel) -> LoopKernel | None:
     return plan if vector_columns_ok(plan, VECTOR, guarded=True) else None
 
 
+def _loads_rows_as_vectors(kernel: LoopKernel, c: Contraction) -> bool:
+    """Whether ``c``'s right operand loads as float32 vectors along its last column axis."""
+    if not c.cols:
+        return False
+    sym = kernel.domain[c.cols[-1]][0]
+    return vectorizable(c.right, sym, VECTOR, frozenset(kernel.hoisted), guarded=True)
+
+
 def _c_name(name: str) -> str:
     return "".join(ch if ch.isalnum() else "_" for ch in name)[:40]
 
@@ -327,23 +356,32 @@ def _version() -> str:
 
 
 def emit_neon(kernel: LoopKernel, **options: Any) -> tuple[NeonSource, dict[str, Any]]:
-    allowed = {"capabilities", "tile_m", "tile_n", "schedule", "pack_b", "group_rows"}
+    allowed = {"capabilities", "tile_m", "tile_n", "schedule", "pack_b", "group_rows",
+               "pack_block_kib"}
     if unknown := set(options) - allowed:
         raise TypeError(f"unknown NEON emit options {sorted(unknown)}; expected {sorted(allowed)}")
     explicit = "tile_m" in options or "tile_n" in options
     emitter = NeonEmitter(kernel, options.get("capabilities", CAPABILITIES),
                           (options.get("tile_m", 4), options.get("tile_n", 8)) if explicit
                           else None, options.get("schedule"), options.get("pack_b"),
-                          options.get("group_rows"))
+                          options.get("group_rows"), options.get("pack_block_kib"))
     source = emitter.emit()
     schedule = emitter.schedule
     tunables = {"vector_width": VECTOR.width, "index_type": emitter.index_t,
                 "parallel_min_elements": PARALLEL_MIN_ELEMENTS, "chunk": CHUNK}
     if schedule == "tiled":
         tunables.update(tile_m=emitter.tile[0], tile_n=emitter.tile[1], pack_b=emitter.pack_b)
+        if emitter.pack_b:
+            tunables.update(pack_block_kib=emitter.pack_block_kib,
+                            pack_panels=emitter.pack_panels)
+        c = emitter.contraction
+        assert c is not None
         return source, {"schedule": schedule, "tunables": tunables,
                         "function": source.function_name, "threads": "openmp",
-                        "producer_redundancy": producer_redundancy(kernel, emitter.tile[1])}
+                        "producer_redundancy": producer_redundancy(kernel, emitter.tile[1]),
+                        # the buffers the right operand (the packed one) reads
+                        "right_operand_reads": sorted(
+                            {n.buffer for n in walk(c.right) if isinstance(n, Load)})}
     extra: dict[str, Any] = {"schedule": schedule, "tunables": tunables,
                              "function": source.function_name, "threads": "openmp"}
     if kernel.staged:  # each staged producer row once per group point (staging.py)

@@ -529,7 +529,7 @@ class OpenCLEmitter(CEmitter):
         a = Scope([], 3, parent=k_scope)
         a.add(f"const {t} kg_row = kg_min(kg_tr * {tm} + kg_i, ({t}){n_rows - 1});")
         self.decompose("kg_row", [k.domain[i] for i in c.rows], a)
-        a.add(f"const float kg_a = {self.expr(c.left, a)};")
+        a.add(f"const float kg_a = {self.expr(self.flat_reduction(c.left), a)};")
         store = Scope([], 2, parent=tile)
         self.decompose("kg_row", [k.domain[i] for i in c.rows], store)
         self._tile_stores(c, plan, store)

@@ -83,6 +83,20 @@ def test_neon_kernels_on_aarch64(tmp_path: Path) -> None:
         inputs.append([feeds["x"], feeds["w"]])
         wants.append(evaluate_chain([pre, window], feeds)[window.name])
         names.append(f"columns-stride{strides[0]}")
+    # im2col in blocks: the packed template gathering patches through padding (ReLU prologue
+    # as lane masks, stride 2 deinterleaving), 2 panels a block
+    from kernelgen.conv_algorithms import build
+    for strides in ([1, 1], [2, 2]):
+        feeds = {"x": rng.standard_normal((2, 5, 9, 11)).astype(np.float32),
+                 "w": rng.standard_normal((6, 5, 3, 3)).astype(np.float32)}
+        pre = kg.relu(kg.tensor("x", (2, 5, 9, 11)))
+        conv = kg.conv(pre, kg.constant("w", feeds["w"]), pads=[1, 1, 1, 1], strides=strides)
+        kernel = build(kg.fuse(pre, conv), "im2col", "neon", tuned=False, pack_block_kib=3)
+        assert kernel.metadata["tunables"]["pack_panels"] == 2
+        kernels.append(kernel)
+        inputs.append([feeds["x"], feeds["w"]])
+        wants.append(evaluate_chain([pre, conv], feeds)[conv.name])
+        names.append(f"im2col-blocks-stride{strides[0]}")
 
     exe = aarch64.build_harness(kernels, tmp_path)
     results = aarch64.run(exe, kernels, inputs, tmp_path, cpu="cortex-a53")

@@ -19,7 +19,8 @@ import autotune
 import kernelgen as kg
 from kernelgen.conv_algorithms import (ALGORITHMS, WINOGRAD4_AT, WINOGRAD4_BT, WINOGRAD4_G,
                                       WINOGRAD_BT, WINOGRAD_TILES, _bt_row, applicable,
-                                      heuristic)
+                                      build, heuristic)
+from kernelgen.kernel import Kernel
 from kernelgen.program import Program
 
 BACKENDS = ["opencl", "neon", "triton"]
@@ -89,7 +90,8 @@ def test_every_applicable_algorithm(case: ConvCase, backend: str) -> None:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_program_shape(backend: str) -> None:
-    """im2col is two kernels, Winograd three once the constant filter transform is folded;
+    """im2col is two kernels (one on NEON), Winograd three once the constant filter transform
+    is folded;
     the metadata says which algorithm ran and lists every stage. F(4x4) runs (4+2)^2 = 36
     GEMMs on 4x4 output tiles."""
     require(backend)
@@ -97,7 +99,13 @@ def test_program_shape(backend: str) -> None:
     n, m, oh, ow = conv.shape
     fused = kg.fuse(*ops)
     im2col = fused.emit(backend, algorithm="im2col")
-    assert isinstance(im2col, Program) and len(im2col.kernels) == 2
+    if backend == "neon":  # one kernel: the packed template's pack gathers the patches
+        assert isinstance(im2col, Kernel) and im2col.metadata["tunables"]["pack_b"]
+        assert im2col.metadata["right_operand_reads"] == ["x"]
+        implicit = fused.emit(backend, algorithm="implicit_gemm")
+        assert not implicit.metadata["tunables"]["pack_b"]
+    else:
+        assert isinstance(im2col, Program) and len(im2col.kernels) == 2
     for algorithm, tile in WINOGRAD_TILES.items():
         winograd = fused.emit(backend, algorithm=algorithm)
         assert isinstance(winograd, Program) and len(winograd.kernels) == 3
@@ -109,6 +117,29 @@ def test_program_shape(backend: str) -> None:
         assert any(name.startswith("winogradfilter")
                    for name in winograd.metadata["folded_constants"])
         assert "stage 2" in winograd.source
+
+
+@pytest.mark.parametrize("strides", [[1, 1], [2, 2], [3, 2]])
+def test_neon_im2col_packs_patches_in_cache_sized_blocks(strides: list[int]) -> None:
+    """NEON's im2col is one kernel whose pack gathers the patches (prologue applied) of a
+    block of output pixels at a time. With 3 KiB blocks (2 panels of 8 pixels x 45 taps),
+    the 36 panels of a batch-2 conv run in 18 blocks (at stride 2, 11 panels in 6, the last
+    partial), and panels cross images and output rows (11 or 6 pixels a row: vectors of 4
+    and single lanes). A stride of 3 along the row does not vectorise, so the weights would
+    be the packed operand: im2col then runs as the patch matrix and a GEMM."""
+    require("neon")
+    case = ConvCase("blocks", (2, 5, 13, 11), (6, 5, 3, 3), {"pads": [1, 1, 1, 1],
+                                                             "strides": strides})
+    ops, arrays, _ = case.build()
+    want = evaluate_chain(ops, arrays)[ops[-1].name]
+    fused = kg.fuse(*ops)
+    got = build(fused, "im2col", "neon", tuned=False, pack_block_kib=3)
+    if strides[1] == 3:
+        assert isinstance(got, Program)
+    else:
+        assert isinstance(got, Kernel) and got.metadata["tunables"]["pack_panels"] == 2
+        assert "kg_p0 += 2)" in got.source
+    assert_close(got(*(arrays[v.name] for v in fused.inputs)), want, scale=50)
 
 
 def test_winograd_input_transform_rows_are_lavin_grays() -> None:
@@ -183,7 +214,8 @@ def test_heuristic_when_nothing_is_measured() -> None:
     resnet_3x3 = ((1, 64, 56, 56), (64, 64, 3, 3))
     assert pick(*resnet_3x3, pads=[1, 1, 1, 1]) == "winograd_4x4"
     assert pick((1, 64, 14, 14), (64, 64, 3, 3), pads=[1, 1, 1, 1]) == "winograd"  # 4 ∤ 14
-    assert pick(*resnet_3x3, "neon", pads=[1, 1, 1, 1]) == "winograd"
+    assert pick(*resnet_3x3, "neon", pads=[1, 1, 1, 1]) == "im2col"  # blocked, one kernel
+    assert pick((1, 128, 28, 28), (128, 128, 3, 3), "neon", pads=[1, 1, 1, 1]) == "winograd"
     assert pick((1, 64, 56, 56), (128, 64, 3, 3), pads=[1, 1, 1, 1], strides=[2, 2]) == "im2col"
     assert pick((1, 64, 56, 56), (256, 64, 1, 1)) == "implicit_gemm"  # im2col would copy x
     assert pick((1, 64, 56, 56), (256, 64, 1, 1), "neon") == "im2col"

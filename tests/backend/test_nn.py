@@ -180,20 +180,44 @@ def test_neon_packed_row_blocks(monkeypatch) -> None:
     assert_close(kernel(a, b, bias), want, scale=4)
 
 
+def test_neon_packed_blocks_cross_batches() -> None:
+    """NEON packs the right operand a cache-sized block of panels at a time; blocks of 3
+    panels over a batched MatMul with 4 panels a batch point straddle batch points, and the
+    last block is partial. The packed operand loads as vectors along its rows, with the last
+    panel's columns past the end element by element."""
+    from conftest import require
+    require("neon")
+    batch, m, k, n = 3, 5, 37, 29  # 29 columns: 4 panels of 8 a batch point, 12 in all
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((batch, m, k), np.float32)
+    b = rng.standard_normal((batch, k, n), np.float32)
+    mm = kg.matmul(kg.tensor("a", a.shape), kg.tensor("b", b.shape))
+    out = kg.relu(mm)
+    kernel = kg.fuse(mm, out).emit("neon", tile_m=4, tile_n=8, pack_b=True,
+                                   pack_block_kib=4, tuned=False)  # 1184 bytes a panel
+    assert kernel.metadata["tunables"]["pack_panels"] == 3
+    assert "vst1q_f32(kg_b + kg_jv" in kernel.source
+    want = np.maximum(a.astype(np.float64) @ b, 0).astype(np.float32)
+    assert_close(kernel(a, b), want, scale=4)
+
+
 @pytest.mark.parametrize("backend_tile", [("opencl", (1, 1)), ("opencl", (2, 3)),
                                           ("opencl", (4, 4)), ("opencl", (8, 2)),
                                           ("neon", (1, 4)), ("neon", (3, 8)), ("neon", (8, 12)),
-                                          ("neon-packed", (4, 8)), ("neon-packed", (3, 4))])
+                                          ("neon-packed", (4, 8)), ("neon-packed", (3, 4)),
+                                          ("neon-blocks", (4, 8)), ("neon-blocks", (3, 4))])
 @pytest.mark.parametrize("name", ["MatMul", "MatMul-bcast-batch", "MatMul-shared-batch",
                                   "Gemm-trans",
                                   "Conv-stride2-bias", "Conv-1x1", "Conv-7x7", "Conv-1d"])
 def test_tiled_contraction_tiles(name: str, backend_tile: tuple[str, tuple[int, int]]) -> None:
     """The register-tiled contraction templates on sizes that no tile divides, for several
-    tiles; a tile taller than the matrix clamps."""
+    tiles; a tile taller than the matrix clamps. NEON's packed template also with 1 KiB
+    blocks of panels (several blocks, the last partial)."""
     from conftest import require
     backend_name, tile = backend_tile
-    extra = {"pack_b": True} if backend_name == "neon-packed" else {}
-    backend_name = backend_name.removesuffix("-packed")
+    extra = {"neon-packed": {"pack_b": True},
+             "neon-blocks": {"pack_b": True, "pack_block_kib": 1}}.get(backend_name, {})
+    backend_name = backend_name.split("-")[0]
     require(backend_name)
     case = next(c for c in CASES if c.name == name)
     values, arrays = case.inputs()

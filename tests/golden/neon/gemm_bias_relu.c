@@ -21,11 +21,11 @@
 //   out0: output 'y' float32[33, 9]
 // Register-tiled contraction: each tile of 4x8 outputs keeps its sums in 4x2
 // float32x4_t accumulators and streams the reduction once; vfmaq_n_f32 multiplies a row of the
-// right operand by one value of the left. Prologues are inlined into the operand loads, the
-// epilogue into the store. Batch axes (both operands depend on them) run outermost. Threads:
-// OpenMP over tiles.
+// right operand by one value of the left. The right operand's row loads as vectors where its
+// run allows. Prologues are inlined into the operand loads, the epilogue into the store. Batch
+// axes (both operands depend on them) run outermost. Threads: OpenMP over tiles.
 #define kg_min(a, b) ((a) < (b) ? (a) : (b))
-void kg_fused_gemm_relu_032ada919603(const float* restrict in0,
+void kg_fused_gemm_relu_091a71c484d6(const float* restrict in0,
         const float* restrict in1,
         const float* restrict in2,
         float* restrict out0)
@@ -44,14 +44,23 @@ void kg_fused_gemm_relu_032ada919603(const float* restrict in0,
             for (int kg_i = 0; kg_i < 4; ++kg_i) {
                 const int kg_row = kg_min(kg_tr * 4 + kg_i, (int)32);
                 const int o0 = kg_row;
-                const float t3 = in0[17 * o0 + r1];
+                const float t3 = in0[17 * o0 + kg_k];
                 kg_a[kg_i] = t3;
             }
-            for (int kg_j = 0; kg_j < 8; ++kg_j) {
-                const int kg_col = kg_min(kg_tc * 8 + kg_j, (int)8);
+            for (int kg_jv = 0; kg_jv < 8; kg_jv += 4) {
+                const int kg_col = kg_tc * 8 + kg_jv;
                 const int o1 = kg_col;
-                const float t5 = in1[9 * r1 + o1];
-                kg_b[kg_j] = t5;
+                if (kg_col + 4 <= 9) {  // 4 lanes in one run
+                    const float32x4_t v7 = vld1q_f32(in1 + 9 * kg_k + o1);
+                    vst1q_f32(kg_b + kg_jv, v7);
+                } else {
+                    for (int kg_j = kg_jv; kg_j < kg_jv + 4; ++kg_j) {
+                        const int kg_col = kg_min(kg_tc * 8 + kg_j, (int)8);
+                        const int o1 = kg_col;
+                        const float t5 = in1[9 * kg_k + o1];
+                        kg_b[kg_j] = t5;
+                    }
+                }
             }
             for (int kg_v = 0; kg_v < 2; ++kg_v) {
                 const float32x4_t kg_bv = vld1q_f32(kg_b + 4 * kg_v);
@@ -70,10 +79,10 @@ void kg_fused_gemm_relu_032ada919603(const float* restrict in0,
                 if (kg_row >= 33 || kg_col >= 9) continue;
                 const int o0 = kg_row;
                 const int o1 = kg_col;
-                const float t8 = in2[o1];
-                const float t9 = kg_acc_at + t8;
-                const float t10 = fmaxf(t9, 0.0f);
-                out0[9 * o0 + o1] = t10;
+                const float t10 = in2[o1];
+                const float t11 = kg_acc_at + t10;
+                const float t12 = fmaxf(t11, 0.0f);
+                out0[9 * o0 + o1] = t12;
             }
         }
     }
