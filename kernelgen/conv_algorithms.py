@@ -206,7 +206,8 @@ def build(fused: FusedOp, algorithm: str, backend: str, tuned: bool | None = Non
         return fused.emit_kernel(backend, tuned=False, **{**DIRECT_OPTIONS[backend], **options})
     if algorithm == "implicit_gemm":
         # on NEON the packed template's pack would be im2col's: read the patches in place
-        extra = {"pack_b": False} if backend == "neon" else {}
+        # (a block of two convs, AGO's, packs its producer's values instead)
+        extra = {"pack_b": False} if backend == "neon" and conv_block(fused) else {}
         return fused.emit_kernel(backend, tuned, **{**options, **extra})
     block = conv_block(fused)
     assert block is not None

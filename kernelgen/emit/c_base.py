@@ -533,8 +533,8 @@ class CEmitter(Emitter):
                scalar: list[str]) -> str:
         """The loop filling ``kg_b[0 .. tn)`` for one ``kg_k``: vectors along the right
         operand's last column axis wherever a vector's lanes lie in one run of it (an im2col
-        patch row: one output row of a conv's window, guarded loads through the padding) and
-        ``vectorizable`` allows it; element by element (the ``scalar`` lines, one ``kg_j``)
+        patch row: one output row of a conv's window, guarded loads through the padding; an
+        AGO producer's sums as vector accumulators) and ``vectorizable`` allows it; element by element (the ``scalar`` lines, one ``kg_j``)
         elsewhere, and wholly where the operand does not vectorise."""
         c, v, t = self.contraction, self.vector, self.index_t
         assert c is not None
@@ -543,7 +543,7 @@ class CEmitter(Emitter):
         element = [f"{loop}for (int kg_j = 0; kg_j < {tn}; ++kg_j) {{", *scalar, f"{loop}}}"]
         if v is None or tn % v.width or not vectorizable(
                 c.right, sym, v, frozenset(self.kernel.hoisted),
-                guarded=self.guarded_element_vectors):
+                guarded=self.guarded_element_vectors, reductions=True):
             return "\n".join(element)
         w, n_cols = v.width, prod(n for _, n in cols)
         outer = Scope([], depth - 1, parent=k_scope)

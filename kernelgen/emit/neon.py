@@ -23,8 +23,7 @@ import templates
 
 from ..dtypes import DType
 from ..expr import Load, free_index_symbols, walk
-from ..loop_ir import (Buffer, Contraction, LoopKernel, contraction, operand_has_reduction,
-                       producer_redundancy)
+from ..loop_ir import Buffer, Contraction, LoopKernel, contraction, operand_has_reduction
 from ..shapes import prod
 from .base import Capabilities, Scope
 from . import unroll
@@ -175,12 +174,16 @@ class NeonEmitter(CEmitter):
         self.pack_block_kib = pack_block_kib or PACK_BLOCK_BYTES >> 10
         self.pack_panels = 0  # panels per packed block, once the tiles are known
         self.contraction = contraction(kernel) if schedule in (None, "tiled") else None
-        if self.contraction is not None and _loads_rows_as_vectors(
-                kernel, self.contraction.swapped()) and not _loads_rows_as_vectors(
-                kernel, self.contraction):
+        c = self.contraction
+        if c is not None and not _loads_rows_as_vectors(kernel, c) and \
+                _loads_rows_as_vectors(kernel, c.swapped(), producer=True):
             # the right operand is the one packed and loaded in vectors along its columns: a
-            # conv's patches (x[..., ow + kw]) rather than its weights (w[m, c, kh, kw])
-            self.contraction = self.contraction.swapped()
+            # conv's patches (x[..., ow + kw]) rather than its weights (w[m, c, kh, kw]); an
+            # AGO producer (conv3x3 -> 1x1) as vector accumulators, each packed element once
+            self.contraction = c.swapped()
+            if pack_b is None and operand_has_reduction(c.left):
+                self.pack_b = True
+        self.producer_recomputed = 1.0  # how often a fused producer element is computed
         if schedule == "tiled" and self.contraction is None:
             raise ValueError("schedule 'tiled' needs a contraction (one sum of a product of "
                              "operands on disjoint output axes)")
@@ -237,12 +240,16 @@ class NeonEmitter(CEmitter):
         if self.tile_default and operand_has_reduction(c.left) and n_cols <= 64:
             tn = -(-n_cols // 4) * 4  # AGO: one column tile, each producer element once
         self.tile = (tm, tn)
+        if operand_has_reduction(c.left):  # once per column tile
+            self.producer_recomputed = float(-(-n_cols // tn))
         pragma = "#pragma omp parallel for schedule(static)" \
             if k.numel >= PARALLEL_MIN_ELEMENTS else "// one thread: too small to split"
         if self.pack_b is None:  # measured: packing pays from 256^3 up
             right_bytes = 4 * prod(n for _, n in c.reduce.axes) * \
                 prod(k.domain[i][1] for i in c.cols + c.batch)
             self.pack_b = right_bytes > PACK_B_MIN_BYTES
+        if operand_has_reduction(c.right) and not self.pack_b:  # once per row tile
+            self.producer_recomputed = float(-(-n_rows // tm))
         holes = self.contraction_holes(tm, tn, depth=5 if self.pack_b else 4,
                                        b_row=5 if self.pack_b else 4)
         if self.pack_b:
@@ -324,12 +331,14 @@ def columns_plan(kernel: LoopKernel) -> LoopKernel | None:
     return plan if vector_columns_ok(plan, VECTOR, guarded=True) else None
 
 
-def _loads_rows_as_vectors(kernel: LoopKernel, c: Contraction) -> bool:
-    """Whether ``c``'s right operand loads as float32 vectors along its last column axis."""
+def _loads_rows_as_vectors(kernel: LoopKernel, c: Contraction, producer: bool = False) -> bool:
+    """Whether ``c``'s right operand loads as float32 vectors along its last column axis
+    (``producer``: computes so, a fused producer's reduction as vector accumulators)."""
     if not c.cols:
         return False
     sym = kernel.domain[c.cols[-1]][0]
-    return vectorizable(c.right, sym, VECTOR, frozenset(kernel.hoisted), guarded=True)
+    return vectorizable(c.right, sym, VECTOR, frozenset(kernel.hoisted), guarded=True,
+                        reductions=producer)
 
 
 def _c_name(name: str) -> str:
@@ -378,7 +387,7 @@ def emit_neon(kernel: LoopKernel, **options: Any) -> tuple[NeonSource, dict[str,
         assert c is not None
         return source, {"schedule": schedule, "tunables": tunables,
                         "function": source.function_name, "threads": "openmp",
-                        "producer_redundancy": producer_redundancy(kernel, emitter.tile[1]),
+                        "producer_redundancy": emitter.producer_recomputed,
                         # the buffers the right operand (the packed one) reads
                         "right_operand_reads": sorted(
                             {n.buffer for n in walk(c.right) if isinstance(n, Load)})}

@@ -77,12 +77,33 @@ def test_default_tiling_computes_each_producer_element_once(backend_name: str,
     consumer = ops[-1]  # the tiling analysis agrees: full columns recompute nothing
     full = list(consumer.shape)
     assert redundancy(consumer.index_maps[0], full) == 1.0
-    narrow = fused.emit(backend_name, tile_m=4, tile_n=4)  # split columns: recomputes
+    # split tiles recompute: columns when the producer is the left operand; rows when NEON
+    # loads it as the right operand (vectors along the pixels) without packing it once
+    narrow = fused.emit(backend_name, tile_m=4, tile_n=4,
+                        **({"pack_b": False} if backend_name == "neon" else {}))
     assert narrow.metadata["producer_redundancy"] > 1.0
     feeds = _feeds(values)
     want = evaluate_chain(ops, feeds)[ops[-1].name]
     for k in (kernel, narrow):
         assert_close(k(*(feeds[v.name] for v in fused.inputs)), want, scale=50)
+
+
+def test_neon_packs_a_conv_producer_once_whatever_the_tiles() -> None:
+    """NEON computes an AGO conv producer (conv3x3 + ReLU -> 1x1) as the packed operand:
+    vector accumulators along the pixels, each value once into a panel that every row tile
+    reads, so narrow tiles recompute nothing; several blocks of panels too."""
+    require("neon")
+    values, ops = _conv_then_1x1()
+    fused = kg.fuse(*ops, force=True)
+    feeds = _feeds(values)
+    want = evaluate_chain(ops, feeds)[ops[-1].name]
+    for options in ({}, {"tile_m": 1, "tile_n": 4, "pack_block_kib": 1}):
+        kernel = fused.emit("neon", tuned=False, **options)
+        assert kernel.metadata["tunables"]["pack_b"]
+        assert kernel.metadata["producer_redundancy"] == 1.0
+        assert kernel.metadata["right_operand_reads"] == ["w1", "x"]
+        assert "vfmaq_f32(" in kernel.source  # the producer's sums, 4 pixels a vector
+        assert_close(kernel(*(feeds[v.name] for v in fused.inputs)), want, scale=50)
 
 
 def _scaled_attention(batch: int, m: int, d: int, n: int, dv: int
