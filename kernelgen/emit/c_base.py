@@ -16,10 +16,10 @@ from ..dtypes import DType
 from ..errors import UnsupportedError
 from ..expr import (Call, Cast, Const, Expr, IndexCond, Load, Reduce, Select, free_index_symbols,
                     transform, walk)
-from ..loop_ir import Axis, Buffer, Contraction, LoopKernel, Staged, flatten_axes
+from ..loop_ir import Axis, Buffer, Contraction, LoopKernel, Staged, flatten_axes, specialise
 from ..shapes import prod
 from ..staging import hoist_order
-from .base import INDENT, Capabilities, Emitter, Scope
+from .base import Capabilities, Emitter, Scope
 from .unroll import Unrolled
 
 StoreAt = tuple[Buffer, Expr, sympy.Expr]  # an output, its value, its flat offset
@@ -472,15 +472,15 @@ class CEmitter(Emitter):
 
     # --- the register-tiled contraction (templates/<backend>/contraction.*) ---------------------
 
-    def contraction_holes(self, tm: int, tn: int, depth: int, b_row: int | None = None
-                          ) -> dict[str, str]:
+    def contraction_holes(self, tm: int, tn: int, depth: int, b_row: int | None = None,
+                          k_group: int = 1) -> dict[str, str]:
         """Hole texts shared by the C-family contraction templates: ``batch_bind`` binds the
         batch axes from ``kg_bt`` (the template's batch position), ``k_bind`` the reduction
         axes from ``kg_k``, operand loads ``kg_a[kg_i]``/``kg_b[kg_j]`` (rows and columns past
         the end clamp to the last one), and the guarded epilogue storing ``kg_acc_at`` (the
         template defines it as this element's sum). ``depth`` is the indentation of the
-        template's loop bodies. With ``b_row`` (the depth of its loop body), also ``b_row``:
-        the loop filling all of ``kg_b`` (``_b_row``)."""
+        template's loop bodies. With ``b_row`` (the depth of its loop body), ``b_row`` instead
+        of ``b_load``: the loop filling all of ``kg_b``, ``k_group`` rows of it (``_b_row``)."""
         k, c = self.kernel, self.contraction
         assert c is not None
         rows = [k.domain[i] for i in c.rows]
@@ -497,11 +497,12 @@ class CEmitter(Emitter):
         self.decompose("kg_row", rows, a)
         a.add(f"kg_a[kg_i] = {self.expr(self.flat_reduction(c.left), a)};")
         b = Scope([], depth, parent=k_scope)
-        b.add(f"const {t} kg_col = kg_min(kg_tc * {tn} + kg_j, ({t}){n_cols - 1});")
-        self.decompose("kg_col", cols, b)
-        b.add(f"kg_b[kg_j] = {self.expr(self.flat_reduction(c.right), b)};")
-        row = "" if b_row is None else self._b_row(cols, tn, b_row, k_scope,
-                                                    _reindent(b.lines, b_row - depth))
+        if b_row is None:
+            b.add(f"const {t} kg_col = kg_min(kg_tc * {tn} + kg_j, ({t}){n_cols - 1});")
+            self.decompose("kg_col", cols, b)
+        if b_row is None:
+            b.add(f"kg_b[kg_j] = {self.expr(self.flat_reduction(c.right), b)};")
+        row = "" if b_row is None else self._b_row(cols, tn, b_row, k_scope, k_group)
         out = Scope([], depth, parent=tile_scope)
         out.add(f"const {t} kg_row = kg_tr * {tm} + kg_i, kg_col = kg_tc * {tn} + kg_j;")
         out.add(f"if (kg_row >= {n_rows} || kg_col >= {n_cols}) continue;")
@@ -526,27 +527,58 @@ class CEmitter(Emitter):
         assert c is not None
         flat = sympy.Symbol("kg_k")
         self.ranges[flat] = prod(n for _, n in c.reduce.axes)
-        merged = flatten_axes(operand, list(c.reduce.axes), flat)
+        unit = {s: 0 for s, n in c.reduce.axes if n == 1}  # a 1x1 conv's kernel axes
+        axes = [(s, n) for s, n in c.reduce.axes if n > 1]
+        if unit:
+            operand = specialise(operand, unit, self.ranges)
+        merged = flatten_axes(operand, axes, flat) if axes else None
         return operand if merged is None else merged
 
     def _b_row(self, cols: list[Axis], tn: int, depth: int, k_scope: Scope,
-               scalar: list[str]) -> str:
-        """The loop filling ``kg_b[0 .. tn)`` for one ``kg_k``: vectors along the right
-        operand's last column axis wherever a vector's lanes lie in one run of it (an im2col
-        patch row: one output row of a conv's window, guarded loads through the padding; an
-        AGO producer's sums as vector accumulators) and ``vectorizable`` allows it; element by element (the ``scalar`` lines, one ``kg_j``)
-        elsewhere, and wholly where the operand does not vectorise."""
+               k_group: int = 1) -> str:
+        """The loop filling ``kg_b[0 .. tn)`` for one ``kg_k`` (with ``k_group``, the rows
+        ``kg_b[j * tn ..]`` for ``kg_k + j``, j < ``k_group``, computed together: an AGO
+        producer's channels, whose sums then share each input load and run as independent
+        chains). Vectors along the right operand's last column axis wherever a vector's lanes
+        lie in one run of it (an im2col patch row: one output row of a conv's window, guarded
+        loads through the padding; a producer's sums as vector accumulators); element by
+        element elsewhere, and wholly where the operand does not vectorise."""
         c, v, t = self.contraction, self.vector, self.index_t
         assert c is not None
         sym, extent = cols[-1]
-        loop = INDENT * (depth - 1)
-        element = [f"{loop}for (int kg_j = 0; kg_j < {tn}; ++kg_j) {{", *scalar, f"{loop}}}"]
-        if v is None or tn % v.width or not vectorizable(
-                c.right, sym, v, frozenset(self.kernel.hoisted),
-                guarded=self.guarded_element_vectors, reductions=True):
-            return "\n".join(element)
-        w, n_cols = v.width, prod(n for _, n in cols)
+        n_cols, k_extent = prod(n for _, n in cols), prod(n for _, n in c.reduce.axes)
+        right = self.flat_reduction(c.right)
+        assert k_group == 1 or sympy.Symbol("kg_k") in free_index_symbols(right)
+        rows = [right]
         outer = Scope([], depth - 1, parent=k_scope)
+        for j in range(1, k_group):  # the group's other rows, clamped to the last
+            kj = sympy.Symbol(f"kg_k{j}")
+            self.ranges[kj] = k_extent
+            outer.add(f"const {t} {kj} = kg_min(kg_k + {j}, ({t}){k_extent - 1});")
+            rows.append(specialise(right, {sympy.Symbol("kg_k"): kj}, self.ranges))
+
+        def store(scope: Scope, j: int, text: str) -> None:
+            if k_extent % k_group and j:  # the last group's rows past the end stay unwritten
+                text = f"if (kg_k + {j} < {k_extent}) {text}"
+            scope.add(text)
+
+        def elements(scope: Scope, start: str, stop: str) -> None:
+            scope.add(f"for (int kg_j = {start}; kg_j < {stop}; ++kg_j) {{")
+            lane = scope.child()
+            lane.add(f"const {t} kg_col = kg_min(kg_tc * {tn} + kg_j, ({t}){n_cols - 1});")
+            self.decompose("kg_col", cols, lane)
+            self.reduce_together(rows, lane)
+            for j, row in enumerate(rows):
+                at = f"{j * tn} + kg_j" if j else "kg_j"
+                store(lane, j, f"kg_b[{at}] = {self.expr(row, lane)};")
+            scope.add("}")
+
+        if v is None or tn % v.width or not vectorizable(
+                right, sym, v, frozenset(self.kernel.hoisted),
+                guarded=self.guarded_element_vectors, reductions=True):
+            elements(outer, "0", str(tn))
+            return "\n".join(outer.lines)
+        w = v.width
         outer.add(f"for (int kg_jv = 0; kg_jv < {tn}; kg_jv += {w}) {{")
         body = outer.child()
         body.add(f"const {t} kg_col = kg_tc * {tn} + kg_jv;")
@@ -556,12 +588,13 @@ class CEmitter(Emitter):
             f"kg_col + {w} <= {n_cols} && {run} + {w} <= {extent}"
         body.add(f"if ({inside}) {{  // {w} lanes in one run")
         lanes = body.child()
-        value = VectorPrinter(self, sym, run, lanes).expr(self.flat_reduction(c.right))
-        lanes.add(v.store.format(ptr="kg_b", off="kg_jv", v=value))
+        printer = VectorPrinter(self, sym, run, lanes)
+        printer.reduce_together(rows)
+        for j, row in enumerate(rows):
+            at = f"kg_jv + {j * tn}" if j else "kg_jv"
+            store(lanes, j, v.store.format(ptr="kg_b", off=at, v=printer.expr(row)))
         body.add("} else {")
-        body.add(f"{INDENT}for (int kg_j = kg_jv; kg_j < kg_jv + {w}; ++kg_j) {{")
-        body.lines.extend(INDENT * 2 + line for line in scalar)
-        body.add(f"{INDENT}}}")
+        elements(body.child(), "kg_jv", f"kg_jv + {w}")
         body.add("}")
         outer.add("}")
         return "\n".join(outer.lines)
@@ -642,13 +675,6 @@ class CEmitter(Emitter):
             scope.add(f"for (; {i} < {stop}; ++{i}) {{")
             self.stores(scope.child(), guard, stores)
             scope.add("}")
-
-
-def _reindent(lines: list[str], shift: int) -> list[str]:
-    """``lines`` moved ``shift`` indentation levels right (left when negative)."""
-    if shift >= 0:
-        return [INDENT * shift + line for line in lines]
-    return [line[len(INDENT) * -shift:] for line in lines]
 
 
 class VectorPrinter:

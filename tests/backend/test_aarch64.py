@@ -97,6 +97,19 @@ def test_neon_kernels_on_aarch64(tmp_path: Path) -> None:
         inputs.append([feeds["x"], feeds["w"]])
         wants.append(evaluate_chain([pre, conv], feeds)[conv.name])
         names.append(f"im2col-blocks-stride{strides[0]}")
+    # AGO conv3x3 + ReLU -> 1x1 with the producer packed, 21 channels in two groups of 11
+    feeds = {"x": rng.standard_normal((1, 5, 9, 11)).astype(np.float32),
+             "w1": rng.standard_normal((21, 5, 3, 3)).astype(np.float32),
+             "w2": rng.standard_normal((6, 21, 1, 1)).astype(np.float32)}
+    producer = kg.conv(kg.tensor("x", (1, 5, 9, 11)), kg.tensor("w1", (21, 5, 3, 3)),
+                       pads=[1, 1, 1, 1])
+    ago = [producer, kg.relu(producer)]
+    ago.append(kg.conv(ago[-1], kg.tensor("w2", (6, 21, 1, 1))))
+    fused_ago = kg.fuse(*ago, force=True)
+    kernels.append(fused_ago.emit("neon", tuned=False))
+    inputs.append([feeds[v.name] for v in fused_ago.inputs])
+    wants.append(evaluate_chain(ago, feeds)[ago[-1].name])
+    names.append("ago-conv-1x1")
 
     exe = aarch64.build_harness(kernels, tmp_path)
     results = aarch64.run(exe, kernels, inputs, tmp_path, cpu="cortex-a53")

@@ -88,20 +88,29 @@ def test_default_tiling_computes_each_producer_element_once(backend_name: str,
         assert_close(k(*(feeds[v.name] for v in fused.inputs)), want, scale=50)
 
 
-def test_neon_packs_a_conv_producer_once_whatever_the_tiles() -> None:
+@pytest.mark.parametrize("channels", [7, 21])
+def test_neon_packs_a_conv_producer_once_whatever_the_tiles(channels: int) -> None:
     """NEON computes an AGO conv producer (conv3x3 + ReLU -> 1x1) as the packed operand:
     vector accumulators along the pixels, each value once into a panel that every row tile
-    reads, so narrow tiles recompute nothing; several blocks of panels too."""
+    reads, so narrow tiles recompute nothing; several blocks of panels too. The producer's
+    channels are computed in groups sharing their input loads: 7 in one group; 21 in two of
+    11, the second with one row past the end computed on a clamped channel and not stored."""
     require("neon")
-    values, ops = _conv_then_1x1()
+    x, w1, w2 = (kg.tensor("x", (2, 5, 9, 11)), kg.tensor("w1", (channels, 5, 3, 3)),
+                 kg.tensor("w2", (6, channels, 1, 1)))
+    p = kg.conv(x, w1, pads=[1, 1, 1, 1])
+    ops = [p, kg.relu(p)]
+    ops.append(kg.conv(ops[-1], w2))
     fused = kg.fuse(*ops, force=True)
-    feeds = _feeds(values)
+    feeds = _feeds([x, w1, w2])
     want = evaluate_chain(ops, feeds)[ops[-1].name]
+    group = {7: 7, 21: 11}[channels]
     for options in ({}, {"tile_m": 1, "tile_n": 4, "pack_block_kib": 1}):
         kernel = fused.emit("neon", tuned=False, **options)
         assert kernel.metadata["tunables"]["pack_b"]
         assert kernel.metadata["producer_redundancy"] == 1.0
         assert kernel.metadata["right_operand_reads"] == ["w1", "x"]
+        assert f"kg_k += {group})" in kernel.source
         assert "vfmaq_f32(" in kernel.source  # the producer's sums, 4 pixels a vector
         assert_close(kernel(*(feeds[v.name] for v in fused.inputs)), want, scale=50)
 

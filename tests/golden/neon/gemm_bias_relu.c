@@ -25,7 +25,7 @@
 // run allows. Prologues are inlined into the operand loads, the epilogue into the store. Batch
 // axes (both operands depend on them) run outermost. Threads: OpenMP over tiles.
 #define kg_min(a, b) ((a) < (b) ? (a) : (b))
-void kg_fused_gemm_relu_091a71c484d6(const float* restrict in0,
+void kg_fused_gemm_relu_11634bd9f8f5(const float* restrict in0,
         const float* restrict in1,
         const float* restrict in2,
         float* restrict out0)
@@ -51,14 +51,14 @@ void kg_fused_gemm_relu_091a71c484d6(const float* restrict in0,
                 const int kg_col = kg_tc * 8 + kg_jv;
                 const int o1 = kg_col;
                 if (kg_col + 4 <= 9) {  // 4 lanes in one run
-                    const float32x4_t v7 = vld1q_f32(in1 + 9 * kg_k + o1);
-                    vst1q_f32(kg_b + kg_jv, v7);
+                    const float32x4_t v5 = vld1q_f32(in1 + 9 * kg_k + o1);
+                    vst1q_f32(kg_b + kg_jv, v5);
                 } else {
                     for (int kg_j = kg_jv; kg_j < kg_jv + 4; ++kg_j) {
                         const int kg_col = kg_min(kg_tc * 8 + kg_j, (int)8);
                         const int o1 = kg_col;
-                        const float t5 = in1[9 * kg_k + o1];
-                        kg_b[kg_j] = t5;
+                        const float t7 = in1[9 * kg_k + o1];
+                        kg_b[kg_j] = t7;
                     }
                 }
             }
