@@ -88,6 +88,34 @@ def test_default_tiling_computes_each_producer_element_once(backend_name: str,
         assert_close(k(*(feeds[v.name] for v in fused.inputs)), want, scale=50)
 
 
+def _conv_then_1x1_with(channels: int) -> tuple[list[kg.Value], list[kg.Op]]:
+    """conv3x3 + ReLU -> 1x1 over 2 images, the producer with ``channels`` channels."""
+    x, w1, w2 = (kg.tensor("x", (2, 5, 9, 11)), kg.tensor("w1", (channels, 5, 3, 3)),
+                 kg.tensor("w2", (6, channels, 1, 1)))
+    p = kg.conv(x, w1, pads=[1, 1, 1, 1])
+    ops = [p, kg.relu(p)]
+    ops.append(kg.conv(ops[-1], w2))
+    return [x, w1, w2], ops
+
+
+@pytest.mark.parametrize("channels, group", [(7, 7), (11, 1), (12, 6), (32, 8)])
+def test_opencl_producer_channels_share_their_loads(channels: int, group: int) -> None:
+    """OpenCL computes an AGO conv producer as the vector operand, several of its channels
+    per reduction step (the largest divisor of the channel count up to 8), each vector of
+    the input window loaded once for all of them; a prime count above 8 goes one by one."""
+    require("opencl")
+    values, ops = _conv_then_1x1_with(channels)
+    fused = kg.fuse(*ops, force=True)
+    feeds = _feeds(values)
+    want = evaluate_chain(ops, feeds)[ops[-1].name]
+    kernel = fused.emit("opencl", tuned=False)
+    assert kernel.metadata["producer_redundancy"] == 1.0
+    assert f"kg_k += {group})" in kernel.source
+    # one interior and one masked-edge vector load of the input, shared by the group
+    assert len(re.findall(r"vload\d+\(0, x \+ ", kernel.source)) == 2
+    assert_close(kernel(*(feeds[v.name] for v in fused.inputs)), want, scale=50)
+
+
 @pytest.mark.parametrize("channels", [7, 21])
 def test_neon_packs_a_conv_producer_once_whatever_the_tiles(channels: int) -> None:
     """NEON computes an AGO conv producer (conv3x3 + ReLU -> 1x1) as the packed operand:
@@ -96,13 +124,9 @@ def test_neon_packs_a_conv_producer_once_whatever_the_tiles(channels: int) -> No
     channels are computed in groups sharing their input loads: 7 in one group; 21 in two of
     11, the second with one row past the end computed on a clamped channel and not stored."""
     require("neon")
-    x, w1, w2 = (kg.tensor("x", (2, 5, 9, 11)), kg.tensor("w1", (channels, 5, 3, 3)),
-                 kg.tensor("w2", (6, channels, 1, 1)))
-    p = kg.conv(x, w1, pads=[1, 1, 1, 1])
-    ops = [p, kg.relu(p)]
-    ops.append(kg.conv(ops[-1], w2))
+    values, ops = _conv_then_1x1_with(channels)
     fused = kg.fuse(*ops, force=True)
-    feeds = _feeds([x, w1, w2])
+    feeds = _feeds(values)
     want = evaluate_chain(ops, feeds)[ops[-1].name]
     group = {7: 7, 21: 11}[channels]
     for options in ({}, {"tile_m": 1, "tile_n": 4, "pack_block_kib": 1}):

@@ -10,7 +10,9 @@
 // holds batch axes both operands depend on. PoCL keeps the arrays in registers only because every
 // loop over them is unrolled. A partial last column tile shifts left to stay whole and stores
 // only its own columns. Prologues are inlined into the loads, the epilogue into the stores
-// (vector stores where the output is contiguous along the run).
+// (vector stores where the output is contiguous along the run). Each step of the reduction
+// loads 1 position(s) of the right operand (an AGO producer's channels, computed
+// together so their sums share every input load) and applies them one after another.
 #define kg_min(a, b) min(a, b)
 __kernel void fused_gemm_relu(__global const float* restrict a,
         __global const float* restrict b,
@@ -25,21 +27,23 @@ __kernel void fused_gemm_relu(__global const float* restrict a,
     _Pragma("unroll") for (int kg_i = 0; kg_i < 8; ++kg_i)
         _Pragma("unroll") for (int kg_v = 0; kg_v < 1; ++kg_v)
             kg_acc[kg_i][kg_v] = (float8)(0.0f);
-    _Pragma("unroll") for (int kg_k = 0; kg_k < 17; ++kg_k) {
+    _Pragma("unroll") for (int kg_k = 0; kg_k < 17; kg_k += 1) {
         const int r1 = kg_k;
-        float8 kg_b[1];
+        float8 kg_b[1][1];
         _Pragma("unroll") for (int kg_v = 0; kg_v < 1; ++kg_v) {
             const int kg_col = kg_c0 + kg_v * 8;
             const float8 v2 = vload8(0, b + 9 * r1 + kg_col);
-            kg_b[kg_v] = v2;
+            kg_b[0][kg_v] = v2;
         }
-        _Pragma("unroll") for (int kg_i = 0; kg_i < 8; ++kg_i) {
+        _Pragma("unroll") for (int kg_g = 0; kg_g < 1; ++kg_g) {
+            _Pragma("unroll") for (int kg_i = 0; kg_i < 8; ++kg_i) {
             const int kg_row = kg_min(kg_tr * 8 + kg_i, (int)32);
             const int o0 = kg_row;
             const float t4 = a[17 * o0 + kg_k];
             const float kg_a = t4;
-            _Pragma("unroll") for (int kg_v = 0; kg_v < 1; ++kg_v)
-                kg_acc[kg_i][kg_v] = fma((float8)(kg_a), kg_b[kg_v], kg_acc[kg_i][kg_v]);
+                _Pragma("unroll") for (int kg_v = 0; kg_v < 1; ++kg_v)
+                    kg_acc[kg_i][kg_v] = fma((float8)(kg_a), kg_b[kg_g][kg_v], kg_acc[kg_i][kg_v]);
+            }
         }
     }
     _Pragma("unroll") for (int kg_i = 0; kg_i < 8; ++kg_i) {
