@@ -133,6 +133,12 @@ class OpenCLRuntime:
     def sync(self) -> None:
         device().queue.finish()
 
+    def to_host(self, handle: Any, out: np.ndarray) -> None:
+        """Copy a device buffer into ``out`` once the queued launches are done."""
+        cl = _import_cl()
+        cl.enqueue_copy(device().queue, out, handle)
+        self.sync()
+
     def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
         cl = _import_cl()
         handles = [self.device_array(a) for a in inputs]

@@ -110,6 +110,11 @@ class TritonRuntime:
         if device() == "cuda":
             torch.cuda.synchronize()
 
+    def to_host(self, handle: Any, out: np.ndarray) -> None:
+        """Copy a device tensor into ``out`` once the queued launches are done."""
+        self.sync()
+        out[...] = handle.cpu().numpy()
+
     def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
         handles = [self.device_array(a) for a in inputs]
         out_handles = [self.device_empty(b) for b in self.loop.outputs]
