@@ -497,12 +497,13 @@ class CEmitter(Emitter):
         self.decompose("kg_row", rows, a)
         a.add(f"kg_a[kg_i] = {self.expr(self.flat_reduction(c.left), a)};")
         b = Scope([], depth, parent=k_scope)
+        row = ""
         if b_row is None:
             b.add(f"const {t} kg_col = kg_min(kg_tc * {tn} + kg_j, ({t}){n_cols - 1});")
             self.decompose("kg_col", cols, b)
-        if b_row is None:
             b.add(f"kg_b[kg_j] = {self.expr(self.flat_reduction(c.right), b)};")
-        row = "" if b_row is None else self._b_row(cols, tn, b_row, k_scope, k_group)
+        else:
+            row = self._b_row(cols, tn, b_row, k_scope, k_group)
         out = Scope([], depth, parent=tile_scope)
         out.add(f"const {t} kg_row = kg_tr * {tm} + kg_i, kg_col = kg_tc * {tn} + kg_j;")
         out.add(f"if (kg_row >= {n_rows} || kg_col >= {n_cols}) continue;")

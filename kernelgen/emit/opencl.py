@@ -514,18 +514,13 @@ class OpenCLEmitter(CEmitter):
         k_scope = Scope([], 2, parent=tile)
         self.decompose("kg_k", list(c.reduce.axes), k_scope)
         b = Scope([], 2, parent=k_scope)
-        k_extent = prod(n for _, n in c.reduce.axes)
-        left, group = self.flat_reduction(c.left), 1
-        flat_k = sympy.Symbol("kg_k")
-        if plan.right is not None and operand_has_reduction(plan.right):
-            right = self.flat_reduction(plan.right)
-            axes = {s for s, _ in c.reduce.axes}
-            if flat_k in free_index_symbols(right) and not axes & free_index_symbols(left):
-                group = max(g for g in range(1, AGO_PRODUCER_GROUP + 1) if k_extent % g == 0)
+        k_extent, flat_k = prod(n for _, n in c.reduce.axes), sympy.Symbol("kg_k")
+        left, group = self.flat_reduction(c.left), self._producer_group(c, plan)
         a_bind = Scope([], 3, parent=k_scope)
         if plan.right is not None:
-            rows = [plan.right] if group == 1 else \
-                [specialise(right, {flat_k: flat_k + g}, self.ranges) for g in range(group)]
+            rows = [plan.right] if group == 1 else [
+                specialise(self.flat_reduction(plan.right), {flat_k: flat_k + g}, self.ranges)
+                for g in range(group)]
             b.add(f"_Pragma(\"unroll\") for (int kg_v = 0; kg_v < {tn // w}; ++kg_v) {{")
             lane = b.child()
             lane.add(f"const {t} kg_col = kg_c0 + kg_v * {w};")
@@ -573,6 +568,20 @@ class OpenCLEmitter(CEmitter):
             b_load="\n".join(b.lines), a_load="\n".join(a.lines), n_rows=str(n_rows),
             store="\n".join(store.lines))
         return src, Launch(global_, local)
+
+    def _producer_group(self, c: Contraction, plan: _VectorPlan) -> int:
+        """Positions of the reduction one step of the vector template computes: for an AGO
+        producer as the vector operand, its channels, the largest divisor of their count up
+        to ``AGO_PRODUCER_GROUP`` (their sums then share every load of the input window),
+        when both operands read the reduction through the flat ``kg_k``; else 1."""
+        if plan.right is None or not operand_has_reduction(plan.right):
+            return 1
+        flat_k, axes = sympy.Symbol("kg_k"), {s for s, _ in c.reduce.axes}
+        if flat_k not in free_index_symbols(self.flat_reduction(plan.right)) or \
+                axes & free_index_symbols(self.flat_reduction(c.left)):
+            return 1
+        k_extent = prod(n for _, n in c.reduce.axes)
+        return max(g for g in range(1, AGO_PRODUCER_GROUP + 1) if k_extent % g == 0)
 
     def _tile_stores(self, c: Contraction, plan: _VectorPlan, scope: Scope) -> None:
         """Row ``kg_i``'s epilogue and stores: whole tiles store vectors when every output is
