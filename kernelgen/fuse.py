@@ -126,11 +126,15 @@ class FusedOp:
         explicit ``options`` always win. A block around a convolution runs with ``algorithm``
         ('direct', 'implicit_gemm', 'im2col', 'winograd', 'winograd_4x4'; see
         ``kernelgen.conv_algorithms``), by default the measured best or, unmeasured, a heuristic's
-        pick; im2col and Winograd return a ``Program`` of several kernels with the same call."""
-        from . import conv_algorithms
+        pick; im2col and Winograd return a ``Program`` of several kernels with the same call, as
+        does an OpenCL contraction whose operands' rows alias in the cache (``padding``)."""
+        from . import conv_algorithms, padding
 
         if algorithm is None and not any(op.kind == "Conv" for op in self.ops):
-            return self.emit_kernel(backend, tuned, **options)
+            # on OpenCL, operands whose rows alias in the cache are read from padded copies
+            padded = padding.padded_program(self, backend, tuned, **options) \
+                if backend == "opencl" else None
+            return padded or self.emit_kernel(backend, tuned, **options)
         if algorithm is None:
             algorithm = conv_algorithms.choose(self, backend, tuned)
         return conv_algorithms.build(self, algorithm, backend, tuned=tuned, **options)
