@@ -47,11 +47,12 @@ def aliased_operands(fused: FusedOp) -> list[Value]:
 def padded_program(fused: FusedOp, backend: str, tuned: bool | None = None,
                    **options: Any) -> Any:
     """``fused`` as a ``Program`` reading padded copies of its aliased operands, or None when
-    none alias. ``tuned`` and ``options`` go to the block's stage."""
+    none alias (or the block has several outputs, which one kernel returns together).
+    ``tuned`` and ``options`` go to the block's stage."""
     from .program import Program
 
     values = aliased_operands(fused)
-    if not values:
+    if not values or len(fused.outputs) != 1:  # a Program returns one output
         return None
     swap: dict[int, Value] = {}
     views: list[Op] = []

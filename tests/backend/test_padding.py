@@ -47,7 +47,7 @@ def test_padded_operands_give_numpy_s_product() -> None:
     assert_close(program(a, w, bias), want, scale=30)
 
 
-def test_other_backends_and_short_rows_stay_one_kernel() -> None:
+def test_other_backends_short_rows_and_several_outputs_stay_one_kernel() -> None:
     require("opencl")
     require("neon")
     a, b = kg.tensor("a", (256, 1024)), kg.tensor("b", (1024, 48))
@@ -55,3 +55,6 @@ def test_other_backends_and_short_rows_stay_one_kernel() -> None:
     assert isinstance(fused.emit("neon", tuned=False), Kernel)
     odd = kg.fuse(kg.matmul(kg.tensor("a", (256, 1000)), kg.tensor("b", (1000, 48))))
     assert isinstance(odd.emit("opencl", tuned=False), Kernel)
+    mm = kg.matmul(a, b)  # two outputs: one kernel returns both
+    both = kg.fuse(mm, kg.relu(mm), outputs=[mm])
+    assert isinstance(both.emit("opencl", tuned=False), Kernel)
