@@ -34,7 +34,7 @@ when nothing was measured for this shape and device, chosen by ``heuristic``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -46,7 +46,7 @@ from .dtypes import DType
 from .errors import UnsupportedError
 from .expr import Expr, IndexCond, Read, call, const, reduce, select
 from .fuse import FusedOp, fuse
-from .graph import Constant, Op, Value, constant, new_name
+from .graph import Constant, Op, Value, constant, new_name, rewire
 from .ops.common import make_op
 from .ops.nn import window_index
 from .shapes import prod
@@ -233,22 +233,10 @@ def build(fused: FusedOp, algorithm: str, backend: str, tuned: bool | None = Non
 
 # --- graph surgery --------------------------------------------------------------------------
 
-def _rewire(ops: tuple[Op, ...], old: Value, new: Value) -> list[Op]:
-    """Copies of ``ops`` (in order) reading ``new`` where they read ``old``."""
-    swap: dict[int, Value] = {id(old): new}
-    out = []
-    for op in ops:
-        inputs = tuple(swap.get(id(v), v) for v in op.inputs)
-        copy = replace(op, inputs=inputs) if inputs != op.inputs else op
-        swap[id(op)] = copy
-        out.append(copy)
-    return out
-
-
 def _tail(block: ConvBlock, core: Op) -> FusedOp:
     """The stage computing ``core`` (standing in for the conv) with the epilogue fused, plus
     any prologue op the epilogue reads directly (a residual of the conv's own input)."""
-    epilogue = _rewire(block.epilogue, block.conv, core)
+    epilogue = rewire(block.epilogue, [(block.conv, core)])
     members = {id(op) for op in block.prologue}
     reread = [op for op in block.prologue if any(
         id(op) in _ancestors(v, members) for e in epilogue for v in e.inputs)]

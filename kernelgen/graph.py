@@ -3,7 +3,8 @@ compiler) works from."""
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -142,6 +143,20 @@ def _unread(op: Op, slot: int) -> IndexMap:
 
 def new_name(prefix: str) -> str:
     return f"{prefix.lower()}_{next(_names)}"
+
+
+def rewire(ops: Sequence[Op], swaps: Sequence[tuple[Value, Value]]) -> list[Op]:
+    """Copies of ``ops`` (in order, each after the ops it reads) reading ``new`` where they
+    read ``old`` for each ``(old, new)`` in ``swaps``, and one another's copies where they read
+    one another; an op that reads nothing swapped is kept as it is."""
+    swap: dict[int, Value] = {id(old): new for old, new in swaps}
+    out = []
+    for op in ops:
+        inputs = tuple(swap.get(id(v), v) for v in op.inputs)
+        copy = replace(op, inputs=inputs) if inputs != op.inputs else op
+        swap[id(op)] = copy
+        out.append(copy)
+    return out
 
 
 def constant(name: str, value: Any) -> Constant:

@@ -267,7 +267,7 @@ class NeonEmitter(CEmitter):
         holes = self.contraction_holes(tm, tn, depth=5 if self.pack_b else 4,
                                        b_row=5 if self.pack_b else 4, k_group=self.k_group)
         if self.pack_b:
-            tiles_r, k_extent = int(holes["tiles_r"]), int(holes["k_extent"])
+            tiles_r = int(holes["tiles_r"])
             block = min(tiles_r, max(1, ROW_BLOCK_BYTES // (4 * tm * k_extent)))
             panels = int(holes["batches"]) * int(holes["tiles_c"])
             self.pack_panels = min(panels, max(1, (self.pack_block_kib << 10) //

@@ -515,12 +515,13 @@ class OpenCLEmitter(CEmitter):
         self.decompose("kg_k", list(c.reduce.axes), k_scope)
         b = Scope([], 2, parent=k_scope)
         k_extent, flat_k = prod(n for _, n in c.reduce.axes), sympy.Symbol("kg_k")
-        left, group = self.flat_reduction(c.left), self._producer_group(c, plan)
+        left = self.flat_reduction(c.left)
+        right = None if plan.right is None else self.flat_reduction(plan.right)
+        group = self._producer_group(c, left, right)
         a_bind = Scope([], 3, parent=k_scope)
         if plan.right is not None:
             rows = [plan.right] if group == 1 else [
-                specialise(self.flat_reduction(plan.right), {flat_k: flat_k + g}, self.ranges)
-                for g in range(group)]
+                specialise(right, {flat_k: flat_k + g}, self.ranges) for g in range(group)]
             b.add(f"_Pragma(\"unroll\") for (int kg_v = 0; kg_v < {tn // w}; ++kg_v) {{")
             lane = b.child()
             lane.add(f"const {t} kg_col = kg_c0 + kg_v * {w};")
@@ -569,16 +570,16 @@ class OpenCLEmitter(CEmitter):
             store="\n".join(store.lines))
         return src, Launch(global_, local)
 
-    def _producer_group(self, c: Contraction, plan: _VectorPlan) -> int:
+    def _producer_group(self, c: Contraction, left: Expr, right: Expr | None) -> int:
         """Positions of the reduction one step of the vector template computes: for an AGO
         producer as the vector operand, its channels, the largest divisor of their count up
         to ``AGO_PRODUCER_GROUP`` (their sums then share every load of the input window),
-        when both operands read the reduction through the flat ``kg_k``; else 1."""
-        if plan.right is None or not operand_has_reduction(plan.right):
+        when both operands (``flat_reduction``'s forms) read the reduction through the flat
+        ``kg_k`` alone; else 1."""
+        if right is None or not operand_has_reduction(right):
             return 1
         flat_k, axes = sympy.Symbol("kg_k"), {s for s, _ in c.reduce.axes}
-        if flat_k not in free_index_symbols(self.flat_reduction(plan.right)) or \
-                axes & free_index_symbols(self.flat_reduction(c.left)):
+        if flat_k not in free_index_symbols(right) or axes & free_index_symbols(left):
             return 1
         k_extent = prod(n for _, n in c.reduce.axes)
         return max(g for g in range(1, AGO_PRODUCER_GROUP + 1) if k_extent % g == 0)
