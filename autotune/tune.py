@@ -66,7 +66,11 @@ def search_space(loop: Any, backend: str) -> list[Config]:
                       (4, 4))]
             # AGO: the emitter's own tile spans the producer once; most others recompute it
             ago = operand_has_reduction(c.left) or operand_has_reduction(c.right)
-            return [Config.of(), *tiles] if ago else tiles
+            if ago:
+                return [Config.of(), *tiles]
+            # the right operand read in place, or packed in panels by a first kernel
+            return [Config.of(**t.as_options(), pack_b=p) for p in (False, True)
+                    for t in (tiles if not p else tiles[:5])]
         from kernelgen.emit import unroll
 
         if loop.staged:  # a staged row is one work-item's array; queries a work-item share loads

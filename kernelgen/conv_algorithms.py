@@ -52,6 +52,7 @@ from .ops.nn import window_index
 from .shapes import prod
 
 ALGORITHMS = ("direct", "implicit_gemm", "im2col", "winograd", "winograd_4x4")
+PACKING = ("neon", "opencl")  # backends whose contraction packs its right operand (pack_b)
 WINOGRAD_TILES = {"winograd": 2, "winograd_4x4": 4}  # output tile side of F(m x m, 3x3)
 
 # Options that keep each backend off the contraction template (a sliding window per output).
@@ -205,16 +206,17 @@ def build(fused: FusedOp, algorithm: str, backend: str, tuned: bool | None = Non
             return fused.emit_kernel(backend, tuned, **options)
         return fused.emit_kernel(backend, tuned=False, **{**DIRECT_OPTIONS[backend], **options})
     if algorithm == "implicit_gemm":
-        # on NEON the packed template's pack would be im2col's: read the patches in place
-        # (a block of two convs, AGO's, packs its producer's values instead)
-        extra = {"pack_b": False} if backend == "neon" and conv_block(fused) else {}
+        # a packed operand would be im2col's patches: read them in place (a block of two
+        # convs, AGO's, packs its producer's values on NEON instead)
+        extra = {"pack_b": False} if backend in PACKING and conv_block(fused) else {}
         return fused.emit_kernel(backend, tuned, **{**options, **extra})
     block = conv_block(fused)
     assert block is not None
-    if algorithm == "im2col" and backend == "neon":
+    if algorithm == "im2col" and backend in PACKING:
         kernel = fused.emit_kernel(backend, tuned, **{**options, "pack_b": True})
-        if block.conv.inputs[1].name not in kernel.metadata["right_operand_reads"]:
-            return kernel  # the pack gathers the patches: im2col in cache-sized blocks
+        if kernel.metadata["tunables"].get("pack_b") and \
+                block.conv.inputs[1].name not in kernel.metadata["right_operand_reads"]:
+            return kernel  # the pack gathers the patches: im2col fused into the pack
     stages = _im2col_stages(block) if algorithm == "im2col" else \
         _winograd_stages(block, backend, WINOGRAD_TILES[algorithm])
     folded: dict[str, np.ndarray] = {}

@@ -127,14 +127,16 @@ class FusedOp:
         ('direct', 'implicit_gemm', 'im2col', 'winograd', 'winograd_4x4'; see
         ``kernelgen.conv_algorithms``), by default the measured best or, unmeasured, a heuristic's
         pick; im2col and Winograd return a ``Program`` of several kernels with the same call, as
-        does an OpenCL contraction whose operands' rows alias in the cache (``padding``)."""
+        does an OpenCL contraction that does not pack its right operand and whose operands'
+        rows alias in the cache (``padding``)."""
         from . import conv_algorithms, padding
 
         if algorithm is None and not any(op.kind == "Conv" for op in self.ops):
+            kernel = self.emit_kernel(backend, tuned, **options)
+            if backend != "opencl" or kernel.metadata["tunables"].get("pack_b"):
+                return kernel  # a packed operand's panels do not alias in the cache
             # on OpenCL, operands whose rows alias in the cache are read from padded copies
-            padded = padding.padded_program(self, backend, tuned, **options) \
-                if backend == "opencl" else None
-            return padded or self.emit_kernel(backend, tuned, **options)
+            return padding.padded_program(self, backend, tuned, **options) or kernel
         if algorithm is None:
             algorithm = conv_algorithms.choose(self, backend, tuned)
         return conv_algorithms.build(self, algorithm, backend, tuned=tuned, **options)

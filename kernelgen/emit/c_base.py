@@ -279,13 +279,14 @@ class CEmitter(Emitter):
 
     input_qualifier, output_qualifier = "const ", ""
 
-    def params(self) -> str:
-        """The parameter list: inputs, then outputs, as restrict pointers."""
+    def params(self, outputs: bool = True) -> str:
+        """The parameter list: inputs, then outputs (unless not ``outputs``), as restrict
+        pointers."""
         k = self.kernel
         ins = [f"{self.input_qualifier}{self.buffer_types[b.dtype]}* restrict "
                f"{self.arg_names[b.name]}" for b in k.inputs]
         outs = [f"{self.output_qualifier}{self.buffer_types[b.dtype]}* restrict "
-                f"{self.arg_names[b.name]}" for b in k.outputs]
+                f"{self.arg_names[b.name]}" for b in k.outputs if outputs]
         return ",\n        ".join(ins + outs)
 
     def stores(self, scope: Scope, guard: str | None = None,

@@ -101,6 +101,12 @@ VECTOR_TILE = (8, 32)
 UNROLLED_LANES = 16  # work-group width multiple for work-items that compute several points
 VECTOR_WIDTHS = (16, 8, 4)
 VECTOR_LOCAL = 4
+# The right operand packed in panels by a first kernel (pack_panels.cl.tmpl), hand-edited from the
+# generated 2048^3 GEMM and timed side by side: 326-333 GFLOP/s against 176-181 reading its rows
+# (packing the left operand too: no faster). 1024^3: 197 against 179.
+PACK_MIN_ROW_TILES = 4  # row tiles that read each panel, at least, for the pass to pay
+PACK_MIN_BYTES = 1 << 20
+PACK_LOCAL = 16
 # 'window' (window.cl.tmpl), measured on PoCL for a depthwise 3x3 over 128x56x56 in one run:
 # 0.078-0.087 ms with 4 rows a work-item, 0.109 ms with 1 and 0.093 with 8, against 0.19 ms for
 # the vector-column tiles; groups of 8 to 128 items within 10% of each other.
@@ -118,8 +124,14 @@ CAPABILITIES = Capabilities(
 
 @dataclass(frozen=True)
 class Launch:
+    """NDRange of the kernel; ``pack``, when set, is a packing kernel launched first (entry
+    point ``<name>_pack`` in the same source; arguments: the inputs, then a scratch buffer of
+    ``scratch`` float32 elements, which the main kernel takes after its outputs)."""
+
     global_size: tuple[int, ...]
     local_size: tuple[int, ...] | None
+    pack: Launch | None = None
+    scratch: int = 0
 
 
 class OpenCLEmitter(CEmitter):
@@ -138,8 +150,11 @@ class OpenCLEmitter(CEmitter):
                  capabilities: Capabilities = CAPABILITIES,
                  tile: tuple[int, int] | None = None,
                  unroll: tuple[int, ...] | None = None,
-                 window_rows: int | None = None, group_rows: int | None = None) -> None:
+                 window_rows: int | None = None, group_rows: int | None = None,
+                 pack_b: bool | None = None) -> None:
         tile_default = tile is None
+        self.pack_b = pack_b  # None: decided by the tile (_packs_right)
+        self.packed_reads: list[str] = []  # the buffers the packed operand reads
         self.tile_explicit = not tile_default
         self.producer_recomputed: float | None = None  # set when the producer is the vector side
         super().__init__(kernel, capabilities)
@@ -545,7 +560,7 @@ class OpenCLEmitter(CEmitter):
             b.add(f"_Pragma(\"unroll\") for (int kg_v = 0; kg_v < {tn // w}; ++kg_v)")
             b.child().add(f"kg_b[0][kg_v] = vload{w}(kg_v, kg_lanes);")
         a = Scope([], 3, parent=k_scope)
-        a.add(f"const {t} kg_row = kg_min(kg_tr * {tm} + kg_i, ({t}){n_rows - 1});")
+        a.add(f"const {t} kg_row = kg_r0 + kg_i;")
         self.decompose("kg_row", [k.domain[i] for i in c.rows], a)
         a.add(f"const float kg_a = {self.expr(left, a)};")
         store = Scope([], 2, parent=tile)
@@ -557,18 +572,52 @@ class OpenCLEmitter(CEmitter):
         local = _local_shape(sizes, self.local if self.local_explicit else VECTOR_LOCAL)
         global_ = tuple(-(-s // l) * l for s, l in zip(sizes, local))
         self.local = prod(local)
+        holes = dict(index_t=t, tn=str(tn), nv=str(tn // w), width=str(w),
+                     vtype=_vector_syntax(w).vtype, tiles_c=str(sizes[1]),
+                     batches=str(sizes[2]), k_extent=str(k_extent),
+                     col_bind="\n".join(tile.lines), k_bind="\n".join(k_scope.lines))
+        b_load, params, pack = "\n".join(b.lines), self.params(), None
+        self.pack_b = self._packs_right(c, group, tiles_r, k_extent * tn * sizes[1] * sizes[2])
+        if self.pack_b:  # a first kernel packs the operand; the tiles read its panels
+            self.packed_reads = sorted({n.buffer for n in walk(c.right) if isinstance(n, Load)})
+            panel = k_extent * tn
+            pack_src = templates.render(
+                "opencl", "pack_panels.cl", name=f"{k.name}_pack", main=k.name,
+                params=self.params(outputs=False), panel=str(panel),
+                **{**holes, "k_bind": _dedent(k_scope.lines), "b_load": _dedent(b.lines)})
+            pack_sizes = [k_extent, sizes[1], sizes[2]]
+            pack_local = _local_shape(pack_sizes, PACK_LOCAL)
+            pack = Launch(tuple(-(-s // l) * l for s, l in zip(pack_sizes, pack_local)),
+                          pack_local)
+            params += ",\n        __global const float* restrict kg_packed"
+            holes["col_bind"] += (f"\n    __global const float* kg_panel = kg_packed + "
+                                  f"((long)kg_bt * {sizes[1]} + kg_tc) * {panel};")
+            b_load = (f"        _Pragma(\"unroll\") for (int kg_v = 0; kg_v < {tn // w}; ++kg_v)\n"
+                      f"            kg_b[0][kg_v] = vload{w}(kg_v, kg_panel + kg_k * {tn});")
         src = templates.render(
-            "opencl", "contraction_vec.cl", name=k.name, params=self.params(), index_t=t,
-            tm=str(tm), tn=str(tn), nv=str(tn // w), width=str(w), vtype=_vector_syntax(w).vtype,
-            tiles_r=str(sizes[0]), tiles_c=str(sizes[1]), batches=str(sizes[2]),
-            k_extent=str(prod(n for _, n in c.reduce.axes)),
+            "opencl", "contraction_vec.cl", name=k.name, params=params, tm=str(tm),
+            tiles_r=str(sizes[0]), last_r0=str(n_rows - tm),
             k_unroll='_Pragma("unroll") ' if extent(c.reduce) <= ITEM_UNROLL_MAX
             and not operand_has_reduction(c.right) else "",
-            col_bind="\n".join(tile.lines), k_bind="\n".join(k_scope.lines),
             k_group=str(group), a_bind="\n".join(a_bind.lines),
-            b_load="\n".join(b.lines), a_load="\n".join(a.lines), n_rows=str(n_rows),
-            store="\n".join(store.lines))
-        return src, Launch(global_, local)
+            b_load=b_load, a_load="\n".join(a.lines), n_rows=str(n_rows),
+            store="\n".join(store.lines), **holes)
+        if pack is None:
+            return src, Launch(global_, local)
+        return pack_src + "\n" + src, Launch(global_, local, pack, sizes[1] * sizes[2] * panel)
+
+    def _packs_right(self, c: Contraction, group: int, tiles_r: int, packed: int) -> bool:
+        """Whether a packing kernel first lays the right operand out in panels (``pack_b``; by
+        default when ``PACK_MIN_ROW_TILES`` row tiles or more read an operand of at least
+        ``PACK_MIN_BYTES``). Never for an AGO block: its producer is computed within the tiles."""
+        ago = operand_has_reduction(c.left) or operand_has_reduction(c.right) or group > 1
+        if self.pack_b and ago:
+            raise ValueError(f"kernel '{self.kernel.name}': pack_b needs a contraction of "
+                             f"plain operands; this one computes a fused producer (AGO) in "
+                             f"its tiles, which a pack would materialise")
+        if self.pack_b is not None or ago:
+            return bool(self.pack_b)
+        return tiles_r >= PACK_MIN_ROW_TILES and 4 * packed >= PACK_MIN_BYTES
 
     def _producer_group(self, c: Contraction, left: Expr, right: Expr | None) -> int:
         """Positions of the reduction one step of the vector template computes: for an AGO
@@ -857,6 +906,11 @@ def _vector_plan(k: LoopKernel, c: Contraction, tile: tuple[int, int],
     return _VectorPlan(run, width, min(want - want % width, n_run - n_run % width), flat, right)
 
 
+def _dedent(lines: list[str]) -> str:
+    """Loop-body lines one level shallower (the packing kernel has no reduction loop)."""
+    return "\n".join(line.removeprefix("    ") for line in lines)
+
+
 def _pow2_floor(n: int) -> int:
     p = 1
     while p * 2 <= n:
@@ -885,7 +939,7 @@ def _version() -> str:
 def emit_opencl(kernel: LoopKernel, **options: Any) -> tuple[str, Launch, dict[str, Any]]:
     """Source, launch geometry and tunables for ``kernel``."""
     allowed = {"local_size", "reduce_strategy", "capabilities", "tile_m", "tile_n", "unroll",
-               "window_rows", "group_rows"}
+               "window_rows", "group_rows", "pack_b"}
     if unknown := set(options) - allowed:
         raise TypeError(f"unknown OpenCL emit options {sorted(unknown)}; expected "
                         f"{sorted(allowed)}")
@@ -894,7 +948,7 @@ def emit_opencl(kernel: LoopKernel, **options: Any) -> tuple[str, Launch, dict[s
                             options.get("capabilities", CAPABILITIES),
                             (options.get("tile_m", 4), options.get("tile_n", 4)) if explicit
                             else None, options.get("unroll"), options.get("window_rows"),
-                            options.get("group_rows"))
+                            options.get("group_rows"), options.get("pack_b"))
     source, launch = emitter.emit()
     tunables = {"local_size": emitter.local, "reduce_strategy": emitter.strategy,
                 "index_type": emitter.index_t}
@@ -910,6 +964,9 @@ def emit_opencl(kernel: LoopKernel, **options: Any) -> tuple[str, Launch, dict[s
                      producer_redundancy=1.0)
     if emitter.strategy == "tiled":
         tunables.update(tile_m=emitter.effective_tile[0], tile_n=emitter.effective_tile[1])
+        if emitter.vector_columns and emitter.pack_b is not None:  # the vector template's
+            tunables["pack_b"] = emitter.pack_b
+            extra["right_operand_reads"] = emitter.packed_reads  # what the packing kernel reads
         extra["producer_redundancy"] = emitter.producer_recomputed or producer_redundancy(
             kernel, emitter.effective_tile[1])
     return source, launch, extra

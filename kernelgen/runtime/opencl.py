@@ -99,16 +99,25 @@ def build(source: str, name: str) -> Any:
 
 
 class OpenCLRuntime:
-    """Runs one generated kernel: builds it at first use, then enqueues it."""
+    """Runs one generated kernel: builds it at first use, then enqueues it (after its packing
+    kernel, when ``launch.pack`` is set, into a scratch buffer this runtime keeps)."""
 
-    def __init__(self, source: str, name: str, launch: Any) -> None:
+    def __init__(self, source: str, name: str, launch: Any, n_inputs: int = 0) -> None:
         self.source, self.name, self.geometry = source, name, launch
+        self.n_inputs = n_inputs
         self._kernel: Any = None
+        self._pack: Any = None
+        self._scratch: Any = None
         self._event: Any = None
 
     def _compiled(self) -> Any:
         if self._kernel is None:
             self._kernel = build(self.source, self.name)
+            if self.geometry.pack is not None:
+                self._pack = build(self.source, f"{self.name}_pack")
+                cl = _import_cl()
+                self._scratch = cl.Buffer(device().context, cl.mem_flags.READ_WRITE,
+                                          4 * self.geometry.scratch)
         return self._kernel
 
     def device_array(self, array: np.ndarray) -> Any:
@@ -125,6 +134,12 @@ class OpenCLRuntime:
     def launch(self, handles: Sequence[Any]) -> None:
         cl = _import_cl()
         kernel = self._compiled()
+        queue = device().queue
+        if self._pack is not None:
+            pack = self.geometry.pack
+            self._pack.set_args(*handles[:self.n_inputs], self._scratch)
+            cl.enqueue_nd_range_kernel(queue, self._pack, pack.global_size, pack.local_size)
+            handles = [*handles, self._scratch]
         kernel.set_args(*handles)
         self._event = cl.enqueue_nd_range_kernel(device().queue, kernel,
                                                  self.geometry.global_size,

@@ -90,20 +90,24 @@ def test_every_applicable_algorithm(case: ConvCase, backend: str) -> None:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_program_shape(backend: str) -> None:
-    """im2col is two kernels (one on NEON), Winograd three once the constant filter transform
-    is folded;
-    the metadata says which algorithm ran and lists every stage. F(4x4) runs (4+2)^2 = 36
-    GEMMs on 4x4 output tiles."""
+    """im2col is two kernels on Triton; on NEON one, and on OpenCL one kernel object whose
+    first launch packs the patches into panels (implicit GEMM reads them in place). Winograd
+    is three kernels once the constant filter transform is folded; the metadata says which
+    algorithm ran and lists every stage. F(4x4) runs (4+2)^2 = 36 GEMMs on 4x4 output
+    tiles."""
     require(backend)
     ops, _, conv = CASES[0].build()
     n, m, oh, ow = conv.shape
     fused = kg.fuse(*ops)
     im2col = fused.emit(backend, algorithm="im2col")
-    if backend == "neon":  # one kernel: the packed template's pack gathers the patches
+    if backend != "triton":  # one kernel: its pack gathers the patches
         assert isinstance(im2col, Kernel) and im2col.metadata["tunables"]["pack_b"]
         assert im2col.metadata["right_operand_reads"] == ["x"]
         implicit = fused.emit(backend, algorithm="implicit_gemm")
         assert not implicit.metadata["tunables"]["pack_b"]
+        if backend == "opencl":
+            assert "pack" in im2col.metadata["launch"]
+            assert "pack" not in implicit.metadata["launch"]
     else:
         assert isinstance(im2col, Program) and len(im2col.kernels) == 2
     for algorithm, tile in WINOGRAD_TILES.items():

@@ -1,7 +1,7 @@
 """Contraction operands whose rows are a multiple of 4 KiB long (they alias in the L1 cache)
-are read from copies with longer rows on OpenCL (``kernelgen/padding.py``): the result equals
-NumPy's, a constant operand is padded when the program is built, other rows and other
-backends are left alone."""
+are read from copies with longer rows on OpenCL (``kernelgen/padding.py``) when the block does
+not pack its right operand in panels: the result equals NumPy's, a constant operand is padded
+when the program is built, other rows, other backends and packed blocks are left alone."""
 from __future__ import annotations
 
 import numpy as np
@@ -26,9 +26,9 @@ def test_only_long_float_rows_a_multiple_of_4_kib_are_padded() -> None:
 
 
 def test_padded_operands_give_numpy_s_product() -> None:
-    """A MatMul with a bias and ReLU epilogue: ``a`` (4 KiB rows) is copied by a Pad kernel,
-    the constant ``w`` (8 KiB rows) padded at build time; the block reads both through a
-    Slice folded into its loads."""
+    """A MatMul with a bias and ReLU epilogue, its right operand not packed: ``a`` (4 KiB
+    rows) is copied by a Pad kernel, the constant ``w`` (8 KiB rows) padded at build time; the
+    block reads both through a Slice folded into its loads."""
     require("opencl")
     m, k, n = 259, 1024, 2048
     a = rng.standard_normal((m, k), np.float32)
@@ -37,7 +37,7 @@ def test_padded_operands_give_numpy_s_product() -> None:
     mm = kg.matmul(kg.tensor("a", (m, k)), kg.constant("w", w))
     out = kg.relu(kg.add(mm, kg.constant("bias", bias)))
     fused = kg.fuse(mm, out.inputs[0], out)
-    program = fused.emit("opencl", tuned=False)
+    program = fused.emit("opencl", tuned=False, pack_b=False)
     assert isinstance(program, Program) and len(program.kernels) == 2
     assert program.metadata["padded"] == ["a", "w"]
     assert program.metadata["folded_constants"] == ["w_padded"]
@@ -58,3 +58,16 @@ def test_other_backends_short_rows_and_several_outputs_stay_one_kernel() -> None
     mm = kg.matmul(a, b)  # two outputs: one kernel returns both
     both = kg.fuse(mm, kg.relu(mm), outputs=[mm])
     assert isinstance(both.emit("opencl", tuned=False), Kernel)
+
+
+def test_a_block_that_packs_its_right_operand_is_not_padded() -> None:
+    """The same sizes packed by default (many row tiles read ``w``): one kernel, whose panels
+    do not alias, reading ``a`` and ``w`` as they are."""
+    require("opencl")
+    m, k, n = 259, 1024, 2048
+    a = rng.standard_normal((m, k), np.float32)
+    w = rng.standard_normal((k, n), np.float32)
+    kernel = kg.fuse(kg.matmul(kg.tensor("a", (m, k)), kg.constant("w", w))).emit(
+        "opencl", tuned=False)
+    assert isinstance(kernel, Kernel) and kernel.metadata["tunables"]["pack_b"]
+    assert_close(kernel(a, w), (a.astype(np.float64) @ w).astype(np.float32), scale=30)

@@ -1,0 +1,108 @@
+"""OpenCL contractions whose first launch packs the right operand into panels
+(``pack_b``; templates/opencl/pack_panels.cl.tmpl) against NumPy, on shapes that leave a
+partial last row tile and a partial last column tile (both shifted to stay whole), with a
+prologue on the packed operand, a transposed operand, broadcast batches and an epilogue; a
+conv whose pack is its im2col, including a stride whose patches load lane by lane; the
+launch metadata; and an AGO block, whose producer a pack would materialise, refused."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import assert_close, require
+
+import kernelgen as kg
+
+rng = np.random.default_rng(29)
+
+
+def _f32(*shape: int) -> np.ndarray:
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("m,k,n,tile", [(1, 1, 16, (8, 32)), (7, 13, 37, (8, 32)),
+                                         (53, 31, 67, (6, 64)), (97, 5, 130, (6, 64))])
+def test_packed_matmul_with_prologue_and_epilogue(m: int, k: int, n: int,
+                                                  tile: tuple[int, int]) -> None:
+    """relu(b) packed, a bias row and a sigmoid after; packed and in place agree with NumPy."""
+    require("opencl")
+    a, b, bias = _f32(m, k), _f32(k, n), _f32(n)
+    pre = kg.relu(kg.tensor("b", (k, n)))
+    mm = kg.matmul(kg.tensor("a", (m, k)), pre)
+    add = kg.add(mm, kg.constant("bias", bias))
+    out = kg.sigmoid(add)
+    fused = kg.fuse(pre, mm, add, out)
+    want = 1 / (1 + np.exp(-(a.astype(np.float64) @ np.maximum(b, 0) + bias)))
+    for pack in (True, False):
+        kernel = fused.emit_kernel("opencl", tuned=False, pack_b=pack, tile_m=tile[0],
+                                   tile_n=tile[1])
+        if kernel.metadata["schedule"] != "tiled":
+            continue  # too narrow for the tiles (n < 4 columns)
+        assert kernel.metadata["tunables"]["pack_b"] is pack
+        assert ("pack" in kernel.metadata["launch"]) is pack
+        assert_close(kernel(a, b, bias), want.astype(np.float32), scale=10)
+
+
+def test_packed_batched_matmul_with_broadcast_batch_and_transposed_operand() -> None:
+    """b[2, 1, 19, 23] transposed (a Transpose folded into the pack's loads), broadcast over a
+    batch of 3: one panel set per batch point."""
+    require("opencl")
+    a, bt = _f32(2, 3, 11, 19), _f32(2, 1, 23, 19)
+    mm = kg.matmul(kg.tensor("a", a.shape), kg.transpose(kg.tensor("bt", bt.shape),
+                                                          [0, 1, 3, 2]))
+    fused = kg.fuse(mm.inputs[1], mm)
+    kernel = fused.emit_kernel("opencl", tuned=False, pack_b=True)
+    assert kernel.metadata["tunables"]["pack_b"]
+    assert_close(kernel(a, bt), (a.astype(np.float64) @ np.swapaxes(bt, 2, 3)
+                                 ).astype(np.float32), scale=10)
+
+
+@pytest.mark.parametrize("strides", [[1, 1], [3, 1], [2, 2]])
+def test_conv_im2col_is_the_pack(strides: list[int]) -> None:
+    """A conv's patches (pads, batch 2, a ReLU prologue) packed by the first launch, with a
+    stride between rows too. A stride along the row leaves the patches no contiguous run, so
+    the tiles take the weights as their vector operand: im2col then runs as the patch matrix
+    and a GEMM (two kernels)."""
+    require("opencl")
+    x, w = _f32(2, 5, 13, 11), _f32(7, 5, 3, 3)
+    pre = kg.relu(kg.tensor("x", x.shape))
+    conv = kg.conv(pre, kg.constant("w", w), pads=[1, 1, 1, 1], strides=strides)
+    fused = kg.fuse(pre, conv)
+    kernel = fused.emit("opencl", algorithm="im2col", tuned=False)
+    if strides[1] == 1:
+        assert kernel.metadata["right_operand_reads"] == ["x"]
+    else:
+        assert len(kernel.kernels) == 2
+    xp = np.pad(np.maximum(x, 0).astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    oh, ow = conv.shape[2:]
+    want = np.zeros(conv.shape)
+    for i in range(3):
+        for j in range(3):
+            patch = xp[:, :, i:i + strides[0] * oh:strides[0], j:j + strides[1] * ow:strides[1]]
+            want += np.einsum("nchw,mc->nmhw", patch, w[:, :, i, j])
+    assert_close(kernel(x, w), want.astype(np.float32), scale=20)
+
+
+def test_pack_launch_metadata() -> None:
+    """A host program learns the packing launch, its arguments and its scratch size."""
+    require("opencl")
+    m, k, n = 40, 9, 70
+    kernel = kg.fuse(kg.matmul(kg.tensor("a", (m, k)), kg.tensor("b", (k, n)))).emit_kernel(
+        "opencl", tuned=False, pack_b=True, tile_m=8, tile_n=32)
+    launch = kernel.metadata["launch"]
+    pack = launch["pack"]
+    assert pack["kernel"] == f"{kernel.name}_pack" and f"void {pack['kernel']}(" in kernel.source
+    tiles_c = -(-n // 32)  # 3 column tiles of 32 (the last shifted left)
+    assert pack["scratch_bytes"] == 4 * tiles_c * k * 32
+    assert pack["global_size"][:2] == [k, tiles_c]
+    assert launch["args"] == "the inputs, the outputs, then the scratch buffer"
+
+
+def test_ago_block_refuses_pack_b() -> None:
+    require("opencl")
+    x = kg.tensor("x", (1, 4, 6, 6))
+    c1 = kg.conv(x, kg.constant("w1", _f32(5, 4, 3, 3)), pads=[1, 1, 1, 1])
+    r = kg.relu(c1)
+    c2 = kg.conv(r, kg.constant("w2", _f32(3, 5, 1, 1)))
+    fused = kg.fuse(c1, r, c2, force=True)
+    with pytest.raises(ValueError, match="pack_b needs a contraction of plain operands"):
+        fused.emit_kernel("opencl", tuned=False, pack_b=True)
