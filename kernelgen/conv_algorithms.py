@@ -11,11 +11,13 @@ to run it. Every way keeps the block's prologue (elementwise ops on the input) a
   as in MegEngine: the packed contraction template gathers the patches of a cache-sized block
   of output pixels (``PACK_BLOCK_BYTES``) straight into its ``tn``-wide panels (the pack is
   the im2col, by vectors along an output row), and the tiles consume the block while it is in
-  cache. On OpenCL and Triton (and on NEON where the patches cannot be the packed operand) it
-  is two kernels: a (C·KH·KW) × (OH·OW) patch matrix per image, contiguous along output
-  pixels, then a plain GEMM. (An OpenCL work-group packing its panel into local memory, then
-  running the tiles from it, measured 1.7× slower on PoCL than the implicit GEMM it was made
-  from: 3.2 against 1.8 ms, 3×3 64→64 at 56×56.)
+  cache. On OpenCL the contraction's first launch packs the whole image's patches into the
+  tiles' panels (``pack_b``), the tiles then read them as one stream: one kernel object. On
+  Triton (and where the patches cannot be the packed operand: a stride along the row) it is
+  two kernels: a (C·KH·KW) × (OH·OW) patch matrix per image, contiguous along output pixels,
+  then a plain GEMM. (An OpenCL work-group packing its panel into local memory, then running
+  the tiles from it, measured 1.7× slower on PoCL than the implicit GEMM it was made from:
+  3.2 against 1.8 ms, 3×3 64→64 at 56×56.)
 - ``winograd``: F(2×2, 3×3) for 3×3, stride 1, dilation 1, 2-D. The filter transform
   U = G·g·Gᵀ runs once when the weights are constant; the input transform V = Bᵀ·d·B per
   4×4 tile (prologue fused); 16 independent GEMMs U·V (one batched contraction, 2.25× fewer
@@ -192,8 +194,8 @@ def choose(fused: FusedOp, backend: str, tuned: bool | None = None) -> str:
 def build(fused: FusedOp, algorithm: str, backend: str, tuned: bool | None = None,
           **options: Any) -> Any:
     """``fused`` run with ``algorithm`` on ``backend``: a Kernel for the one-kernel algorithms
-    (NEON's im2col among them), a ``Program`` for the others. ``tuned`` and ``options``
-    (tiles) go to every stage."""
+    (NEON's and OpenCL's im2col among them), a ``Program`` for the others. ``tuned`` and
+    ``options`` (tiles) go to every stage."""
     from .program import Program
 
     reasons = applicable(fused)

@@ -10,7 +10,9 @@ reading the operands as they are, and at 181 reading copies whose rows were 16 f
 ``padded_program`` copies each such operand once into rows ``PAD_ELEMENTS`` longer (a Pad
 kernel; a constant is padded when the program is built) and runs the block on the copies
 through a Slice that the contraction's loads fold into their offsets, so the block itself is
-unchanged. The copies cost one pass over each operand (about 1% of a 2048³ GEMM).
+unchanged. The copies cost one pass over each operand (about 1% of a 2048³ GEMM). A block
+whose kernel packs its right operand into panels (``pack_b``, on by default for large
+contractions) is not padded: ``FusedOp.emit`` returns that kernel, whose panels do not alias.
 """
 from __future__ import annotations
 
