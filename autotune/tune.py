@@ -68,9 +68,11 @@ def search_space(loop: Any, backend: str) -> list[Config]:
             ago = operand_has_reduction(c.left) or operand_has_reduction(c.right)
             if ago:
                 return [Config.of(), *tiles]
-            # the right operand read in place, or packed in panels by a first kernel
-            return [Config.of(**t.as_options(), pack_b=p) for p in (False, True)
-                    for t in (tiles if not p else tiles[:5])]
+            # the right operand read in place, or packed in panels by a first kernel: both
+            # for the five likeliest tiles first, so a short budget still measures each way
+            return [*(Config.of(**t.as_options(), pack_b=p) for t in tiles[:5]
+                      for p in (False, True)),
+                    *(Config.of(**t.as_options(), pack_b=False) for t in tiles[5:])]
         from kernelgen.emit import unroll
 
         if loop.staged:  # a staged row is one work-item's array; queries a work-item share loads

@@ -103,7 +103,9 @@ VECTOR_WIDTHS = (16, 8, 4)
 VECTOR_LOCAL = 4
 # The right operand packed in panels by a first kernel (pack_panels.cl.tmpl), hand-edited from the
 # generated 2048^3 GEMM and timed side by side: 326-333 GFLOP/s against 176-181 reading its rows
-# (packing the left operand too: no faster). 1024^3: 197 against 179.
+# (packing the left operand too: no faster). 1024^3: 197 against 179. Generated, 6x64 tiles,
+# packed against in place: 1024x512x1024 3.77 against 6.01 ms, 512x1024x512 1.90 / 2.97,
+# 64x1024x1024 0.69 / 0.91; 768^3 2.95 / 2.74 and 512^3 0.95-1.00 / 0.87-1.06 (about even).
 PACK_MIN_ROW_TILES = 4  # row tiles that read each panel, at least, for the pass to pay
 PACK_MIN_BYTES = 1 << 20
 PACK_LOCAL = 16

@@ -141,7 +141,7 @@ class OpenCLRuntime:
             cl.enqueue_nd_range_kernel(queue, self._pack, pack.global_size, pack.local_size)
             handles = [*handles, self._scratch]
         kernel.set_args(*handles)
-        self._event = cl.enqueue_nd_range_kernel(device().queue, kernel,
+        self._event = cl.enqueue_nd_range_kernel(queue, kernel,
                                                  self.geometry.global_size,
                                                  self.geometry.local_size)
 
