@@ -88,7 +88,9 @@ AGO_MAX_COLUMNS = 64  # widest register tile a fused-producer contraction takes 
 # The vector operand's producer channels computed together, at most (the largest divisor of
 # the reduction's extent up to this): conv3x3+ReLU -> 1x1, 32 channels at 56x56, hand-edited
 # from the generated kernel and timed side by side: 1 channel 1.27-1.37 ms, 2: 0.74-0.87,
-# 4: 0.45-0.57, 8: 0.42-0.62, 16: 0.47-0.48.
+# 4: 0.45-0.57, 8: 0.42-0.62, 16: 0.47-0.48. A prime count takes a group that does not divide
+# it, the last step shifted back (11 channels: 0.255 ms in groups of 6 against 0.591 one by
+# one; 13: 0.274 in groups of 7 against 0.711; generated kernels, timed alternately).
 AGO_PRODUCER_GROUP = 8
 # most consumer rows one tile spans when the producer is the vector operand: one sum vector a
 # row, so 32 rows fill AVX-512's registers
@@ -537,8 +539,14 @@ class OpenCLEmitter(CEmitter):
         group = self._producer_group(c, left, right)
         a_bind = Scope([], 3, parent=k_scope)
         if plan.right is not None:
+            first = flat_k  # the group's first position
+            if k_extent % group:  # the last group shifts back to stay whole
+                first = sympy.Symbol("kg_k0")
+                k_scope.add(f"const {t} kg_k0 = kg_min(kg_k, ({t}){k_extent - group});"
+                            f"  // the last group shifts back")
+                self.ranges[first] = k_extent
             rows = [plan.right] if group == 1 else [
-                specialise(right, {flat_k: flat_k + g}, self.ranges) for g in range(group)]
+                specialise(right, {flat_k: first + g}, self.ranges) for g in range(group)]
             b.add(f"_Pragma(\"unroll\") for (int kg_v = 0; kg_v < {tn // w}; ++kg_v) {{")
             lane = b.child()
             lane.add(f"const {t} kg_col = kg_c0 + kg_v * {w};")
@@ -548,7 +556,7 @@ class OpenCLEmitter(CEmitter):
                 lane.add(f"kg_b[{g}][kg_v] = {value.expr(row)};")
             b.add("}")
             if group > 1:  # the left operand at the group's kg_g-th position
-                a_bind.add(f"const {t} kg_kg = kg_k + kg_g;")
+                a_bind.add(f"const {t} kg_kg = {first} + kg_g;")
                 self.ranges[sympy.Symbol("kg_kg")] = k_extent
                 left = specialise(left, {flat_k: sympy.Symbol("kg_kg")}, self.ranges)
         else:
@@ -564,7 +572,10 @@ class OpenCLEmitter(CEmitter):
         a = Scope([], 3, parent=k_scope)
         a.add(f"const {t} kg_row = kg_r0 + kg_i;")
         self.decompose("kg_row", [k.domain[i] for i in c.rows], a)
-        a.add(f"const float kg_a = {self.expr(left, a)};")
+        a_value = self.expr(left, a)
+        if k_extent % group:  # positions the shifted last group repeats weigh nothing
+            a_value = f"kg_kg >= kg_k ? {a_value} : 0.0f"
+        a.add(f"const float kg_a = {a_value};")
         store = Scope([], 2, parent=tile)
         self.decompose("kg_row", [k.domain[i] for i in c.rows], store)
         self._tile_stores(c, plan, store)
@@ -626,14 +637,23 @@ class OpenCLEmitter(CEmitter):
         producer as the vector operand, its channels, the largest divisor of their count up
         to ``AGO_PRODUCER_GROUP`` (their sums then share every load of the input window),
         when both operands (``flat_reduction``'s forms) read the reduction through the flat
-        ``kg_k`` alone; else 1."""
+        ``kg_k`` alone; else 1. Where the largest such divisor is below half the group (a
+        prime count of channels above the group), a group from half to all of
+        ``AGO_PRODUCER_GROUP`` that does not divide the count: its last step starts at
+        ``kg_k0``, shifted back to stay whole, and weighs the positions it repeats by zero."""
         if right is None or not operand_has_reduction(right):
             return 1
         flat_k, axes = sympy.Symbol("kg_k"), {s for s, _ in c.reduce.axes}
         if flat_k not in free_index_symbols(right) or axes & free_index_symbols(left):
             return 1
         k_extent = prod(n for _, n in c.reduce.axes)
-        return max(g for g in range(1, AGO_PRODUCER_GROUP + 1) if k_extent % g == 0)
+        divisor = max(g for g in range(1, AGO_PRODUCER_GROUP + 1) if k_extent % g == 0)
+        if divisor >= AGO_PRODUCER_GROUP // 2 or k_extent <= AGO_PRODUCER_GROUP:
+            return divisor
+        # no divisor that shares loads well (11 or 13 channels): the group whose steps cover
+        # the fewest positions, the last step shifted back over channels already summed
+        return min(range(AGO_PRODUCER_GROUP, AGO_PRODUCER_GROUP // 2 - 1, -1),
+                   key=lambda g: -(-k_extent // g) * g)
 
     def _tile_stores(self, c: Contraction, plan: _VectorPlan, scope: Scope) -> None:
         """Row ``kg_i``'s epilogue and stores: whole tiles store vectors when every output is

@@ -98,11 +98,13 @@ def _conv_then_1x1_with(channels: int) -> tuple[list[kg.Value], list[kg.Op]]:
     return [x, w1, w2], ops
 
 
-@pytest.mark.parametrize("channels, group", [(7, 7), (11, 1), (12, 6), (32, 8)])
+@pytest.mark.parametrize("channels, group", [(7, 7), (11, 6), (12, 6), (13, 7), (32, 8)])
 def test_opencl_producer_channels_share_their_loads(channels: int, group: int) -> None:
     """OpenCL computes an AGO conv producer as the vector operand, several of its channels
     per reduction step (the largest divisor of the channel count up to 8), each vector of
-    the input window loaded once for all of them; a prime count above 8 goes one by one."""
+    the input window loaded once for all of them. A prime count above 8 takes the group of
+    4 to 8 whose steps cover the fewest channels (11: two of 6; 13: two of 7), its last step
+    shifted back over channels already summed, which it weighs by zero."""
     require("opencl")
     values, ops = _conv_then_1x1_with(channels)
     fused = kg.fuse(*ops, force=True)
@@ -111,6 +113,7 @@ def test_opencl_producer_channels_share_their_loads(channels: int, group: int) -
     kernel = fused.emit("opencl", tuned=False)
     assert kernel.metadata["producer_redundancy"] == 1.0
     assert f"kg_k += {group})" in kernel.source
+    assert ("kg_k0 = kg_min(kg_k" in kernel.source) == bool(channels % group)
     # one interior and one masked-edge vector load of the input, shared by the group
     assert len(re.findall(r"vload\d+\(0, x \+ ", kernel.source)) == 2
     assert_close(kernel(*(feeds[v.name] for v in fused.inputs)), want, scale=50)
