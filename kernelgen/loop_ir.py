@@ -432,6 +432,11 @@ def operand_has_reduction(side: Expr) -> bool:
     return any(isinstance(n, Reduce) for n in walk(side))
 
 
+def operand_buffers(*sides: Expr) -> list[str]:
+    """The buffers the contraction operands ``sides`` load, sorted."""
+    return sorted({n.buffer for side in sides for n in walk(side) if isinstance(n, Load)})
+
+
 def producer_redundancy(kernel: LoopKernel, tile_n: int) -> float:
     """How often each element of a producer fused into a contraction's left operand is computed
     with column tiles of ``tile_n``: once per column tile (AGO's redundancy; 1.0 when one tile

@@ -21,10 +21,9 @@ from typing import Any
 import numpy as np
 
 from .dtypes import DType
-from .expr import Load, walk
 from .fuse import FusedOp, fuse
 from .graph import Constant, Op, Value, constant, rewire
-from .loop_ir import contraction
+from .loop_ir import contraction, operand_buffers
 from .ops import pad, slice_op
 
 ALIAS_BYTES = 4096  # rows a multiple of this apart share their L1 sets
@@ -39,7 +38,7 @@ def aliased_operands(fused: FusedOp) -> list[Value]:
     c = contraction(loop)
     if c is None:
         return []
-    read = {n.buffer for side in (c.left, c.right) for n in walk(side) if isinstance(n, Load)}
+    read = operand_buffers(c.left, c.right)
     return [v for v in fused.inputs
             if v.name in read and v.dtype is DType.float32 and v.rank >= 2
             and (v.shape[-1] * 4) % ALIAS_BYTES == 0 and v.numel * 4 >= PAD_MIN_BYTES]

@@ -24,8 +24,9 @@ import sympy
 import templates
 
 from ..dtypes import DType
-from ..expr import Load, free_index_symbols, walk
-from ..loop_ir import Buffer, Contraction, LoopKernel, contraction, operand_has_reduction
+from ..expr import free_index_symbols
+from ..loop_ir import (Buffer, Contraction, LoopKernel, contraction, operand_buffers,
+                       operand_has_reduction)
 from ..shapes import prod
 from .base import Capabilities, Scope
 from . import unroll
@@ -404,8 +405,7 @@ def emit_neon(kernel: LoopKernel, **options: Any) -> tuple[NeonSource, dict[str,
                         "function": source.function_name, "threads": "openmp",
                         "producer_redundancy": emitter.producer_recomputed,
                         # the buffers the right operand (the packed one) reads
-                        "right_operand_reads": sorted(
-                            {n.buffer for n in walk(c.right) if isinstance(n, Load)})}
+                        "right_operand_reads": operand_buffers(c.right)}
     extra: dict[str, Any] = {"schedule": schedule, "tunables": tunables,
                              "function": source.function_name, "threads": "openmp"}
     if kernel.staged:  # each staged producer row once per group point (staging.py)

@@ -33,8 +33,8 @@ import templates
 from ..dtypes import DType
 from ..expr import Expr, Load, Reduce, free_index_symbols, walk
 from ..loop_ir import (Axis, Buffer, Contraction, LoopKernel, contraction, flatten_axes,
-                       flatten_offset, operand_has_reduction, producer_redundancy, specialise,
-                       specialise_index)
+                       flatten_offset, operand_buffers, operand_has_reduction,
+                       producer_redundancy, specialise, specialise_index)
 from ..shapes import prod
 from .base import Capabilities, Scope
 from . import unroll as unroll_mod
@@ -157,8 +157,9 @@ class OpenCLEmitter(CEmitter):
                  window_rows: int | None = None, group_rows: int | None = None,
                  pack_b: bool | None = None) -> None:
         tile_default = tile is None
-        self.pack_b = pack_b  # None: decided by the tile (_packs_right)
-        self.packed_reads: list[str] = []  # the buffers the packed operand reads
+        self.pack_b = pack_b  # requested; None: decided by the tile (_packs_right)
+        self.packed: bool | None = None  # decided, where the vector template runs
+        self.right_reads: list[str] = []  # what its right (packed or vector) operand loads
         self.tile_explicit = not tile_default
         self.producer_recomputed: float | None = None  # set when the producer is the vector side
         super().__init__(kernel, capabilities)
@@ -587,43 +588,45 @@ class OpenCLEmitter(CEmitter):
         self.local = prod(local)
         holes = dict(index_t=t, tn=str(tn), nv=str(tn // w), width=str(w),
                      vtype=_vector_syntax(w).vtype, tiles_c=str(sizes[1]),
-                     batches=str(sizes[2]), k_extent=str(k_extent),
-                     col_bind="\n".join(tile.lines), k_bind="\n".join(k_scope.lines))
-        b_load, params, pack = "\n".join(b.lines), self.params(), None
-        self.pack_b = self._packs_right(c, group, tiles_r, k_extent * tn * sizes[1] * sizes[2])
-        if self.pack_b:  # a first kernel packs the operand; the tiles read its panels
-            self.packed_reads = sorted({n.buffer for n in walk(c.right) if isinstance(n, Load)})
+                     batches=str(sizes[2]), k_extent=str(k_extent))
+        params, pack = self.params(), None
+        self.packed = self._packs_right(c, tiles_r, k_extent * tn * sizes[1] * sizes[2])
+        self.right_reads = operand_buffers(c.right)  # the operands maybe swapped above
+        if self.packed:  # a first kernel packs the operand; the tiles read its panels
             panel = k_extent * tn
             pack_src = templates.render(
                 "opencl", "pack_panels.cl", name=f"{k.name}_pack", main=k.name,
                 params=self.params(outputs=False), panel=str(panel),
-                **{**holes, "k_bind": _dedent(k_scope.lines), "b_load": _dedent(b.lines)})
+                col_bind="\n".join(tile.lines), k_bind=_dedent(k_scope.lines),
+                b_load=_dedent(b.lines), **holes)
             pack_sizes = [k_extent, sizes[1], sizes[2]]
             pack_local = _local_shape(pack_sizes, PACK_LOCAL)
             pack = Launch(tuple(-(-s // l) * l for s, l in zip(pack_sizes, pack_local)),
                           pack_local)
             params += ",\n        __global const float* restrict kg_packed"
-            holes["col_bind"] += (f"\n    __global const float* kg_panel = kg_packed + "
-                                  f"((long)kg_bt * {sizes[1]} + kg_tc) * {panel};")
-            b_load = (f"        _Pragma(\"unroll\") for (int kg_v = 0; kg_v < {tn // w}; ++kg_v)\n"
-                      f"            kg_b[0][kg_v] = vload{w}(kg_v, kg_panel + kg_k * {tn});")
+            tile.add(f"__global const float* kg_panel = kg_packed + "
+                     f"((long)kg_bt * {sizes[1]} + kg_tc) * {panel};")
+            b = Scope([], 2)  # the panel's row for kg_k in place of the operand's loads
+            b.add(f"_Pragma(\"unroll\") for (int kg_v = 0; kg_v < {tn // w}; ++kg_v)")
+            b.child().add(f"kg_b[0][kg_v] = vload{w}(kg_v, kg_panel + kg_k * {tn});")
         src = templates.render(
             "opencl", "contraction_vec.cl", name=k.name, params=params, tm=str(tm),
             tiles_r=str(sizes[0]), last_r0=str(n_rows - tm),
             k_unroll='_Pragma("unroll") ' if extent(c.reduce) <= ITEM_UNROLL_MAX
             and not operand_has_reduction(c.right) else "",
+            col_bind="\n".join(tile.lines), k_bind="\n".join(k_scope.lines),
             k_group=str(group), a_bind="\n".join(a_bind.lines),
-            b_load=b_load, a_load="\n".join(a.lines), n_rows=str(n_rows),
+            b_load="\n".join(b.lines), a_load="\n".join(a.lines), n_rows=str(n_rows),
             store="\n".join(store.lines), **holes)
         if pack is None:
             return src, Launch(global_, local)
         return pack_src + "\n" + src, Launch(global_, local, pack, sizes[1] * sizes[2] * panel)
 
-    def _packs_right(self, c: Contraction, group: int, tiles_r: int, packed: int) -> bool:
+    def _packs_right(self, c: Contraction, tiles_r: int, packed: int) -> bool:
         """Whether a packing kernel first lays the right operand out in panels (``pack_b``; by
         default when ``PACK_MIN_ROW_TILES`` row tiles or more read an operand of at least
         ``PACK_MIN_BYTES``). Never for an AGO block: its producer is computed within the tiles."""
-        ago = operand_has_reduction(c.left) or operand_has_reduction(c.right) or group > 1
+        ago = operand_has_reduction(c.left) or operand_has_reduction(c.right)
         if self.pack_b and ago:
             raise ValueError(f"kernel '{self.kernel.name}': pack_b needs a contraction of "
                              f"plain operands; this one computes a fused producer (AGO) in "
@@ -986,9 +989,9 @@ def emit_opencl(kernel: LoopKernel, **options: Any) -> tuple[str, Launch, dict[s
                      producer_redundancy=1.0)
     if emitter.strategy == "tiled":
         tunables.update(tile_m=emitter.effective_tile[0], tile_n=emitter.effective_tile[1])
-        if emitter.vector_columns and emitter.pack_b is not None:  # the vector template's
-            tunables["pack_b"] = emitter.pack_b
-            extra["right_operand_reads"] = emitter.packed_reads  # what the packing kernel reads
+        if emitter.packed is not None:  # the vector template decided
+            tunables["pack_b"] = emitter.packed
+            extra["right_operand_reads"] = emitter.right_reads
         extra["producer_redundancy"] = emitter.producer_recomputed or producer_redundancy(
             kernel, emitter.effective_tile[1])
     return source, launch, extra
