@@ -68,10 +68,12 @@ def search_space(loop: Any, backend: str) -> list[Config]:
             ago = operand_has_reduction(c.left) or operand_has_reduction(c.right)
             if ago:
                 return [Config.of(), *tiles]
-            # the right operand read in place, or packed in panels by a first kernel: both
-            # for the five likeliest tiles first, so a short budget still measures each way
-            return [*(Config.of(**t.as_options(), pack_b=p) for t in tiles[:5]
-                      for p in (False, True)),
+            # the right operand read in place, packed by each column tile's item, or packed
+            # by a first kernel: each way for the five likeliest tiles first, so a short
+            # budget still measures every one
+            ways = ({"pack_b": False}, {"pack_b": True, "pack_in_tile": True},
+                    {"pack_b": True, "pack_in_tile": False})
+            return [*(Config.of(**t.as_options(), **way) for t in tiles[:5] for way in ways),
                     *(Config.of(**t.as_options(), pack_b=False) for t in tiles[5:])]
         from kernelgen.emit import unroll
 

@@ -6,18 +6,19 @@ to run it. Every way keeps the block's prologue (elementwise ops on the input) a
 - ``implicit_gemm``: one kernel, the contraction template reading patches through the conv's
   index map in place, with no patch buffer (the default single-kernel form; needs
   ``group == 1``).
-- ``im2col``: the patches are gathered, prologue applied, into the GEMM's right-operand
-  layout, then multiplied with the epilogue fused into the store. On NEON this is one kernel,
-  as in MegEngine: the packed contraction template gathers the patches of a cache-sized block
-  of output pixels (``PACK_BLOCK_BYTES``) straight into its ``tn``-wide panels (the pack is
-  the im2col, by vectors along an output row), and the tiles consume the block while it is in
-  cache. On OpenCL the contraction's first launch packs the whole image's patches into the
-  tiles' panels (``pack_b``), the tiles then read them as one stream: one kernel object. On
-  Triton (and where the patches cannot be the packed operand: a stride along the row) it is
-  two kernels: a (C·KH·KW) × (OH·OW) patch matrix per image, contiguous along output pixels,
-  then a plain GEMM. (An OpenCL work-group packing its panel into local memory, then running
-  the tiles from it, measured 1.7× slower on PoCL than the implicit GEMM it was made from:
-  3.2 against 1.8 ms, 3×3 64→64 at 56×56.)
+- ``im2col``: the patches are gathered, prologue applied, into the GEMM's operand layout,
+  then multiplied with the epilogue fused into the store. On every backend this is one
+  kernel, as in MegEngine: the contraction packs its patch operand (``PACKING``) a
+  cache-sized block at a time, and the tiles consume each block while it is in cache (the
+  pack is the im2col). NEON packs a block of ``tn``-wide panels (``PACK_BLOCK_BYTES``) by
+  vectors along an output row; OpenCL packs one column tile's panel per work-item, which
+  then runs every row tile on it (``pack_in_tile``; with few column tiles a first launch
+  packs them all); Triton packs each program's block of output pixels (``pack_rows``), then
+  sweeps every block of output channels. Where the patches cannot be the packed operand (a
+  stride along the row) it is two kernels: a (C·KH·KW) × (OH·OW) patch matrix per image,
+  contiguous along output pixels, then a plain GEMM. (An OpenCL work-group packing its panel
+  into local memory, then running the tiles from it, measured 1.7× slower on PoCL than the
+  implicit GEMM it was made from: 3.2 against 1.8 ms, 3×3 64→64 at 56×56.)
 - ``winograd``: F(2×2, 3×3) for 3×3, stride 1, dilation 1, 2-D. The filter transform
   U = G·g·Gᵀ runs once when the weights are constant; the input transform V = Bᵀ·d·B per
   4×4 tile (prologue fused); 16 independent GEMMs U·V (one batched contraction, 2.25× fewer
@@ -54,7 +55,8 @@ from .ops.nn import window_index
 from .shapes import prod
 
 ALGORITHMS = ("direct", "implicit_gemm", "im2col", "winograd", "winograd_4x4")
-PACKING = ("neon", "opencl")  # backends whose contraction packs its right operand (pack_b)
+# the option with which each backend's contraction packs one operand into panels
+PACKING = {"neon": "pack_b", "opencl": "pack_b", "triton": "pack_rows"}
 WINOGRAD_TILES = {"winograd": 2, "winograd_4x4": 4}  # output tile side of F(m x m, 3x3)
 
 # Options that keep each backend off the contraction template (a sliding window per output).
@@ -210,14 +212,14 @@ def build(fused: FusedOp, algorithm: str, backend: str, tuned: bool | None = Non
     if algorithm == "implicit_gemm":
         # a packed operand would be im2col's patches: read them in place (a block of two
         # convs, AGO's, packs its producer's values on NEON instead)
-        extra = {"pack_b": False} if backend in PACKING and conv_block(fused) else {}
+        extra = {PACKING[backend]: False} if conv_block(fused) else {}
         return fused.emit_kernel(backend, tuned, **{**options, **extra})
     block = conv_block(fused)
     assert block is not None
-    if algorithm == "im2col" and backend in PACKING:
-        kernel = fused.emit_kernel(backend, tuned, **{**options, "pack_b": True})
-        if kernel.metadata["tunables"].get("pack_b") and \
-                block.conv.inputs[1].name not in kernel.metadata["right_operand_reads"]:
+    if algorithm == "im2col":
+        kernel = fused.emit_kernel(backend, tuned, **{**options, PACKING[backend]: True})
+        packed = kernel.metadata.get("packed_operand_reads")
+        if packed and block.conv.inputs[1].name not in packed:
             return kernel  # the pack gathers the patches: im2col fused into the pack
     stages = _im2col_stages(block) if algorithm == "im2col" else \
         _winograd_stages(block, backend, WINOGRAD_TILES[algorithm])

@@ -120,13 +120,14 @@ def _emit_opencl(loop: LoopKernel, **options: Any) -> Kernel:
     geometry: dict[str, Any] = {
         "global_size": list(launch.global_size),
         "local_size": list(launch.local_size) if launch.local_size else None}
-    if launch.pack is not None:  # launched first, into a scratch buffer the kernel then reads
+    if launch.scratch:  # panels of a packed operand, in a buffer the host allocates once
+        geometry["args"] = "the inputs, the outputs, then the scratch buffer"
+        geometry["scratch_bytes"] = 4 * launch.scratch
+    if launch.pack is not None:  # launched first, filling the scratch buffer
         geometry["pack"] = {"kernel": f"{loop.name}_pack",
                             "global_size": list(launch.pack.global_size),
                             "local_size": list(launch.pack.local_size),
-                            "args": "the inputs, then the scratch buffer",
-                            "scratch_bytes": 4 * launch.scratch}
-        geometry["args"] = "the inputs, the outputs, then the scratch buffer"
+                            "args": "the inputs, then the scratch buffer"}
     runtime = OpenCLRuntime(source, loop.name, launch, len(loop.inputs))
     return Kernel(loop, "opencl", source, metadata(loop, "opencl", geometry, extra), runtime)
 

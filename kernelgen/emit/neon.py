@@ -401,11 +401,14 @@ def emit_neon(kernel: LoopKernel, **options: Any) -> tuple[NeonSource, dict[str,
                             pack_panels=emitter.pack_panels)
         c = emitter.contraction
         assert c is not None
-        return source, {"schedule": schedule, "tunables": tunables,
-                        "function": source.function_name, "threads": "openmp",
-                        "producer_redundancy": emitter.producer_recomputed,
-                        # the buffers the right operand (the packed one) reads
-                        "right_operand_reads": operand_buffers(c.right)}
+        tiled = {"schedule": schedule, "tunables": tunables,
+                 "function": source.function_name, "threads": "openmp",
+                 "producer_redundancy": emitter.producer_recomputed,
+                 # the buffers the right operand (the one packed, if any) reads
+                 "right_operand_reads": operand_buffers(c.right)}
+        if emitter.pack_b:
+            tiled["packed_operand_reads"] = tiled["right_operand_reads"]
+        return source, tiled
     extra: dict[str, Any] = {"schedule": schedule, "tunables": tunables,
                              "function": source.function_name, "threads": "openmp"}
     if kernel.staged:  # each staged producer row once per group point (staging.py)

@@ -111,6 +111,15 @@ VECTOR_LOCAL = 4
 PACK_MIN_ROW_TILES = 4  # row tiles that read each panel, at least, for the pass to pay
 PACK_MIN_BYTES = 1 << 20
 PACK_LOCAL = 16
+# Each column tile's work-item packing its own panel, then sweeping every row tile over it while
+# it is in cache (contraction_tile_pack.cl.tmpl, one launch), against a first kernel packing
+# every panel: im2col of a 3x3 64->64 conv at 56x56 (8x32 tiles, 74 KiB panels), generated and
+# hand-merged, alternating in one process, three runs: 1.11/1.11/1.10 ms against 1.27/1.18/1.17;
+# GEMM 2048^3 (6x64, 512 KiB panels) 345 against 339 GFLOP/s, 1024^3 and 512^3 within the noise.
+# It needs enough column tiles to keep every core busy, and panels that fit a core's L2.
+PACK_TILE_MIN_ITEMS = 16
+PACK_TILE_MAX_BYTES = 1 << 20
+PACK_TILE_LOCAL = 2
 # 'window' (window.cl.tmpl), measured on PoCL for a depthwise 3x3 over 128x56x56 in one run:
 # 0.078-0.087 ms with 4 rows a work-item, 0.109 ms with 1 and 0.093 with 8, against 0.19 ms for
 # the vector-column tiles; groups of 8 to 128 items within 10% of each other.
@@ -128,9 +137,10 @@ CAPABILITIES = Capabilities(
 
 @dataclass(frozen=True)
 class Launch:
-    """NDRange of the kernel; ``pack``, when set, is a packing kernel launched first (entry
-    point ``<name>_pack`` in the same source; arguments: the inputs, then a scratch buffer of
-    ``scratch`` float32 elements, which the main kernel takes after its outputs)."""
+    """NDRange of the kernel. ``scratch`` > 0: a buffer of that many float32 elements the kernel
+    takes after its outputs (panels of a packed operand). ``pack``, when set, is a packing
+    kernel launched first (entry point ``<name>_pack`` in the same source; arguments: the
+    inputs, then the scratch buffer); without it, the kernel packs its panels itself."""
 
     global_size: tuple[int, ...]
     local_size: tuple[int, ...] | None
@@ -155,10 +165,16 @@ class OpenCLEmitter(CEmitter):
                  tile: tuple[int, int] | None = None,
                  unroll: tuple[int, ...] | None = None,
                  window_rows: int | None = None, group_rows: int | None = None,
-                 pack_b: bool | None = None) -> None:
+                 pack_b: bool | None = None, pack_in_tile: bool | None = None) -> None:
         tile_default = tile is None
-        self.pack_b = pack_b  # requested; None: decided by the tile (_packs_right)
+        if pack_in_tile and pack_b is False:
+            raise ValueError(f"kernel '{kernel.name}': pack_in_tile=True packs the right "
+                             f"operand, which pack_b=False forbids")
+        # requested; None: decided by the tile (_packs_right, _packs_in_tile)
+        self.pack_b = True if pack_in_tile and pack_b is None else pack_b
+        self.pack_in_tile = pack_in_tile
         self.packed: bool | None = None  # decided, where the vector template runs
+        self.packed_in_tile = False
         self.right_reads: list[str] = []  # what its right (packed or vector) operand loads
         self.tile_explicit = not tile_default
         self.producer_recomputed: float | None = None  # set when the producer is the vector side
@@ -570,7 +586,7 @@ class OpenCLEmitter(CEmitter):
             b.add("}")
             b.add(f"_Pragma(\"unroll\") for (int kg_v = 0; kg_v < {tn // w}; ++kg_v)")
             b.child().add(f"kg_b[0][kg_v] = vload{w}(kg_v, kg_lanes);")
-        a = Scope([], 3, parent=k_scope)
+        a = Scope([], 4, parent=k_scope)  # within the kg_g and kg_i loops
         a.add(f"const {t} kg_row = kg_r0 + kg_i;")
         self.decompose("kg_row", [k.domain[i] for i in c.rows], a)
         a_value = self.expr(left, a)
@@ -589,11 +605,27 @@ class OpenCLEmitter(CEmitter):
         holes = dict(index_t=t, tn=str(tn), nv=str(tn // w), width=str(w),
                      vtype=_vector_syntax(w).vtype, tiles_c=str(sizes[1]),
                      batches=str(sizes[2]), k_extent=str(k_extent))
-        params, pack = self.params(), None
-        self.packed = self._packs_right(c, tiles_r, k_extent * tn * sizes[1] * sizes[2])
+        params, pack, panel = self.params(), None, k_extent * tn
+        k_unroll = '_Pragma("unroll") ' if extent(c.reduce) <= ITEM_UNROLL_MAX and \
+            not operand_has_reduction(c.right) else ""
+        self.packed = self._packs_right(c, tiles_r, panel * sizes[1] * sizes[2])
         self.right_reads = operand_buffers(c.right)  # the operands maybe swapped above
+        self.packed_in_tile = self.packed and self._packs_in_tile(sizes[1] * sizes[2], panel)
+        if self.packed_in_tile:  # each column tile packs its panel, then every row tile reads it
+            src = templates.render(
+                "opencl", "contraction_tile_pack.cl", name=k.name, tm=str(tm),
+                params=params + ",\n        __global float* restrict kg_packed",
+                tiles_r=str(tiles_r), last_r0=str(n_rows - tm), panel=str(panel),
+                panel_kib=f"{4 * panel / 1024:.0f}", k_unroll=k_unroll,
+                col_bind="\n".join(tile.lines), k_bind="\n".join(k_scope.lines),
+                b_load="\n".join(b.lines), row_k_bind=_indent(k_scope.lines),
+                a_load="\n".join(a.lines), store=_indent(store.lines), **holes)
+            items = sizes[1:]
+            local = _local_shape(items, PACK_TILE_LOCAL)
+            self.local = prod(local)
+            return src, Launch(tuple(-(-s // l) * l for s, l in zip(items, local)), local,
+                               scratch=items[0] * items[1] * panel)
         if self.packed:  # a first kernel packs the operand; the tiles read its panels
-            panel = k_extent * tn
             pack_src = templates.render(
                 "opencl", "pack_panels.cl", name=f"{k.name}_pack", main=k.name,
                 params=self.params(outputs=False), panel=str(panel),
@@ -611,9 +643,7 @@ class OpenCLEmitter(CEmitter):
             b.child().add(f"kg_b[0][kg_v] = vload{w}(kg_v, kg_panel + kg_k * {tn});")
         src = templates.render(
             "opencl", "contraction_vec.cl", name=k.name, params=params, tm=str(tm),
-            tiles_r=str(sizes[0]), last_r0=str(n_rows - tm),
-            k_unroll='_Pragma("unroll") ' if extent(c.reduce) <= ITEM_UNROLL_MAX
-            and not operand_has_reduction(c.right) else "",
+            tiles_r=str(sizes[0]), last_r0=str(n_rows - tm), k_unroll=k_unroll,
             col_bind="\n".join(tile.lines), k_bind="\n".join(k_scope.lines),
             k_group=str(group), a_bind="\n".join(a_bind.lines),
             b_load="\n".join(b.lines), a_load="\n".join(a.lines), n_rows=str(n_rows),
@@ -634,6 +664,14 @@ class OpenCLEmitter(CEmitter):
         if self.pack_b is not None or ago:
             return bool(self.pack_b)
         return tiles_r >= PACK_MIN_ROW_TILES and 4 * packed >= PACK_MIN_BYTES
+
+    def _packs_in_tile(self, panels: int, panel: int) -> bool:
+        """Whether each column tile packs its own panel (``pack_in_tile``; by default when there
+        are ``PACK_TILE_MIN_ITEMS`` panels or more, each at most ``PACK_TILE_MAX_BYTES``) rather
+        than a first kernel packing them all."""
+        if self.pack_in_tile is not None:
+            return self.pack_in_tile
+        return panels >= PACK_TILE_MIN_ITEMS and 4 * panel <= PACK_TILE_MAX_BYTES
 
     def _producer_group(self, c: Contraction, left: Expr, right: Expr | None) -> int:
         """Positions of the reduction one step of the vector template computes: for an AGO
@@ -936,6 +974,11 @@ def _dedent(lines: list[str]) -> str:
     return "\n".join(line.removeprefix("    ") for line in lines)
 
 
+def _indent(lines: list[str]) -> str:
+    """Lines one level deeper (inside the in-tile pack's sweep over row tiles)."""
+    return "\n".join("    " + line if line else line for line in lines)
+
+
 def _pow2_floor(n: int) -> int:
     p = 1
     while p * 2 <= n:
@@ -964,7 +1007,7 @@ def _version() -> str:
 def emit_opencl(kernel: LoopKernel, **options: Any) -> tuple[str, Launch, dict[str, Any]]:
     """Source, launch geometry and tunables for ``kernel``."""
     allowed = {"local_size", "reduce_strategy", "capabilities", "tile_m", "tile_n", "unroll",
-               "window_rows", "group_rows", "pack_b"}
+               "window_rows", "group_rows", "pack_b", "pack_in_tile"}
     if unknown := set(options) - allowed:
         raise TypeError(f"unknown OpenCL emit options {sorted(unknown)}; expected "
                         f"{sorted(allowed)}")
@@ -973,7 +1016,8 @@ def emit_opencl(kernel: LoopKernel, **options: Any) -> tuple[str, Launch, dict[s
                             options.get("capabilities", CAPABILITIES),
                             (options.get("tile_m", 4), options.get("tile_n", 4)) if explicit
                             else None, options.get("unroll"), options.get("window_rows"),
-                            options.get("group_rows"), options.get("pack_b"))
+                            options.get("group_rows"), options.get("pack_b"),
+                            options.get("pack_in_tile"))
     source, launch = emitter.emit()
     tunables = {"local_size": emitter.local, "reduce_strategy": emitter.strategy,
                 "index_type": emitter.index_t}
@@ -992,6 +1036,9 @@ def emit_opencl(kernel: LoopKernel, **options: Any) -> tuple[str, Launch, dict[s
         if emitter.packed is not None:  # the vector template decided
             tunables["pack_b"] = emitter.packed
             extra["right_operand_reads"] = emitter.right_reads
+            if emitter.packed:
+                tunables["pack_in_tile"] = emitter.packed_in_tile
+                extra["packed_operand_reads"] = emitter.right_reads
         extra["producer_redundancy"] = emitter.producer_recomputed or producer_redundancy(
             kernel, emitter.effective_tile[1])
     return source, launch, extra

@@ -29,7 +29,8 @@ import templates
 
 from ..dtypes import DType
 from ..expr import Call, Cast, Expr, Load, Reduce, free_index_symbols, walk
-from ..loop_ir import LoopKernel, Staged, contraction
+from ..loop_ir import (Axis, LoopKernel, Staged, contraction, operand_buffers,
+                       operand_has_reduction)
 from ..staging import hoist_order, unstage
 from ..shapes import prod
 from .base import Capabilities, Emitter, Scope
@@ -75,13 +76,15 @@ MAX_TENSOR = 1 << 20
 @dataclass(frozen=True)
 class TritonSource:
     """The generated module: its text, the kernel function's name, the pointer signature and
-    block sizes (constexprs) it is launched with, and the grid."""
+    block sizes (constexprs) it is launched with, the grid, and the float32 elements of the
+    scratch buffer it takes after its outputs (0: none)."""
 
     text: str
     function: str
     signature: dict[str, str]
     constexprs: dict[str, int]
     grid: tuple[int, ...]
+    scratch: int = 0
 
     @property
     def module_name(self) -> str:
@@ -103,7 +106,7 @@ class TritonEmitter(Emitter):
     def __init__(self, kernel: LoopKernel, block: int | None = None, block_r: int | None = None,
                  block_e: int | None = None, capabilities: Capabilities = CAPABILITIES,
                  dot_blocks: tuple[int, int, int] | None = None,
-                 schedule: str | None = None) -> None:
+                 schedule: str | None = None, pack_rows: bool = False) -> None:
         super().__init__(kernel, capabilities)
         self.block = _pow2(block or DEFAULT_BLOCK, "block")
         self.block_r, self.block_e = block_r, block_e
@@ -114,6 +117,14 @@ class TritonEmitter(Emitter):
         if schedule == "dot" and self.contraction is None:
             raise ValueError("schedule 'dot' needs a contraction (one sum of a product of "
                              "operands on disjoint output axes)")
+        c = self.contraction
+        if pack_rows and c is not None and (operand_has_reduction(c.left)
+                                            or operand_has_reduction(c.right)):
+            raise ValueError(f"kernel '{kernel.name}': pack_rows needs a contraction of plain "
+                             f"operands; this one computes a fused producer (AGO) in its "
+                             f"tiles, which a pack would materialise")
+        self.pack_rows = pack_rows and c is not None  # packs only on the 'dot' schedule
+        self.scratch = 0  # float32 elements of the packed panels (pack_rows)
         self.lanes: str | None = None   # the lane shape of the current vector context
         self.mask: str | None = None    # which lanes are live there
         self.lane_symbols: set[sympy.Symbol] = set()  # index symbols that vary across lanes
@@ -230,6 +241,7 @@ class TritonEmitter(Emitter):
         self.schedule = schedule
         text = "\n".join(body.lines)
         params = [self.params[b.name] for b in k.inputs + k.outputs]
+        params += ["scratch"] if self.scratch else []
         params += [f"{c}: tl.constexpr" for c in constexprs]
         joined = ", ".join(params)
         if len(joined) > 60:
@@ -241,12 +253,16 @@ class TritonEmitter(Emitter):
         doc = "\n".join(f"#   {self.params[b.name]}: {role} '{b.name}' {b.dtype}{list(b.shape)}"
                         for role, bufs in (("input", k.inputs), ("output", k.outputs))
                         for b in bufs)
+        if self.scratch:
+            doc += f"\n#   scratch: float32[{self.scratch}], the packed panels"
         helpers = _used_helpers(function_code)
         helpers = f"{helpers}\n\n" if helpers else ""
         module = templates.render("triton", "module.py", version=_version(), helpers=helpers,
                                   doc=doc, kernel=function_code.replace("KG_FN", function))
         signature = {self.params[b.name]: SIGNATURE[b.dtype] for b in k.inputs + k.outputs}
-        return TritonSource(module, function, signature, constexprs, grid)
+        if self.scratch:
+            signature["scratch"] = SIGNATURE[DType.float32]
+        return TritonSource(module, function, signature, constexprs, grid, self.scratch)
 
     def _elementwise(self, body: Scope) -> tuple[str, dict[str, int], tuple[int, ...]]:
         k = self.kernel
@@ -298,7 +314,13 @@ class TritonEmitter(Emitter):
         """A contraction as tiles of tl.dot: operand tiles are the fused operand expressions
         evaluated on [BLOCK_M, BLOCK_K] and [BLOCK_K, BLOCK_N] index grids (prologues included),
         the epilogue runs on the accumulator tile. Batch axes (both operands depend on them)
-        are grid dimension 2, scalars inside the program."""
+        are grid dimension 2, scalars inside the program.
+
+        ``pack_rows``: each program owns a block of rows for every column. It first gathers
+        that block's rows of the left operand (prologue applied: for a conv, its patches),
+        BLOCK_K positions at a time, into a contiguous panel of the scratch buffer; then it
+        sweeps every column block over the panel while it is in cache (MegEngine's im2col:
+        a cache-sized block packed, then consumed, the pack fused into the gather)."""
         k, c = self.kernel, self.contraction
         assert c is not None
         rows = [k.domain[i] for i in c.rows]
@@ -310,31 +332,46 @@ class TritonEmitter(Emitter):
         n_rows, n_cols = prod(n for _, n in rows), prod(n for _, n in cols)
         n_k = prod(n for _, n in c.reduce.axes)
         bm, bn, bk = self.dot_blocks
+        grid: tuple[int, ...] = (-(-n_rows // bm), 1 if self.pack_rows else -(-n_cols // bn))
+        grid += (prod(n for _, n in batch),) if batch else ()
         body.add("rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)")
-        body.add("rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)")
-        body.add("acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)")
-        body.add(f"for k0 in range(0, {n_k}, BLOCK_K):")
-        loop = body.child()
+        sweep = body
+        if self.pack_rows:
+            k_pad = -(-n_k // bk) * bk  # whole BLOCK_K steps: the panel's loads need no mask
+            self.scratch = prod(grid) * bm * k_pad
+            program = "tl.program_id(0)" + (".to(tl.int64)" if self.wide else "")
+            if batch:
+                program = f"(tl.program_id(2) * {grid[0]} + {program})"
+            body.add(f"panel = scratch + {program} * {bm * k_pad}  # [{k_pad}][BLOCK_M]")
+            body.add("slots = tl.arange(0, BLOCK_K)[None, :] * BLOCK_M + "
+                     "tl.arange(0, BLOCK_M)[:, None]")
+            body.add(f"for k0 in range(0, {n_k}, BLOCK_K):")
+            pack = body.child()
+            pack.add("rk = k0 + tl.arange(0, BLOCK_K)")
+            self._operand_tile(pack, "a", "rm[:, None]", "rk[None, :]", n_rows, rows, n_k,
+                               c.left, "BLOCK_M, BLOCK_K")
+            pack.add("tl.store(panel + k0 * BLOCK_M + slots, a_tile)")
+            self._leave_lanes()
+            body.add("tl.debug_barrier()  # the program's panel stores before its loads")
+            body.add(f"for n0 in range(0, {n_cols}, BLOCK_N):")
+            sweep = body.child()
+            sweep.add("rn = n0 + tl.arange(0, BLOCK_N)")
+        else:
+            body.add("rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)")
+        sweep.add("acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)")
+        sweep.add(f"for k0 in range(0, {n_k}, BLOCK_K):")
+        loop = sweep.child()
         loop.add("rk = k0 + tl.arange(0, BLOCK_K)")
-        for side, pos_o, pos_k, n_o, axes, operand, lanes in (
-                ("a", "rm[:, None]", "rk[None, :]", n_rows, rows, c.left, "BLOCK_M, BLOCK_K"),
-                ("b", "rn[None, :]", "rk[:, None]", n_cols, cols, c.right, "BLOCK_K, BLOCK_N")):
-            scope = Scope(loop.lines, loop.depth)  # its own names: the two tiles' shapes differ
-            o_var, k_var, live = self.fresh(f"{side}o"), self.fresh(f"{side}k"), f"{side}_live"
-            scope.add(f"{o_var} = {pos_o}")
-            scope.add(f"{k_var} = {pos_k}")
-            scope.add(f"{live} = tl.where({o_var} < {n_o}, {k_var} < {n_k}, False)")
-            for s, _ in axes:
-                self.symbol_names[s] = self.fresh("o")
-            for s, _ in c.reduce.axes:
-                self.symbol_names[s] = self.fresh("r")
-            self._enter_lanes(lanes, live, list(axes) + list(c.reduce.axes))
-            self.decompose(o_var, axes, scope)
-            self.decompose(k_var, list(c.reduce.axes), scope)
-            scope.add(f"{side}_tile = tl.where({live}, {self.expr(operand, scope)}, 0.0)")
+        if self.pack_rows:
+            loop.add("a_tile = tl.load(panel + k0 * BLOCK_M + slots)")
+        else:
+            self._operand_tile(loop, "a", "rm[:, None]", "rk[None, :]", n_rows, rows, n_k,
+                               c.left, "BLOCK_M, BLOCK_K")
+        self._operand_tile(loop, "b", "rn[None, :]", "rk[:, None]", n_cols, cols, n_k,
+                           c.right, "BLOCK_K, BLOCK_N")
         loop.add('acc = tl.dot(a_tile, b_tile, acc, input_precision="ieee")')
         self._leave_lanes()
-        out = Scope(body.lines, 1)
+        out = Scope(sweep.lines, sweep.depth)
         for s, n in rows + cols:
             self.symbol_names[s] = f"o{k.domain.index((s, n))}"
         out.add("om = rm[:, None]")
@@ -347,9 +384,26 @@ class TritonEmitter(Emitter):
         self._stores(out)
         self._leave_lanes()
         blocks = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
-        grid: tuple[int, ...] = (-(-n_rows // bm), -(-n_cols // bn))
-        grid += (prod(n for _, n in batch),) if batch else ()
         return "dot", blocks, grid
+
+    def _operand_tile(self, loop: Scope, side: str, pos_o: str, pos_k: str, n_o: int,
+                      axes: list[Axis], n_k: int, operand: Expr, lanes: str) -> None:
+        """``<side>_tile``: ``operand`` on the index grid ``pos_o`` x ``pos_k`` (zero outside)."""
+        c = self.contraction
+        assert c is not None
+        scope = Scope(loop.lines, loop.depth)  # its own names: the two tiles' shapes differ
+        o_var, k_var, live = self.fresh(f"{side}o"), self.fresh(f"{side}k"), f"{side}_live"
+        scope.add(f"{o_var} = {pos_o}")
+        scope.add(f"{k_var} = {pos_k}")
+        scope.add(f"{live} = tl.where({o_var} < {n_o}, {k_var} < {n_k}, False)")
+        for s, _ in axes:
+            self.symbol_names[s] = self.fresh("o")
+        for s, _ in c.reduce.axes:
+            self.symbol_names[s] = self.fresh("r")
+        self._enter_lanes(lanes, live, list(axes) + list(c.reduce.axes))
+        self.decompose(o_var, axes, scope)
+        self.decompose(k_var, list(c.reduce.axes), scope)
+        scope.add(f"{side}_tile = tl.where({live}, {self.expr(operand, scope)}, 0.0)")
 
     def _lane_loop(self, scope: Scope, block: str, count: int,
                    axes: list[tuple[sympy.Symbol, int]]) -> Scope:
@@ -519,7 +573,7 @@ def emit_triton(kernel: LoopKernel, **options: Any) -> tuple[TritonSource, dict[
                                                                dict[str, Any]]:
     """The Triton module for ``kernel``, its launch (grid and block sizes) and metadata."""
     allowed = {"block", "block_r", "block_e", "block_m", "block_n", "block_k", "schedule",
-               "capabilities"}
+               "capabilities", "pack_rows"}
     if unknown := set(options) - allowed:
         raise TypeError(f"unknown Triton emit options {sorted(unknown)}; expected "
                         f"{sorted(allowed)}")
@@ -528,12 +582,20 @@ def emit_triton(kernel: LoopKernel, **options: Any) -> tuple[TritonSource, dict[
         kernel = unstage(kernel)
     emitter = TritonEmitter(kernel, options.get("block"), options.get("block_r"),
                             options.get("block_e"), options.get("capabilities", CAPABILITIES),
-                            dot, options.get("schedule"))  # type: ignore[arg-type]
+                            dot, options.get("schedule"),  # type: ignore[arg-type]
+                            bool(options.get("pack_rows")))
     source = emitter.emit()
-    launch = {"grid": list(source.grid), "constexprs": dict(source.constexprs)}
-    extra: dict[str, Any] = {"schedule": emitter.schedule, "tunables": dict(source.constexprs),
+    launch: dict[str, Any] = {"grid": list(source.grid), "constexprs": dict(source.constexprs)}
+    tunables: dict[str, Any] = dict(source.constexprs)
+    extra: dict[str, Any] = {"schedule": emitter.schedule, "tunables": tunables,
                              "function": source.function, "signature": source.signature,
                              "module": source.module_name}
+    if emitter.schedule == "dot":
+        tunables["pack_rows"] = emitter.pack_rows
+    if source.scratch:  # the packed panels, in a buffer the host allocates once
+        launch.update(args="the inputs, the outputs, then the scratch buffer",
+                      scratch_bytes=4 * source.scratch)
+        extra["packed_operand_reads"] = operand_buffers(emitter.contraction.left)
     if kernel.staged:  # each staged producer row once per program (staging.py)
         extra.update(staged_rows=[st.buffer.name for st in kernel.staged],
                      producer_redundancy=1.0)

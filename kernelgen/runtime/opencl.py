@@ -100,7 +100,8 @@ def build(source: str, name: str) -> Any:
 
 class OpenCLRuntime:
     """Runs one generated kernel: builds it at first use, then enqueues it (after its packing
-    kernel, when ``launch.pack`` is set, into a scratch buffer this runtime keeps)."""
+    kernel, when ``launch.pack`` is set). A kernel with ``launch.scratch`` takes a scratch
+    buffer this runtime keeps after its outputs."""
 
     def __init__(self, source: str, name: str, launch: Any, n_inputs: int = 0) -> None:
         self.source, self.name, self.geometry = source, name, launch
@@ -115,6 +116,7 @@ class OpenCLRuntime:
             self._kernel = build(self.source, self.name)
             if self.geometry.pack is not None:
                 self._pack = build(self.source, f"{self.name}_pack")
+            if self.geometry.scratch:
                 cl = _import_cl()
                 self._scratch = cl.Buffer(device().context, cl.mem_flags.READ_WRITE,
                                           4 * self.geometry.scratch)
@@ -139,6 +141,7 @@ class OpenCLRuntime:
             pack = self.geometry.pack
             self._pack.set_args(*handles[:self.n_inputs], self._scratch)
             cl.enqueue_nd_range_kernel(queue, self._pack, pack.global_size, pack.local_size)
+        if self._scratch is not None:
             handles = [*handles, self._scratch]
         kernel.set_args(*handles)
         self._event = cl.enqueue_nd_range_kernel(queue, kernel,

@@ -79,13 +79,15 @@ def load_module(name: str, text: str) -> ModuleType:
 
 
 class TritonRuntime:
-    """Launches one generated Triton kernel over its grid."""
+    """Launches one generated Triton kernel over its grid (with the scratch buffer it keeps,
+    when the kernel packs panels into one)."""
 
     def __init__(self, source: Any, loop: Any, launch: dict[str, Any]) -> None:
         self.source, self.loop = source, loop
         self.grid = tuple(launch["grid"])
         self.constexprs = dict(launch["constexprs"])
         self._fn: Any = None
+        self._scratch: Any = None
 
     def _kernel(self) -> Any:
         if self._fn is None:
@@ -103,7 +105,12 @@ class TritonRuntime:
                            device=device())
 
     def launch(self, handles: Sequence[Any]) -> None:
-        self._kernel()[self.grid](*handles, **self.constexprs)
+        if self.source.scratch and self._scratch is None:
+            torch = _torch()
+            self._scratch = torch.empty(self.source.scratch, dtype=torch.float32,
+                                        device=device())
+        scratch = [self._scratch] if self.source.scratch else []
+        self._kernel()[self.grid](*handles, *scratch, **self.constexprs)
 
     def sync(self) -> None:
         torch = _torch()

@@ -205,26 +205,41 @@ def test_neon_packed_blocks_cross_batches() -> None:
                                           ("opencl", (4, 4)), ("opencl", (8, 2)),
                                           ("neon", (1, 4)), ("neon", (3, 8)), ("neon", (8, 12)),
                                           ("neon-packed", (4, 8)), ("neon-packed", (3, 4)),
-                                          ("neon-blocks", (4, 8)), ("neon-blocks", (3, 4))])
+                                          ("neon-blocks", (4, 8)), ("neon-blocks", (3, 4)),
+                                          ("opencl-packed", (3, 16)),
+                                          ("opencl-tilepack", (5, 16)),
+                                          ("triton-packed", (16, 16))])
 @pytest.mark.parametrize("name", ["MatMul", "MatMul-bcast-batch", "MatMul-shared-batch",
                                   "Gemm-trans",
                                   "Conv-stride2-bias", "Conv-1x1", "Conv-7x7", "Conv-1d"])
 def test_tiled_contraction_tiles(name: str, backend_tile: tuple[str, tuple[int, int]]) -> None:
     """The register-tiled contraction templates on sizes that no tile divides, for several
     tiles; a tile taller than the matrix clamps. NEON's packed template also with 1 KiB
-    blocks of panels (several blocks, the last partial)."""
+    blocks of panels (several blocks, the last partial); OpenCL's packed panels by a first
+    kernel and by each column tile's item; Triton's tl.dot tiles with each row block's
+    left operand packed first."""
     from conftest import require
     backend_name, tile = backend_tile
     extra = {"neon-packed": {"pack_b": True},
-             "neon-blocks": {"pack_b": True, "pack_block_kib": 1}}.get(backend_name, {})
+             "neon-blocks": {"pack_b": True, "pack_block_kib": 1},
+             "opencl-packed": {"pack_b": True, "pack_in_tile": False},
+             "opencl-tilepack": {"pack_in_tile": True},
+             "triton-packed": {"pack_rows": True}}.get(backend_name, {})
     backend_name = backend_name.split("-")[0]
     require(backend_name)
     case = next(c for c in CASES if c.name == name)
     values, arrays = case.inputs()
     op = case.build(*values)
     fused = kg.fuse(op)
-    kernel = fused.emit(backend_name, tile_m=tile[0], tile_n=tile[1], **extra)
-    assert kernel.metadata["schedule"] == "tiled"
+    tiles = {"block_m": tile[0], "block_n": tile[1], "block_k": 16} \
+        if backend_name == "triton" else {"tile_m": tile[0], "tile_n": tile[1]}
+    # a conv block's algorithm choice would read the patches in place: packed variants emit
+    # the block as one kernel
+    emit = fused.emit_kernel if extra else fused.emit
+    kernel = emit(backend_name, tuned=False, **tiles, **extra)
+    assert kernel.metadata["schedule"] == ("dot" if backend_name == "triton" else "tiled")
+    for option, value in extra.items():  # absent where OpenCL's scalar template runs
+        assert kernel.metadata["tunables"].get(option, value) is value
     feeds = dict(zip((v.name for v in values), arrays))
     got = kernel(*(feeds[v.name] for v in fused.inputs))
     assert_close(got, reference(op, *arrays).astype(got.dtype), scale=case.scale)

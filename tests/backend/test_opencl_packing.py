@@ -1,5 +1,7 @@
-"""OpenCL contractions whose first launch packs the right operand into panels
-(``pack_b``; templates/opencl/pack_panels.cl.tmpl) against NumPy, on shapes that leave a
+"""OpenCL contractions that pack the right operand into panels (``pack_b``), either by a first
+launch (templates/opencl/pack_panels.cl.tmpl) or each column tile's item packing its own panel
+before its row tiles (``pack_in_tile``; contraction_tile_pack.cl.tmpl), against NumPy, on
+shapes that leave a
 partial last row tile and a partial last column tile (both shifted to stay whole), with a
 prologue on the packed operand, a transposed operand, broadcast batches and an epilogue; a
 conv whose pack is its im2col, including a stride whose patches load lane by lane; the
@@ -32,13 +34,14 @@ def test_packed_matmul_with_prologue_and_epilogue(m: int, k: int, n: int,
     out = kg.sigmoid(add)
     fused = kg.fuse(pre, mm, add, out)
     want = 1 / (1 + np.exp(-(a.astype(np.float64) @ np.maximum(b, 0) + bias)))
-    for pack in (True, False):
-        kernel = fused.emit_kernel("opencl", tuned=False, pack_b=pack, tile_m=tile[0],
-                                   tile_n=tile[1])
+    for pack, in_tile in ((True, False), (True, True), (False, None)):
+        kernel = fused.emit_kernel("opencl", tuned=False, pack_b=pack, pack_in_tile=in_tile,
+                                   tile_m=tile[0], tile_n=tile[1])
         if kernel.metadata["schedule"] != "tiled":
             continue  # too narrow for the tiles (n < 4 columns)
         assert kernel.metadata["tunables"]["pack_b"] is pack
-        assert ("pack" in kernel.metadata["launch"]) is pack
+        assert kernel.metadata["tunables"].get("pack_in_tile") is in_tile
+        assert ("pack" in kernel.metadata["launch"]) is (pack and not in_tile)
         assert_close(kernel(a, b, bias), want.astype(np.float32), scale=10)
 
 
@@ -50,26 +53,29 @@ def test_packed_batched_matmul_with_broadcast_batch_and_transposed_operand() -> 
     mm = kg.matmul(kg.tensor("a", a.shape), kg.transpose(kg.tensor("bt", bt.shape),
                                                           [0, 1, 3, 2]))
     fused = kg.fuse(mm.inputs[1], mm)
-    kernel = fused.emit_kernel("opencl", tuned=False, pack_b=True)
-    assert kernel.metadata["tunables"]["pack_b"]
-    assert_close(kernel(a, bt), (a.astype(np.float64) @ np.swapaxes(bt, 2, 3)
-                                 ).astype(np.float32), scale=10)
+    for in_tile in (False, True):
+        kernel = fused.emit_kernel("opencl", tuned=False, pack_b=True, pack_in_tile=in_tile)
+        assert kernel.metadata["tunables"]["pack_in_tile"] is in_tile
+        assert_close(kernel(a, bt), (a.astype(np.float64) @ np.swapaxes(bt, 2, 3)
+                                     ).astype(np.float32), scale=10)
 
 
+@pytest.mark.parametrize("in_tile", [False, True])
 @pytest.mark.parametrize("strides", [[1, 1], [3, 1], [2, 2]])
-def test_conv_im2col_is_the_pack(strides: list[int]) -> None:
-    """A conv's patches (pads, batch 2, a ReLU prologue) packed by the first launch, with a
-    stride between rows too. A stride along the row leaves the patches no contiguous run, so
-    the tiles take the weights as their vector operand: im2col then runs as the patch matrix
-    and a GEMM (two kernels)."""
+def test_conv_im2col_is_the_pack(strides: list[int], in_tile: bool) -> None:
+    """A conv's patches (pads, batch 2, a ReLU prologue) packed by the first launch or by each
+    column tile's item, with a stride between rows too. A stride along the row leaves the
+    patches no contiguous run, so the tiles take the weights as their vector operand: im2col
+    then runs as the patch matrix and a GEMM (two kernels)."""
     require("opencl")
     x, w = _f32(2, 5, 13, 11), _f32(7, 5, 3, 3)
     pre = kg.relu(kg.tensor("x", x.shape))
     conv = kg.conv(pre, kg.constant("w", w), pads=[1, 1, 1, 1], strides=strides)
     fused = kg.fuse(pre, conv)
-    kernel = fused.emit("opencl", algorithm="im2col", tuned=False)
+    kernel = fused.emit("opencl", algorithm="im2col", tuned=False, pack_in_tile=in_tile)
     if strides[1] == 1:
         assert kernel.metadata["right_operand_reads"] == ["x"]
+        assert kernel.metadata["tunables"]["pack_in_tile"] is in_tile
     else:
         assert len(kernel.kernels) == 2
     xp = np.pad(np.maximum(x, 0).astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
@@ -83,18 +89,31 @@ def test_conv_im2col_is_the_pack(strides: list[int]) -> None:
 
 
 def test_pack_launch_metadata() -> None:
-    """A host program learns the packing launch, its arguments and its scratch size."""
+    """A host program learns the packing launch, its arguments and its scratch size; an
+    in-tile pack needs only the scratch buffer."""
     require("opencl")
     m, k, n = 40, 9, 70
-    kernel = kg.fuse(kg.matmul(kg.tensor("a", (m, k)), kg.tensor("b", (k, n)))).emit_kernel(
-        "opencl", tuned=False, pack_b=True, tile_m=8, tile_n=32)
-    launch = kernel.metadata["launch"]
-    pack = launch["pack"]
-    assert pack["kernel"] == f"{kernel.name}_pack" and f"void {pack['kernel']}(" in kernel.source
+    fused = kg.fuse(kg.matmul(kg.tensor("a", (m, k)), kg.tensor("b", (k, n))))
     tiles_c = -(-n // 32)  # 3 column tiles of 32 (the last shifted left)
-    assert pack["scratch_bytes"] == 4 * tiles_c * k * 32
-    assert pack["global_size"][:2] == [k, tiles_c]
-    assert launch["args"] == "the inputs, the outputs, then the scratch buffer"
+    for in_tile in (False, True):
+        kernel = fused.emit_kernel("opencl", tuned=False, pack_b=True, pack_in_tile=in_tile,
+                                   tile_m=8, tile_n=32)
+        launch = kernel.metadata["launch"]
+        assert launch["scratch_bytes"] == 4 * tiles_c * k * 32
+        assert launch["args"] == "the inputs, the outputs, then the scratch buffer"
+        if in_tile:
+            assert "pack" not in launch and launch["global_size"][0] >= tiles_c
+            continue
+        pack = launch["pack"]
+        assert pack["kernel"] == f"{kernel.name}_pack"
+        assert f"void {pack['kernel']}(" in kernel.source
+        assert pack["global_size"][:2] == [k, tiles_c]
+
+
+def test_pack_in_tile_without_packing_is_refused() -> None:
+    fused = kg.fuse(kg.matmul(kg.tensor("a", (40, 9)), kg.tensor("b", (9, 70))))
+    with pytest.raises(ValueError, match="pack_in_tile=True packs the right operand"):
+        fused.emit_kernel("opencl", tuned=False, pack_b=False, pack_in_tile=True)
 
 
 def test_ago_block_refuses_pack_b() -> None:

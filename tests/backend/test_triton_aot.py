@@ -38,12 +38,20 @@ def _blocks() -> list[tuple[str, kg.FusedOp]]:
 def test_every_kernel_compiles_for_cuda(tmp_path: Path) -> None:
     require("triton")
     jobs = []
-    for name, block in _blocks():
-        source, _, _ = emit_triton(block.lower())
+    # every block at its defaults; each contraction also with its row blocks packed first
+    # (pack_rows: the panel store, the barrier and the panel loads)
+    variants = [(name, block, {}) for name, block in _blocks()]
+    variants += [(f"{name}-packed", block, {"pack_rows": True}) for name, block in _blocks()
+                 if name.startswith("nn-")]
+    for name, block, options in variants:
+        source, _, extra = emit_triton(block.lower(), **options)
+        if options and not extra["tunables"].get("pack_rows"):
+            continue  # not a contraction
         load_module(source.module_name, source.text)  # writes the module file
         jobs.append({"name": name, "path": str(module_dir() / f"{source.module_name}.py"),
                      "function": source.function, "signature": source.signature,
                      "constexprs": source.constexprs})
+    assert any(job["name"].endswith("-packed") for job in jobs)
     manifest = tmp_path / "jobs.json"
     manifest.write_text(json.dumps(jobs))
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}

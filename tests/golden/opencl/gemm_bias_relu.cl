@@ -41,10 +41,10 @@ __kernel void fused_gemm_relu(__global const float* restrict a,
         }
         _Pragma("unroll") for (int kg_g = 0; kg_g < 1; ++kg_g) {
             _Pragma("unroll") for (int kg_i = 0; kg_i < 8; ++kg_i) {
-            const int kg_row = kg_r0 + kg_i;
-            const int o0 = kg_row;
-            const float t4 = a[17 * o0 + kg_k];
-            const float kg_a = t4;
+                const int kg_row = kg_r0 + kg_i;
+                const int o0 = kg_row;
+                const float t4 = a[17 * o0 + kg_k];
+                const float kg_a = t4;
                 _Pragma("unroll") for (int kg_v = 0; kg_v < 1; ++kg_v)
                     kg_acc[kg_i][kg_v] = fma((float8)(kg_a), kg_b[kg_g][kg_v], kg_acc[kg_i][kg_v]);
             }
