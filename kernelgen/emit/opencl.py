@@ -167,10 +167,9 @@ class OpenCLEmitter(CEmitter):
                  window_rows: int | None = None, group_rows: int | None = None,
                  pack_b: bool | None = None, pack_in_tile: bool | None = None) -> None:
         tile_default = tile is None
-        if pack_in_tile and pack_b is False:
-            raise ValueError(f"kernel '{kernel.name}': pack_in_tile=True packs the right "
-                             f"operand, which pack_b=False forbids")
-        # requested; None: decided by the tile (_packs_right, _packs_in_tile)
+        # requested; None: decided by the tile (_packs_right, _packs_in_tile). pack_in_tile
+        # says how a packed operand is packed: pack_b=False (im2col's in-place implicit GEMM
+        # over a stored packed tile) wins over it
         self.pack_b = True if pack_in_tile and pack_b is None else pack_b
         self.pack_in_tile = pack_in_tile
         self.packed: bool | None = None  # decided, where the vector template runs
@@ -616,12 +615,13 @@ class OpenCLEmitter(CEmitter):
                 "opencl", "contraction_tile_pack.cl", name=k.name, tm=str(tm),
                 params=params + ",\n        __global float* restrict kg_packed",
                 tiles_r=str(tiles_r), last_r0=str(n_rows - tm), panel=str(panel),
-                panel_kib=f"{4 * panel / 1024:.0f}", k_unroll=k_unroll,
+                panel_size=f"{4 * panel / 1024:.0f} KiB" if panel >= 256 else
+                f"{4 * panel} bytes", k_unroll=k_unroll,
                 col_bind="\n".join(tile.lines), k_bind="\n".join(k_scope.lines),
                 b_load="\n".join(b.lines), row_k_bind=_indent(k_scope.lines),
                 a_load="\n".join(a.lines), store=_indent(store.lines), **holes)
             items = sizes[1:]
-            local = _local_shape(items, PACK_TILE_LOCAL)
+            local = _local_shape(items, self.local if self.local_explicit else PACK_TILE_LOCAL)
             self.local = prod(local)
             return src, Launch(tuple(-(-s // l) * l for s, l in zip(items, local)), local,
                                scratch=items[0] * items[1] * panel)

@@ -110,10 +110,20 @@ def test_pack_launch_metadata() -> None:
         assert pack["global_size"][:2] == [k, tiles_c]
 
 
-def test_pack_in_tile_without_packing_is_refused() -> None:
-    fused = kg.fuse(kg.matmul(kg.tensor("a", (40, 9)), kg.tensor("b", (9, 70))))
-    with pytest.raises(ValueError, match="pack_in_tile=True packs the right operand"):
-        fused.emit_kernel("opencl", tuned=False, pack_b=False, pack_in_tile=True)
+def test_pack_b_false_wins_over_pack_in_tile() -> None:
+    """pack_in_tile says how a packed operand is packed; pack_b=False (the implicit GEMM
+    over a tile stored as packed) reads it in place. pack_in_tile alone packs."""
+    require("opencl")
+    a, b = _f32(40, 9), _f32(9, 70)
+    fused = kg.fuse(kg.matmul(kg.tensor("a", a.shape), kg.tensor("b", b.shape)))
+    kernel = fused.emit_kernel("opencl", tuned=False, pack_b=False, pack_in_tile=True,
+                               tile_m=8, tile_n=32)
+    assert kernel.metadata["tunables"]["pack_b"] is False
+    assert "scratch_bytes" not in kernel.metadata["launch"]
+    assert_close(kernel(a, b), (a.astype(np.float64) @ b).astype(np.float32), scale=4)
+    alone = fused.emit_kernel("opencl", tuned=False, pack_in_tile=True, tile_m=8, tile_n=32)
+    assert alone.metadata["tunables"]["pack_in_tile"] is True
+    assert_close(alone(a, b), (a.astype(np.float64) @ b).astype(np.float32), scale=4)
 
 
 def test_ago_block_refuses_pack_b() -> None:
