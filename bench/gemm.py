@@ -51,9 +51,9 @@ def tuned_kernel(n: int, backend: str, a: np.ndarray, b: np.ndarray, want: np.nd
     reference (the interpreter would need n^3 memory), then emit it the default way: the
     template reads the stored tiles from the Fast-Run database."""
     fused = kg.fuse(kg.matmul(kg.tensor("a", (n, n)), kg.tensor("b", (n, n))))
-    # tune the contraction the default emit runs: on OpenCL at these sizes one kernel whose
-    # first launch packs b in panels; a Program would read padded copies of a and b
-    # (kernelgen/padding.py) made by its first stages
+    # tune the contraction the default emit runs: on OpenCL at these sizes one kernel that
+    # packs b in panels; a Program would read padded copies of a and b (kernelgen/padding.py)
+    # made by its first stages
     first = fused.emit(backend, tuned=False)
     stages = first.kernels if isinstance(first, Program) else [first]
     env = first.bind(a, b) if isinstance(first, Program) else {"a": a, "b": b}

@@ -196,8 +196,8 @@ def choose(fused: FusedOp, backend: str, tuned: bool | None = None) -> str:
 def build(fused: FusedOp, algorithm: str, backend: str, tuned: bool | None = None,
           **options: Any) -> Any:
     """``fused`` run with ``algorithm`` on ``backend``: a Kernel for the one-kernel algorithms
-    (NEON's and OpenCL's im2col among them), a ``Program`` for the others. ``tuned`` and
-    ``options`` (tiles) go to every stage."""
+    (im2col among them where its pack gathers the patches), a ``Program`` for the others.
+    ``tuned`` and ``options`` (tiles) go to every stage."""
     from .program import Program
 
     reasons = applicable(fused)

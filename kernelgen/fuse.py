@@ -126,9 +126,9 @@ class FusedOp:
         explicit ``options`` always win. A block around a convolution runs with ``algorithm``
         ('direct', 'implicit_gemm', 'im2col', 'winograd', 'winograd_4x4'; see
         ``kernelgen.conv_algorithms``), by default the measured best or, unmeasured, a heuristic's
-        pick; im2col and Winograd return a ``Program`` of several kernels with the same call, as
-        does an OpenCL contraction that does not pack its right operand and whose operands'
-        rows alias in the cache (``padding``)."""
+        pick; Winograd (and im2col where its patches cannot be packed) returns a ``Program``
+        of several kernels with the same call, as does an OpenCL contraction that does not pack
+        its right operand and whose operands' rows alias in the cache (``padding``)."""
         from . import conv_algorithms, padding
 
         if algorithm is None and not any(op.kind == "Conv" for op in self.ops):

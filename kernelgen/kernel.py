@@ -112,6 +112,15 @@ def metadata(loop: LoopKernel, backend: str, launch: dict[str, Any] | None,
     return meta
 
 
+def _scratch(elements: int) -> dict[str, Any]:
+    """Launch metadata for a scratch buffer of ``elements`` float32 (panels of a packed
+    operand) that the host allocates once and passes after the outputs; none when 0."""
+    if not elements:
+        return {}
+    return {"args": "the inputs, the outputs, then the scratch buffer",
+            "scratch_bytes": 4 * elements}
+
+
 def _emit_opencl(loop: LoopKernel, **options: Any) -> Kernel:
     from .emit.opencl import emit_opencl
     from .runtime.opencl import OpenCLRuntime
@@ -120,9 +129,7 @@ def _emit_opencl(loop: LoopKernel, **options: Any) -> Kernel:
     geometry: dict[str, Any] = {
         "global_size": list(launch.global_size),
         "local_size": list(launch.local_size) if launch.local_size else None}
-    if launch.scratch:  # panels of a packed operand, in a buffer the host allocates once
-        geometry["args"] = "the inputs, the outputs, then the scratch buffer"
-        geometry["scratch_bytes"] = 4 * launch.scratch
+    geometry.update(_scratch(launch.scratch))
     if launch.pack is not None:  # launched first, filling the scratch buffer
         geometry["pack"] = {"kernel": f"{loop.name}_pack",
                             "global_size": list(launch.pack.global_size),
@@ -146,6 +153,7 @@ def _emit_triton(loop: LoopKernel, **options: Any) -> Kernel:
     from .runtime.triton import TritonRuntime
 
     source, launch, extra = emit_triton(loop, **options)
+    launch.update(_scratch(source.scratch))
     runtime = TritonRuntime(source, loop, launch)
     return Kernel(loop, "triton", source.text, metadata(loop, "triton", launch, extra), runtime)
 

@@ -329,7 +329,7 @@ class OpenCLEmitter(CEmitter):
         sizes = [prod(n for _, n in d) for d in dims]
         width = -(-sizes[0] // lanes) * lanes if sizes[0] > lanes else sizes[0]
         local = _local_shape([width, *sizes[1:]], self.local)
-        global_ = tuple(-(-s // l) * l for s, l in zip(sizes, local))
+        global_ = _covering(sizes, local)
         checks = []
         for dim, (d, size) in enumerate(zip(dims, sizes)):
             gid = f"({self.index_t})get_global_id({dim})"
@@ -494,7 +494,7 @@ class OpenCLEmitter(CEmitter):
         holes = self.contraction_holes(tm, tn, depth=3)
         sizes = [int(holes["tiles_c"]), int(holes["tiles_r"]), int(holes["batches"])]
         local = _local_shape(sizes, min(self.local, 64))
-        global_ = tuple(-(-s // l) * l for s, l in zip(sizes, local))
+        global_ = _covering(sizes, local)
         src = templates.render("opencl", "contraction.cl", name=k.name, params=self.params(),
                                **holes)
         return src, Launch(global_, local)
@@ -599,7 +599,7 @@ class OpenCLEmitter(CEmitter):
         sizes = [tiles_r, tiles_run * prod(n for _, n in outer),
                  prod(k.domain[i][1] for i in c.batch)]
         local = _local_shape(sizes, self.local if self.local_explicit else VECTOR_LOCAL)
-        global_ = tuple(-(-s // l) * l for s, l in zip(sizes, local))
+        global_ = _covering(sizes, local)
         self.local = prod(local)
         holes = dict(index_t=t, tn=str(tn), nv=str(tn // w), width=str(w),
                      vtype=_vector_syntax(w).vtype, tiles_c=str(sizes[1]),
@@ -623,7 +623,7 @@ class OpenCLEmitter(CEmitter):
             items = sizes[1:]
             local = _local_shape(items, self.local if self.local_explicit else PACK_TILE_LOCAL)
             self.local = prod(local)
-            return src, Launch(tuple(-(-s // l) * l for s, l in zip(items, local)), local,
+            return src, Launch(_covering(items, local), local,
                                scratch=items[0] * items[1] * panel)
         if self.packed:  # a first kernel packs the operand; the tiles read its panels
             pack_src = templates.render(
@@ -633,8 +633,7 @@ class OpenCLEmitter(CEmitter):
                 b_load=_dedent(b.lines), **holes)
             pack_sizes = [k_extent, sizes[1], sizes[2]]
             pack_local = _local_shape(pack_sizes, PACK_LOCAL)
-            pack = Launch(tuple(-(-s // l) * l for s, l in zip(pack_sizes, pack_local)),
-                          pack_local)
+            pack = Launch(_covering(pack_sizes, pack_local), pack_local)
             params += ",\n        __global const float* restrict kg_packed"
             tile.add(f"__global const float* kg_panel = kg_packed + "
                      f"((long)kg_bt * {sizes[1]} + kg_tc) * {panel};")
@@ -646,16 +645,17 @@ class OpenCLEmitter(CEmitter):
             tiles_r=str(sizes[0]), last_r0=str(n_rows - tm), k_unroll=k_unroll,
             col_bind="\n".join(tile.lines), k_bind="\n".join(k_scope.lines),
             k_group=str(group), a_bind="\n".join(a_bind.lines),
-            b_load="\n".join(b.lines), a_load="\n".join(a.lines), n_rows=str(n_rows),
+            b_load="\n".join(b.lines), a_load="\n".join(a.lines),
             store="\n".join(store.lines), **holes)
         if pack is None:
             return src, Launch(global_, local)
         return pack_src + "\n" + src, Launch(global_, local, pack, sizes[1] * sizes[2] * panel)
 
     def _packs_right(self, c: Contraction, tiles_r: int, packed: int) -> bool:
-        """Whether a packing kernel first lays the right operand out in panels (``pack_b``; by
-        default when ``PACK_MIN_ROW_TILES`` row tiles or more read an operand of at least
-        ``PACK_MIN_BYTES``). Never for an AGO block: its producer is computed within the tiles."""
+        """Whether the right operand is laid out in panels first (``pack_b``; by default when
+        ``PACK_MIN_ROW_TILES`` row tiles or more read an operand of at least ``PACK_MIN_BYTES``;
+        ``_packs_in_tile`` then says by whom). Never for an AGO block: its producer is computed
+        within the tiles."""
         ago = operand_has_reduction(c.left) or operand_has_reduction(c.right)
         if self.pack_b and ago:
             raise ValueError(f"kernel '{self.kernel.name}': pack_b needs a contraction of "
@@ -984,6 +984,11 @@ def _pow2_floor(n: int) -> int:
     while p * 2 <= n:
         p *= 2
     return p
+
+
+def _covering(sizes: list[int], local: tuple[int, ...]) -> tuple[int, ...]:
+    """The global size: each of ``sizes`` rounded up to whole work-groups of ``local``."""
+    return tuple(-(-s // l) * l for s, l in zip(sizes, local))
 
 
 def _local_shape(sizes: list[int], target: int) -> tuple[int, ...]:

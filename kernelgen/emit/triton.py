@@ -592,9 +592,7 @@ def emit_triton(kernel: LoopKernel, **options: Any) -> tuple[TritonSource, dict[
                              "module": source.module_name}
     if emitter.schedule == "dot":
         tunables["pack_rows"] = emitter.pack_rows
-    if source.scratch:  # the packed panels, in a buffer the host allocates once
-        launch.update(args="the inputs, the outputs, then the scratch buffer",
-                      scratch_bytes=4 * source.scratch)
+    if source.scratch:  # the left operand's panels
         extra["packed_operand_reads"] = operand_buffers(emitter.contraction.left)
     if kernel.staged:  # each staged producer row once per program (staging.py)
         extra.update(staged_rows=[st.buffer.name for st in kernel.staged],
