@@ -90,11 +90,10 @@ def test_every_applicable_algorithm(case: ConvCase, backend: str) -> None:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_program_shape(backend: str) -> None:
-    """im2col is two kernels on Triton; on NEON one, and on OpenCL one kernel object whose
-    first launch packs the patches into panels (implicit GEMM reads them in place). Winograd
-    is three kernels once the constant filter transform is folded; the metadata says which
-    algorithm ran and lists every stage. F(4x4) runs (4+2)^2 = 36 GEMMs on 4x4 output
-    tiles."""
+    """im2col is one kernel on every backend, whose pack gathers the patches into panels
+    (implicit GEMM reads them in place). Winograd is three kernels once the constant filter
+    transform is folded; the metadata says which algorithm ran and lists every stage. F(4x4)
+    runs (4+2)^2 = 36 GEMMs on 4x4 output tiles."""
     require(backend)
     ops, _, conv = CASES[0].build()
     n, m, oh, ow = conv.shape
