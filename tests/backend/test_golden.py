@@ -6,9 +6,12 @@ Regenerate after an intended change with
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
 import kernelgen as kg
@@ -62,18 +65,104 @@ def gemm_bias_relu() -> kg.FusedOp:
     return kg.fuse(g, _named(kg.relu(g), "y"))
 
 
-CASES: dict[str, Callable[[], kg.FusedOp]] = {
-    f.__name__: f for f in (bias_gelu, transpose_reshape_exp, pad_concat, row_softmax,
-                            column_sum_group, gather_rows, gemm_bias_relu)}
+def _relu_depthwise_sigmoid() -> list[kg.Op]:
+    x = kg.tensor("x", (1, 4, 13, 16))
+    w = kg.constant("w", np.linspace(-1, 1, 36, dtype=np.float32).reshape(4, 1, 3, 3))
+    pre = _named(kg.relu(x), "pre")
+    conv = _named(kg.conv(pre, w, pads=[1, 1, 1, 1], group=4), "conv")
+    return [pre, conv, _named(kg.sigmoid(conv), "y")]
+
+
+def depthwise_window() -> kg.FusedOp:
+    """OpenCL's 'window' schedule, NEON's 'columns'."""
+    return kg.fuse(*_relu_depthwise_sigmoid())
+
+
+def _conv3x3_relu(x_shape: tuple[int, ...], m: int) -> list[kg.Op]:
+    x = kg.tensor("x", x_shape)
+    c = x_shape[1]
+    w = kg.constant("w", np.linspace(-1, 1, m * c * 9, dtype=np.float32).reshape(m, c, 3, 3))
+    conv = _named(kg.conv(x, w, pads=[1, 1, 1, 1]), "conv")
+    return [conv, _named(kg.relu(conv), "y")]
+
+
+def conv_im2col() -> kg.FusedOp:
+    """im2col as one kernel: the contraction packs the patches (the packing tile or launch)."""
+    return kg.fuse(*_conv3x3_relu((1, 5, 9, 11), 7))
+
+
+def conv_winograd() -> kg.FusedOp:
+    """Winograd F(2x2, 3x3): a Program of the input transform, batched GEMM and output
+    transform (the filter transform folded at build time)."""
+    return kg.fuse(*_conv3x3_relu((1, 4, 8, 8), 6))
+
+
+def ago_conv_1x1() -> kg.FusedOp:
+    """AGO: conv 3x3 + ReLU feeding a 1x1 conv, one contraction computing its producer."""
+    x, w1, w2 = (kg.tensor("x", (1, 5, 9, 11)), kg.tensor("w1", (7, 5, 3, 3)),
+                 kg.tensor("w2", (6, 7, 1, 1)))
+    p = _named(kg.conv(x, w1, pads=[1, 1, 1, 1]), "p")
+    r = _named(kg.relu(p), "r")
+    return kg.fuse(p, r, _named(kg.conv(r, w2), "y"), force=True)
+
+
+def staged_attention() -> kg.FusedOp:
+    """MatMul -> Softmax -> MatMul with each score row staged once per query."""
+    q, k, v = kg.tensor("q", (16, 8)), kg.tensor("k", (8, 10)), kg.tensor("v", (10, 4))
+    s = _named(kg.matmul(q, k), "s")
+    p = _named(kg.softmax(s, 1), "p")
+    return kg.fuse(s, p, _named(kg.matmul(p, v), "y"), force=True)
+
+
+def gemm_packed() -> kg.FusedOp:
+    """A GEMM whose packed operand's panels are filled first (by a first launch on OpenCL)."""
+    return gemm_bias_relu()
+
+
+def gemm_pack_in_tile() -> kg.FusedOp:
+    """OpenCL: each column tile's work-item packs its own panel, then sweeps every row tile."""
+    return gemm_bias_relu()
+
+
+# name -> (block, {backend: emit options}); a backend missing from the options is not checked
+Case = tuple[Callable[[], kg.FusedOp], dict[str, dict[str, Any]]]
+_EVERY: dict[str, dict[str, Any]] = {"opencl": {}, "neon": {}, "triton": {}}
+CASES: dict[str, Case] = {f.__name__: (f, _EVERY) for f in (
+    bias_gelu, transpose_reshape_exp, pad_concat, row_softmax, column_sum_group, gather_rows,
+    gemm_bias_relu, depthwise_window, ago_conv_1x1, staged_attention)}
+CASES.update({
+    "depthwise_window": (depthwise_window, {b: {"algorithm": "direct"} for b in _EVERY}),
+    "conv_im2col": (conv_im2col, {b: {"algorithm": "im2col"} for b in _EVERY}),
+    "conv_winograd": (conv_winograd, {b: {"algorithm": "winograd"} for b in _EVERY}),
+    "conv_winograd_4x4": (conv_winograd, {"opencl": {"algorithm": "winograd_4x4"}}),
+    "gemm_packed": (gemm_packed, {"opencl": {"pack_b": True, "pack_in_tile": False},
+                                  "neon": {"pack_b": True}, "triton": {"pack_rows": True}}),
+    "gemm_pack_in_tile": (gemm_pack_in_tile, {"opencl": {"pack_b": True,
+                                                         "pack_in_tile": True}}),
+})
 
 
 SUFFIX = {"opencl": "cl", "neon": "c", "triton": "py"}
 
 
-@pytest.mark.parametrize("backend_name", SUFFIX)
-@pytest.mark.parametrize("name", CASES)
+def _stable_names(kernel: Any) -> str:
+    """The source with the tensors that a program's stages name from a process-wide counter
+    (``winogradinput_76``) renumbered by first appearance, so the file does not depend on how
+    many operators the process built before."""
+    source = kernel.source
+    stages = kernel.metadata.get("stages", [kernel.metadata])
+    counted = {a["name"] for m in stages for a in m["args"] if re.search(r"_\d+$", a["name"])}
+    order = sorted(counted, key=source.find)
+    for k, name in enumerate(order):
+        source = re.sub(rf"\b{name}\b", f"{name.rsplit('_', 1)[0]}_#{k}", source)
+    return source
+PARAMS = [(name, b) for name, (_, options) in CASES.items() for b in SUFFIX if b in options]
+
+
+@pytest.mark.parametrize(("name", "backend_name"), PARAMS)
 def test_golden_source(name: str, backend_name: str) -> None:
-    source = CASES[name]().emit(backend_name).source
+    block, options = CASES[name]
+    source = _stable_names(block().emit(backend_name, tuned=False, **options[backend_name]))
     path = GOLDEN / backend_name / f"{name}.{SUFFIX[backend_name]}"
     if os.environ.get("KERNELGEN_UPDATE_GOLDEN"):
         path.parent.mkdir(parents=True, exist_ok=True)
