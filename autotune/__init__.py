@@ -1,10 +1,15 @@
-"""Autotuning: a search over each kernel's tunables that keeps only candidates whose output
-matches the reference, and a persistent, crash-safe Fast-Run database of the results."""
-from .config import Config, config_from_metadata
-from .database import FastRunDB, canonical, default_path
-from .tune import (Candidate, TuneResult, algorithm_key, search_space, stored_algorithm,
-                   stored_options, tune, tune_algorithm, tuning_key)
+"""Deprecated: the tuner is ``kernelgen.tune`` and its database ``kernelgen.fastrun``. This shim
+re-exports them for one release."""
+import warnings
 
-__all__ = ["Candidate", "Config", "FastRunDB", "TuneResult", "algorithm_key", "canonical",
-           "config_from_metadata", "default_path", "search_space", "stored_algorithm",
+from kernelgen.backends import Config
+from kernelgen.fastrun import (FastRunDB, algorithm_key, canonical, config_from_metadata,
+                               default_path, stored_algorithm, stored_options, tuning_key)
+from kernelgen.tune import Candidate, Measure, TuneResult, tune, tune_algorithm
+
+__all__ = ["Candidate", "Config", "FastRunDB", "Measure", "TuneResult", "algorithm_key",
+           "canonical", "config_from_metadata", "default_path", "stored_algorithm",
            "stored_options", "tune", "tune_algorithm", "tuning_key"]
+
+warnings.warn("the top-level 'autotune' package moved to 'kernelgen.tune' (search) and "
+              "'kernelgen.fastrun' (database)", DeprecationWarning, stacklevel=2)

@@ -15,9 +15,8 @@ from pathlib import Path
 import numpy as np
 
 import kernelgen as kg
-from kernelgen.kernel import emit
+from kernelgen.lower.staging import unstage
 from kernelgen.measure import bench_interleaved
-from kernelgen.staging import unstage
 
 SHAPES = {"256 queries x 256 keys, d 64": (256, 64, 256, 64),
           "64 queries x 1024 keys, d 64": (64, 64, 1024, 64)}
@@ -52,11 +51,11 @@ def row(name: str, m: int, d: int, n: int, dv: int, backends: list[str], repeat:
         numpy_attention(q, k, v, scale)
     out["numpy_ms"] = (time.perf_counter() - t0) / repeat * 1e3
     for backend in backends:
-        staged = fused.emit(backend, tuned=False)
-        inlined = emit(unstage(fused.lower()), backend)
-        separate = [kg.fuse(s).emit(backend, tuned=False),
-                    kg.fuse(scaled, p).emit(backend, tuned=False),
-                    kg.fuse(o).emit(backend, tuned=False)]
+        staged = fused.emit(backend, tuning="none")
+        inlined = kg.compile_loop(unstage(fused.lower()), backend)
+        separate = [kg.fuse(s).emit(backend, tuning="none"),
+                    kg.fuse(scaled, p).emit(backend, tuning="none"),
+                    kg.fuse(o).emit(backend, tuning="none")]
         for kernel in (staged, inlined):
             np.testing.assert_allclose(kernel(*arrays), want, rtol=1e-3, atol=1e-4)
         times = bench_interleaved({"staged": (staged, arrays), "inlined": (inlined, arrays),

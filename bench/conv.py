@@ -6,7 +6,7 @@ way onnxruntime is (back-to-back runs of itself, onnxruntime right before and af
 Conv+BatchNorm+ReLU (BN folded into the weights, ReLU in the epilogue) against onnxruntime
 running Conv, BatchNormalization and Relu as separate nodes; and AGO's fused
 Conv3x3+ReLU -> Conv1x1 against the two kernels run separately. Each block's algorithms and
-their stages' tiles are tuned first (``autotune.tune_algorithm(..., tune_tiles=True)``, stored
+their stages' tiles are tuned first (``tune_algorithm(..., tune_tiles=True)``, stored
 in the Fast-Run database), then emitted the default way.
 
     python bench/conv.py [--repeat 10] [--tune-s 120] [--json bench/results/conv.json]
@@ -25,9 +25,11 @@ import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
 import kernelgen as kg
-from kernelgen.kernel import Kernel
+from kernelgen.compile.conv_algorithms import applicable
+from kernelgen.exec import Kernel
+from kernelgen.graph.rewrite import fold_batchnorm
 from kernelgen.measure import bench, bench_interleaved
-from kernelgen.rewrite import fold_batchnorm
+from kernelgen.tune import tune_algorithm
 
 SHAPES = {  # name: (input NCHW, weight MCkk, pads, group)
     "3x3 64->64 @56": ((1, 64, 56, 56), (64, 64, 3, 3), 1, 1),
@@ -81,15 +83,11 @@ def time_algorithms(fused: kg.FusedOp, arrays: list[np.ndarray], ref: np.ndarray
     backend against onnxruntime's, then time them round-robin, with onnxruntime's run
     (``ort_run``) timed just before and after; the row records each time, its speed relative
     to onnxruntime's and the best."""
-    from kernelgen.conv_algorithms import applicable
-
     algorithms = [a for a, why in applicable(fused).items() if why is None]
     row: dict[str, object] = {}
     for backend in backends:
         if tune_s > 0:  # tiles of every stage of every algorithm, stored for emit() to read
-            import autotune
-
-            autotune.tune_algorithm(fused, backend, tune_tiles=True, budget_s=tune_s, repeat=5)
+            tune_algorithm(fused, backend, tune_tiles=True, budget_s=tune_s, repeat=5)
         variants = {}
         for algorithm in algorithms:
             program = fused.emit(backend, algorithm=algorithm)

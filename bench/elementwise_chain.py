@@ -20,8 +20,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from chains import elementwise_chain, inputs, numpy_chain  # noqa: E402
 
 import kernelgen as kg  # noqa: E402
-from kernelgen.measure import bench_interleaved, copy_kernel, unfused  # noqa: E402
-from kernelgen.runtime.opencl import device  # noqa: E402
+from kernelgen.backends.opencl.runtime import device  # noqa: E402
+from kernelgen.compile import copy_kernel, unfused  # noqa: E402
+from kernelgen.measure import bench_interleaved  # noqa: E402
 
 
 def numpy_time(arrays: dict[str, np.ndarray], repeat: int) -> float:

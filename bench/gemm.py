@@ -17,17 +17,17 @@ from pathlib import Path
 
 import numpy as np
 
-import autotune
 import kernelgen as kg
+from kernelgen.exec import Program
 from kernelgen.measure import bench
-from kernelgen.program import Program
+from kernelgen.tune import tune
 
 
 def neon_peak_gflops() -> float:
     """GFLOP/s of bench/peak_fma_neon.c (12 independent FMA chains per thread)."""
     import ctypes
 
-    from kernelgen.runtime import neon
+    from kernelgen.backends.neon import runtime as neon
 
     code = (Path(__file__).parent / "peak_fma_neon.c").read_text()
     key = neon.library_key(code)
@@ -46,7 +46,7 @@ def neon_peak_gflops() -> float:
 
 
 def tuned_kernel(n: int, backend: str, a: np.ndarray, b: np.ndarray, want: np.ndarray
-                 ) -> tuple[kg.kernel.Kernel | Program, str]:
+                 ) -> tuple[kg.Kernel | Program, str]:
     """Tune the n^3 GEMM's tiles on ``backend`` at its own size, with NumPy's product as the
     reference (the interpreter would need n^3 memory), then emit it the default way: the
     template reads the stored tiles from the Fast-Run database."""
@@ -54,14 +54,14 @@ def tuned_kernel(n: int, backend: str, a: np.ndarray, b: np.ndarray, want: np.nd
     # tune the contraction the default emit runs: on OpenCL at these sizes one kernel that
     # packs b in panels; a Program would read padded copies of a and b (kernelgen/padding.py)
     # made by its first stages
-    first = fused.emit(backend, tuned=False)
+    first = fused.emit(backend, tuning="none")
     stages = first.kernels if isinstance(first, Program) else [first]
     env = first.bind(a, b) if isinstance(first, Program) else {"a": a, "b": b}
     for stage in stages[:-1]:
         env[stage.loop.outputs[0].name] = stage(*(env[x.name] for x in stage.loop.inputs))
     gemm = stages[-1]
-    result = autotune.tune(gemm.loop, backend, [env[x.name] for x in gemm.loop.inputs],
-                           reference=[want], repeat=3, budget_s=240)
+    result = tune(gemm.loop, backend, [env[x.name] for x in gemm.loop.inputs],
+                  reference=[want], repeat=3, budget_s=240)
     kernel = fused.emit(backend)
     np.testing.assert_allclose(kernel(a, b), want, rtol=1e-3, atol=1e-3 * np.sqrt(n))
     return kernel, str(result.best)

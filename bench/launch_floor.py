@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from kernelgen.runtime.opencl import device
+from kernelgen.backends.opencl.runtime import device
 
 
 def main() -> int:

@@ -14,7 +14,8 @@ from chains import elementwise_chain, inputs, numpy_chain  # noqa: E402
 from elementwise_chain import timeable_backends  # noqa: E402
 
 import kernelgen as kg  # noqa: E402
-from kernelgen.measure import copy_kernel, runner, unfused  # noqa: E402
+from kernelgen.compile import copy_kernel, unfused  # noqa: E402
+from kernelgen.measure import runner  # noqa: E402
 
 
 @pytest.fixture(scope="module")

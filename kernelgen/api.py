@@ -1,70 +1,96 @@
-"""The public operator constructors, one snake_case function per ONNX operator.
+"""The user's entry to the kernel layer: ``fuse`` returns a ``FusedOp`` that lowers and emits
+itself. It sits above the compile driver and the tuner (which it calls), so the data class
+below it (``fusion.FusedBlock``) stays pure data.
 
-Attribute keyword names are ONNX's (``kernelgen.leaky_relu(x, alpha=0.1)``,
-``kernelgen.softmax(x, axis=1)``), so the ONNX importer is a table of these functions.
+    fused = kernelgen.fuse(a, r, s)
+    kernel = fused.emit("opencl")                      # stored tunables, else the defaults
+    kernel = fused.emit("opencl", tuning="measure")    # measured now on a miss, then stored
+    kernel = fused.emit("opencl", tuning="none")       # the defaults: the same on any machine
 """
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
+import warnings
+from collections.abc import Iterable
 from typing import Any
 
-from .graph import Op, Value
-from .ops import BINARY, UNARY, binary, reduce_op, unary, variadic
-from .ops.reduce import REDUCE_KINDS
+from . import backends
+from .backends import Backend
+from .compile import NO_TUNING, STORED, Stored, TuningPolicy, compile, compile_kernel
+from .exec import Executable, Kernel
+from .fusion import FusedBlock
+from .fusion import fuse as fuse_block
+from .ir.loop import LoopKernel
+from .ir.node import Op
+from .lower import lower
+from .tune import Measure
 
-# Python keywords (and, or, not) take NumPy's logical_* names.
-_SPECIAL = {"IsNaN": "isnan", "IsInf": "isinf", "ReduceL1": "reduce_l1", "ReduceL2": "reduce_l2",
-            "And": "logical_and", "Or": "logical_or", "Xor": "logical_xor", "Not": "logical_not"}
-
-
-def snake(kind: str) -> str:
-    """ONNX op type -> constructor name: 'LeakyRelu' -> 'leaky_relu'."""
-    return _SPECIAL.get(kind) or re.sub(r"(?<!^)(?=[A-Z])", "_", kind).lower()
-
-
-def _unary_fn(kind: str) -> Callable[..., Op]:
-    def fn(x: Value, **attrs: Any) -> Op:
-        return unary(kind, x, **attrs)
-    fn.__doc__ = f"ONNX {kind}, elementwise; keyword attributes as ONNX names them."
-    return fn
+Tuning = TuningPolicy | str
 
 
-def _binary_fn(kind: str) -> Callable[[Value, Value], Op]:
-    def fn(a: Value, b: Value) -> Op:
-        return binary(kind, a, b)
-    fn.__doc__ = f"ONNX {kind} with NumPy broadcasting."
-    return fn
+class FusedOp(FusedBlock):
+    """A fused block (``FusedBlock``: its operators, inputs, outputs, the fusion rules it was
+    built under and its composed index maps) that lowers and emits itself."""
+
+    @classmethod
+    def of(cls, block: FusedBlock) -> FusedOp:
+        return cls(block.ops, block.inputs, block.outputs, block.edges, block.mapping_type,
+                   block.ranges)
+
+    def lower(self, name: str | None = None) -> LoopKernel:
+        """The loop IR of this block (``kernelgen.lower``), lowered once per name."""
+        return lower(self, name)
+
+    def emit(self, backend: str | Backend = backends.DEFAULT, *, algorithm: str | None = None,
+             tuning: Tuning = "stored", tuned: bool | None = None,
+             **options: Any) -> Executable:
+        """Generate, for ``backend``, a kernel object with ``.source``, ``.metadata`` and a call
+        (``kernelgen.compile.compile``). Tunables come from ``tuning``: 'stored' (the Fast-Run
+        database's measurement for this kernel, shape and device, else the backend's
+        defaults), 'measure' (measured now on a miss, then stored), 'none' (the defaults), or
+        a policy object; ``metadata['tuning']`` says which applied. Explicit ``options`` (the
+        backend's tunables) always win. ``tuned`` is the older spelling (None, True, False
+        for 'stored', 'measure', 'none')."""
+        return compile(self, backend, algorithm=algorithm,
+                       tuning=tuning_policy(tuning, tuned), **options)
+
+    def emit_kernel(self, backend: str | Backend = backends.DEFAULT, *,
+                    tuning: Tuning = "stored", tuned: bool | None = None,
+                    **options: Any) -> Kernel:
+        """The whole block as one kernel: no algorithm choice, no padded copies."""
+        return compile_kernel(self, backend, tuning=tuning_policy(tuning, tuned), **options)
 
 
-def _variadic_fn(kind: str) -> Callable[..., Op]:
-    def fn(*values: Value) -> Op:
-        return variadic(kind, *values)
-    fn.__doc__ = f"ONNX {kind} over any number of broadcast inputs."
-    return fn
+def fuse(*ops: Op, outputs: Iterable[Op] | None = None, force: bool = False,
+         conservative_oto_into_heavy: bool = False) -> FusedOp:
+    """Fuse operators into one kernel-shaped operator.
+
+    ``ops`` may be given in any order; they form chains, diamonds or several independent pieces
+    of the same output shape. Outputs are the operators no other block member consumes, plus any
+    listed in ``outputs``. A red edge (DNNFusion Table 3) raises ``FusionError`` quoting the rule
+    unless ``force``; yellow edges fuse and mark the result ``needs_measurement``.
+    """
+    return FusedOp.of(fuse_block(*ops, outputs=outputs, force=force,
+                                 conservative_oto_into_heavy=conservative_oto_into_heavy))
 
 
-def _reduce_fn(kind: str) -> Callable[..., Op]:
-    def fn(x: Value, axes: list[int] | tuple[int, ...] | None = None, keepdims: int = 1,
-           noop_with_empty_axes: int = 0) -> Op:
-        return reduce_op(kind, x, axes, keepdims, noop_with_empty_axes)
-    fn.__doc__ = f"ONNX {kind} over ``axes`` (all axes when None)."
-    return fn
+_POLICIES: dict[str, TuningPolicy] = {"stored": STORED, "none": NO_TUNING, "measure": Measure()}
+_TUNED = {None: "stored", True: "measure", False: "none"}
 
 
-# ONNX op type -> constructor (Split returns a tuple of operators, so Any)
-CONSTRUCTORS: dict[str, Callable[..., Any]] = {}
-for _kind in UNARY:
-    CONSTRUCTORS[_kind] = _unary_fn(_kind)
-for _kind in BINARY:
-    if _kind not in ("Max", "Min"):
-        CONSTRUCTORS[_kind] = _binary_fn(_kind)
-for _kind in ("Sum", "Mean", "Max", "Min"):
-    CONSTRUCTORS[_kind] = _variadic_fn(_kind)
-for _kind in REDUCE_KINDS:
-    CONSTRUCTORS[_kind] = _reduce_fn(_kind)
-for _kind, _fn in CONSTRUCTORS.items():
-    _fn.__name__ = _fn.__qualname__ = snake(_kind)
+def tuning_policy(tuning: Tuning = "stored", tuned: bool | None = None) -> TuningPolicy:
+    """The policy ``tuning`` names ('stored', 'measure', 'none'), or ``tuning`` itself; the
+    older ``tuned`` flag, when given, names one instead."""
+    if tuned is not None:
+        warnings.warn("emit(tuned=...) is deprecated: pass tuning='measure' (True) or "
+                      "'none' (False)", DeprecationWarning, stacklevel=3)
+        tuning = _TUNED[tuned]
+    if not isinstance(tuning, str):
+        return tuning
+    if tuning not in _POLICIES:
+        raise ValueError(f"tuning must be one of {sorted(_POLICIES)} or a policy object "
+                         f"(kernelgen.compile.Stored(db), kernelgen.tune.Measure(db)), "
+                         f"got {tuning!r}")
+    return _POLICIES[tuning]
 
-globals().update({snake(k): f for k, f in CONSTRUCTORS.items()})
-__all__ = sorted(snake(k) for k in CONSTRUCTORS)
+
+__all__ = ["FusedOp", "Stored", "Tuning", "fuse", "tuning_policy"]

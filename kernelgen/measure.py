@@ -13,17 +13,12 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from .errors import ArgumentError
-from .fuse import fuse
-from .graph import Op
-from .kernel import Kernel
-
-if TYPE_CHECKING:
-    from .program import Program
+from .exec import Kernel, Program
 
 
 @dataclass(frozen=True)
@@ -61,14 +56,7 @@ def pipeline_io(kernels: Sequence[Kernel]) -> tuple[list[Any], list[Any]]:
     return list(inputs.values()), outputs
 
 
-def unfused(ops: Sequence[Op], backend: str = "opencl", **options: Any) -> list[Kernel]:
-    """One kernel per operator: the baseline a fused kernel is compared with."""
-    return [fuse(op).emit(backend, **options) for op in ops]
-
-
 def _chain(kernels: Any) -> list[Kernel]:
-    from .program import Program
-
     if isinstance(kernels, Program):
         return list(kernels.kernels)
     return [kernels] if isinstance(kernels, Kernel) else list(kernels)
@@ -80,8 +68,6 @@ def runner(kernels: Kernel | Sequence[Kernel] | Program, *inputs: np.ndarray
     name, or a ``Program``) on device-resident copies of ``inputs`` and waits for the last one.
     Buffers are allocated once, here; the first launch (compilation happens there) too. This
     is the callable to hand to pytest-benchmark's ``benchmark`` fixture."""
-    from .program import Program
-
     chain = _chain(kernels)
     if len({k.backend for k in chain}) != 1:
         raise ArgumentError("bench: every kernel of a chain must come from the same backend")
@@ -160,12 +146,3 @@ def _measurement(kernels: Any, times: list[float]) -> Measurement:
     return Measurement(median, float(np.percentile(times, 20)), float(np.percentile(times, 80)),
                        n_bytes / median / 1e6, n_flops / median / 1e6, len(times), n_bytes,
                        n_flops, os.getloadavg()[0])
-
-
-def copy_kernel(shape: tuple[int, ...], dtype: str = "float32", backend: str = "opencl"
-                ) -> Kernel:
-    """A plain copy (Identity) kernel: the bandwidth roofline of the same backend."""
-    from .api import identity  # type: ignore[attr-defined]
-    from .graph import tensor
-
-    return fuse(identity(tensor("src", shape, dtype))).emit(backend)

@@ -1,13 +1,8 @@
-"""DNNFusion's mapping types: index maps in SymPy, their classification, composition and the
-fusion table."""
-from .classify import classify
-from .index import FloorDiv, FloorMod, fresh_reduce_symbol, out_symbol, out_symbols, simplify_index
-from .index_map import IndexMap, compose, evaluate
-from .table import Colour, FusionRule, fusion_rule, fusion_table
-from .types import MappingType, Opaque
+"""Deprecated: moved to ``kernelgen.mapping_types``. This shim re-exports it for one release."""
+import warnings
 
-__all__ = [
-    "Colour", "FloorDiv", "FloorMod", "FusionRule", "IndexMap", "MappingType", "Opaque",
-    "classify", "compose", "evaluate", "fresh_reduce_symbol", "fusion_rule", "fusion_table",
-    "out_symbol", "out_symbols", "simplify_index",
-]
+from kernelgen.mapping_types import *  # noqa: F401,F403
+from kernelgen.mapping_types import __all__  # noqa: F401
+
+warnings.warn("the top-level 'mapping_types' package moved to 'kernelgen.mapping_types'",
+              DeprecationWarning, stacklevel=2)

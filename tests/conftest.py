@@ -25,53 +25,31 @@ import pytest  # noqa: E402
 
 import kernelgen as kg  # noqa: E402
 
+from kernelgen import backends  # noqa: E402
+
+# the IR interpreter, then every registered backend
 BACKENDS = ("interp", "opencl", "neon", "triton")
-
-
-def _opencl_problem() -> str | None:
-    try:
-        from kernelgen.runtime.opencl import device
-        device()
-    except Exception as exc:  # noqa: BLE001 - any failure means no usable device
-        return f"OpenCL device unavailable (needs pyopencl + PoCL): {exc}"
-    return None
-
-
-def _neon_problem() -> str | None:
-    try:
-        from kernelgen.runtime.neon import toolchain
-        toolchain()
-    except Exception as exc:  # noqa: BLE001
-        return f"NEON C unavailable (needs gcc, and SIMDe off ARM: pip install cmeel-simde): {exc}"
-    return None
-
-
-def _triton_problem() -> str | None:
-    try:
-        import torch  # noqa: F401
-        import triton  # noqa: F401
-    except ImportError as exc:
-        return f"Triton unavailable (pip install triton torch==2.13.0): {exc}"
-    return None
 
 
 def _aarch64_problem() -> str | None:
     try:
-        from kernelgen.runtime.aarch64 import tools
+        from kernelgen.backends.neon.aarch64 import tools
         tools()
     except kg.KernelgenError as exc:
         return f"AArch64 check unavailable: {exc}"
     return None
 
 
-PROBLEMS = {"opencl": _opencl_problem, "neon": _neon_problem, "triton": _triton_problem,
-            "aarch64": _aarch64_problem}
+def _problem(name: str) -> str | None:
+    if name == "aarch64":
+        return _aarch64_problem()
+    return backends.get(name).problem() if name in backends.REGISTRY else None
 
 
 def backend_problem(name: str) -> str | None:
     """Why ``name`` cannot run here, or None. Cached per process."""
     if name not in _problem_cache:
-        _problem_cache[name] = PROBLEMS[name]() if name in PROBLEMS else None
+        _problem_cache[name] = _problem(name)
     return _problem_cache[name]
 
 
@@ -95,26 +73,23 @@ def backend(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
-def prebuild_neon(request: pytest.FixtureRequest, blocks: Callable[[], list[kg.FusedOp]]
-                  ) -> None:
-    """Batch-compile the NEON kernels a module's tests will build, when NEON tests of that
-    module are selected: one SIMDe parse per 80 kernels instead of one per kernel."""
+def prebuild(request: pytest.FixtureRequest, blocks: Callable[[], list[kg.FusedOp]]) -> None:
+    """Build, in batches, the kernels a module's tests will build, where a backend builds many
+    at once more cheaply than one by one (NEON: one SIMDe parse per 80 kernels), when that
+    backend's tests of the module are selected."""
     module = request.node.nodeid
-    if backend_problem("neon") or not any(
-            item.nodeid.startswith(module) and "neon" in item.nodeid
-            for item in request.session.items):
-        return
-    from kernelgen.emit.neon import emit_neon
-    from kernelgen.runtime.neon import build_kernels
-
-    sources = []
-    for block in blocks():
-        try:
-            sources.append(emit_neon(block.lower())[0])
-        except kg.KernelgenError:
-            continue  # the test itself reports it
-    for start in range(0, len(sources), 80):
-        build_kernels(sources[start:start + 80])
+    for name, backend in backends.REGISTRY.items():
+        selected = any(item.nodeid.startswith(module) and name in item.nodeid
+                       for item in request.session.items)
+        if not backend.batch_builds or backend_problem(name) or not selected:
+            continue
+        emitted = []
+        for block in blocks():
+            try:
+                emitted.append(backend.emit(block.lower(), {}))
+            except kg.KernelgenError:
+                continue  # the test itself reports it
+        backend.prebuild(emitted)
 
 
 def run(backend: str, fused: kg.FusedOp, *arrays: np.ndarray, **options) -> tuple[np.ndarray, ...]:

@@ -6,12 +6,12 @@ from typing import Any
 
 import sympy
 
-from mapping_types import out_symbols
+from ..mapping_types import out_symbols
 
 from ..dtypes import DType
 from ..errors import AttributeError_, AxisError, BroadcastError, DtypeError, KernelgenError
-from ..expr import Expr, Read
-from ..graph import MathProperties, Op, Value, new_name
+from ..ir.expr import Expr, Read
+from ..ir.node import MathProperties, Op, Value, new_name
 
 Shape = tuple[int, ...]
 

@@ -9,8 +9,8 @@ from typing import Any
 
 from ..dtypes import FLOATS, NUMERIC, DType, as_dtype
 from ..errors import AttributeError_, DtypeError
-from ..expr import Expr, call, cast, const, select
-from ..graph import MathProperties, Op, Value
+from ..ir.expr import Expr, call, cast, const, select
+from ..ir.node import MathProperties, Op, Value
 from .common import broadcast_read, broadcast_shape, check_value, make_op, require_dtype, same_dtype
 
 E = Expr

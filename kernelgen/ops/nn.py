@@ -11,12 +11,12 @@ from collections.abc import Sequence
 
 import sympy
 
-from mapping_types import FloorDiv, fresh_reduce_symbol, out_symbols
+from ..mapping_types import FloorDiv, fresh_reduce_symbol, out_symbols
 
 from ..dtypes import FLOATS, DType
 from ..errors import AttributeError_, ShapeError
-from ..expr import Expr, IndexCond, Read, call, cast, const, reduce, select
-from ..graph import Op, Value
+from ..ir.expr import Expr, IndexCond, Read, call, cast, const, reduce, select
+from ..ir.node import Op, Value
 from ..shapes import prod
 from .common import (
     broadcast_exprs,

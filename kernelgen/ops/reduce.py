@@ -6,11 +6,11 @@ from collections.abc import Callable, Sequence
 
 import sympy
 
-from mapping_types import fresh_reduce_symbol, out_symbols
+from ..mapping_types import fresh_reduce_symbol, out_symbols
 
 from ..dtypes import FLOATS, NUMERIC, DType
-from ..expr import Expr, Read, call, const, reduce
-from ..graph import Op, Value
+from ..ir.expr import Expr, Read, call, const, reduce
+from ..ir.node import Op, Value
 from .common import check_value, make_op, normalize_axes, normalize_axis, require_dtype
 
 E = Expr

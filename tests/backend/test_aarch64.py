@@ -27,7 +27,7 @@ def _subset() -> list:
 
 def test_neon_kernels_on_aarch64(tmp_path: Path) -> None:
     require("aarch64")
-    from kernelgen.runtime import aarch64
+    from kernelgen.backends.neon import aarch64
 
     kernels, inputs, wants, names = [], [], [], []
     for case in _subset():
@@ -85,13 +85,13 @@ def test_neon_kernels_on_aarch64(tmp_path: Path) -> None:
         names.append(f"columns-stride{strides[0]}")
     # im2col in blocks: the packed template gathering patches through padding (ReLU prologue
     # as lane masks, stride 2 deinterleaving), 2 panels a block
-    from kernelgen.conv_algorithms import build
     for strides in ([1, 1], [2, 2]):
         feeds = {"x": rng.standard_normal((2, 5, 9, 11)).astype(np.float32),
                  "w": rng.standard_normal((6, 5, 3, 3)).astype(np.float32)}
         pre = kg.relu(kg.tensor("x", (2, 5, 9, 11)))
         conv = kg.conv(pre, kg.constant("w", feeds["w"]), pads=[1, 1, 1, 1], strides=strides)
-        kernel = build(kg.fuse(pre, conv), "im2col", "neon", tuned=False, pack_block_kib=3)
+        kernel = kg.fuse(pre, conv).emit("neon", algorithm="im2col", tuning="none",
+                                         pack_block_kib=3)
         assert kernel.metadata["tunables"]["pack_panels"] == 2
         kernels.append(kernel)
         inputs.append([feeds["x"], feeds["w"]])
@@ -106,7 +106,7 @@ def test_neon_kernels_on_aarch64(tmp_path: Path) -> None:
     ago = [producer, kg.relu(producer)]
     ago.append(kg.conv(ago[-1], kg.tensor("w2", (6, 21, 1, 1))))
     fused_ago = kg.fuse(*ago, force=True)
-    kernels.append(fused_ago.emit("neon", tuned=False))
+    kernels.append(fused_ago.emit("neon", tuning="none"))
     inputs.append([feeds[v.name] for v in fused_ago.inputs])
     wants.append(evaluate_chain(ago, feeds)[ago[-1].name])
     names.append("ago-conv-1x1")

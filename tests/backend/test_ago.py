@@ -12,13 +12,14 @@ import pytest
 from conftest import assert_close, require, run
 from reference import evaluate_chain
 
-import autotune
+from kernelgen import backends
+from kernelgen.tune import tune
 import kernelgen as kg
-from autotune import FastRunDB
-from kernelgen.emit import unroll
-from kernelgen.loop_ir import lower
-from kernelgen.staging import unstage
-from mapping_types.tiling import redundancy
+from kernelgen.fastrun import FastRunDB
+from kernelgen.lower import unroll
+from kernelgen.lower import lower
+from kernelgen.lower.staging import unstage
+from kernelgen.mapping_types.tiling import redundancy
 
 rng = np.random.default_rng(11)
 
@@ -110,7 +111,7 @@ def test_opencl_producer_channels_share_their_loads(channels: int, group: int) -
     fused = kg.fuse(*ops, force=True)
     feeds = _feeds(values)
     want = evaluate_chain(ops, feeds)[ops[-1].name]
-    kernel = fused.emit("opencl", tuned=False)
+    kernel = fused.emit("opencl", tuning="none")
     assert kernel.metadata["producer_redundancy"] == 1.0
     assert f"kg_k += {group})" in kernel.source
     assert ("kg_k0 = kg_min(kg_k" in kernel.source) == bool(channels % group)
@@ -133,7 +134,7 @@ def test_neon_packs_a_conv_producer_once_whatever_the_tiles(channels: int) -> No
     want = evaluate_chain(ops, feeds)[ops[-1].name]
     group = {7: 7, 21: 11}[channels]
     for options in ({}, {"tile_m": 1, "tile_n": 4, "pack_block_kib": 1}):
-        kernel = fused.emit("neon", tuned=False, **options)
+        kernel = fused.emit("neon", tuning="none", **options)
         assert kernel.metadata["tunables"]["pack_b"]
         assert kernel.metadata["producer_redundancy"] == 1.0
         assert kernel.metadata["right_operand_reads"] == ["w1", "x"]
@@ -182,7 +183,7 @@ def test_attention_computes_each_score_once(backend_name: str) -> None:
     assert {b.name for b in loop.inputs} == {"q", "k", "v", "scale", "mask"}
     inlined = unstage(loop)
     assert not inlined.staged and loop.flops() < inlined.flops()
-    kernel = fused.emit(backend_name, tuned=False)
+    kernel = fused.emit(backend_name, tuning="none")
     assert kernel.metadata["producer_redundancy"] == 1.0
     assert kernel.metadata["staged_rows"] == ["stage0", "stage1"]
     # the keys are read by one loop (the staged row's), not by every reduction that uses a score
@@ -203,7 +204,7 @@ def test_staged_rows_do_not_clash_with_tensor_names(backend_name: str) -> None:
     ops = [s, p, kg.matmul(p, v)]
     feeds = _feeds([q, k, v])
     want = evaluate_chain(ops, feeds)[ops[-1].name]
-    kernel = kg.fuse(*ops, force=True).emit(backend_name, tuned=False)
+    kernel = kg.fuse(*ops, force=True).emit(backend_name, tuning="none")
     assert kernel.metadata["staged_rows"] == ["stage0_", "stage1_"]
     assert_close(kernel(feeds["stage0"], feeds["kg_stage0"], feeds["stage1"]), want, scale=50)
 
@@ -229,12 +230,12 @@ def test_several_queries_per_work_item(backend_name: str, shape) -> None:
     key = r"\bin1\[|vld1q_f32\(in1 \+" if backend_name == "neon" else r"\bk\[|\(0, k \+ "
     reads = set()
     for rows in choices:
-        kernel = fused.emit(backend_name, tuned=False, group_rows=rows)
+        kernel = fused.emit(backend_name, tuning="none", group_rows=rows)
         assert kernel.metadata["tunables"]["group_rows"] == rows
         reads.add(len(re.findall(key, kernel.source)))
         assert_close(kernel(*(feeds[v.name] for v in fused.inputs)), want, scale=50)
     assert len(reads) == 1 and reads <= {1, 2}
-    default = fused.emit(backend_name, tuned=False).metadata["tunables"]["group_rows"]
+    default = fused.emit(backend_name, tuning="none").metadata["tunables"]["group_rows"]
     points = shape[0] * shape[1]
     assert default == max(r for r in choices if r == 1 or points // r >= 8)
 
@@ -244,14 +245,14 @@ def test_bad_group_rows_are_refused() -> None:
     _, ops = _scaled_attention(1, 6, 4, 5, 2)
     fused = kg.fuse(*ops, force=True)
     with pytest.raises(ValueError, match=r"group_rows must be one of \(1, 2, 3, 6\).*got 4"):
-        fused.emit("opencl", tuned=False, group_rows=4)
+        fused.emit("opencl", tuning="none", group_rows=4)
     with pytest.raises(ValueError, match="group_rows must be one of"):
-        fused.emit("neon", tuned=False, group_rows=5)
+        fused.emit("neon", tuning="none", group_rows=5)
     softmax = kg.fuse(kg.softmax(kg.tensor("x", (8, 40)), 1))
     with pytest.raises(ValueError, match=r"group_rows must be one of \(1,\)"):
-        softmax.emit("opencl", tuned=False, reduce_strategy="row", group_rows=2)
+        softmax.emit("opencl", tuning="none", reduce_strategy="row", group_rows=2)
     with pytest.raises(ValueError, match="group_rows applies to the"):
-        softmax.emit("opencl", tuned=False, reduce_strategy="group", group_rows=2)
+        softmax.emit("opencl", tuning="none", reduce_strategy="group", group_rows=2)
 
 
 def test_staged_kernel_refuses_cooperative_schedules() -> None:
@@ -259,7 +260,7 @@ def test_staged_kernel_refuses_cooperative_schedules() -> None:
     _, ops = _scaled_attention(1, 3, 4, 5, 2)
     fused = kg.fuse(*ops, force=True)
     with pytest.raises(ValueError, match="stages a producer row.*'group'"):
-        fused.emit("opencl", reduce_strategy="group", tuned=False)
+        fused.emit("opencl", reduce_strategy="group", tuning="none")
 
 
 # --- staging's limits (regressions found by Hypothesis) ---------------------------------------
@@ -305,10 +306,11 @@ def test_triton_inlines_a_staged_row_it_cannot_hold_as_a_block() -> None:
     sum runs over the keys backwards) cannot be one block of a Triton program, which has no
     run-time indexing into a block: Triton runs the inlined form, and stays right."""
     require("triton")
-    from kernelgen.emit.triton import staged_as_blocks
-    from kernelgen.expr import Load, Reduce, transform, walk
-    from kernelgen.kernel import emit
-    from kernelgen.loop_ir import Store, specialise
+    from kernelgen.backends.triton.emit import staged_as_blocks
+    from kernelgen.ir.expr import Load, Reduce, transform, walk
+    from kernelgen.compile import compile_loop
+    from kernelgen.ir.loop import Store
+    from kernelgen.ir.substitute import specialise
 
     values, ops = _scaled_attention(1, 3, 4, 5, 2)
     fused = kg.fuse(*ops, force=True)
@@ -326,7 +328,7 @@ def test_triton_inlines_a_staged_row_it_cannot_hold_as_a_block() -> None:
     stores = tuple(Store(st.buffer, transform(st.value, backwards)) for st in loop.stores)
     reversed_loop = replace(loop, stores=stores)
     assert staged_as_blocks(loop) and not staged_as_blocks(reversed_loop)
-    kernel = emit(reversed_loop, "triton")
+    kernel = compile_loop(reversed_loop, "triton")
     assert "staged_rows" not in kernel.metadata
     feeds = _feeds(values)
     want = evaluate_chain(ops, feeds)[ops[-1].name]
@@ -340,8 +342,8 @@ def test_tuner_searches_queries_per_work_item(backend_name: str, tmp_path) -> No
     require(backend_name)
     _, ops = _scaled_attention(1, 8, 8, 37, 5)
     loop = lower(kg.fuse(*ops, force=True), "attention")
-    space = autotune.search_space(loop, backend_name)
+    space = backends.get(backend_name).search_space(loop)
     assert {c.as_options().get("group_rows") for c in space} >= {1, 2, 4, 8}
-    result = autotune.tune(loop, backend_name, db=FastRunDB(tmp_path / "db"), repeat=2)
+    result = tune(loop, backend_name, db=FastRunDB(tmp_path / "db"), repeat=2)
     assert all(c.status == "ok" for c in result.candidates)
     assert result.best in space

@@ -15,13 +15,15 @@ import sympy
 from conftest import assert_close, require
 from reference import evaluate_chain
 
-import autotune
 import kernelgen as kg
-from kernelgen.conv_algorithms import (ALGORITHMS, WINOGRAD4_AT, WINOGRAD4_BT, WINOGRAD4_G,
-                                      WINOGRAD_BT, WINOGRAD_TILES, _bt_row, applicable,
-                                      build, heuristic)
-from kernelgen.kernel import Kernel
-from kernelgen.program import Program
+import kernelgen.tune
+from kernelgen import backends, fastrun
+from kernelgen.backends import Config
+from kernelgen.compile.conv_algorithms import ALGORITHMS, WINOGRAD_TILES, applicable, heuristic
+from kernelgen.compile.winograd import (WINOGRAD4_AT, WINOGRAD4_BT, WINOGRAD4_G, WINOGRAD_BT,
+                                        _bt_row)
+from kernelgen.exec import Kernel, Program
+from kernelgen.tune import tune, tune_algorithm
 
 BACKENDS = ["opencl", "neon", "triton"]
 
@@ -134,7 +136,7 @@ def test_neon_im2col_packs_patches_in_cache_sized_blocks(strides: list[int]) -> 
     ops, arrays, _ = case.build()
     want = evaluate_chain(ops, arrays)[ops[-1].name]
     fused = kg.fuse(*ops)
-    got = build(fused, "im2col", "neon", tuned=False, pack_block_kib=3)
+    got = fused.emit("neon", algorithm="im2col", tuning="none", pack_block_kib=3)
     if strides[1] == 3:
         assert isinstance(got, Program)
     else:
@@ -176,7 +178,7 @@ def test_winograd_4x4_error_on_a_deep_conv() -> None:
     padded = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
     want = sum(np.einsum("mc,nchw->nmhw", w[:, :, i, j].astype(np.float64),
                          padded[:, :, i:i + 12, j:j + 16]) for i in range(3) for j in range(3))
-    got = fused.emit("opencl", algorithm="winograd_4x4", tuned=False)(x, w)
+    got = fused.emit("opencl", algorithm="winograd_4x4", tuning="none")(x, w)
     assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
 
 
@@ -210,7 +212,7 @@ def test_heuristic_when_nothing_is_measured() -> None:
     def pick(x: tuple[int, ...], w: tuple[int, ...], backend: str = "opencl",
              **attrs: object) -> str:
         return heuristic(kg.fuse(kg.conv(kg.tensor("x", x), kg.tensor("w", w), **attrs)),
-                         backend)
+                         backends.get(backend).caps)
 
     resnet_3x3 = ((1, 64, 56, 56), (64, 64, 3, 3))
     assert pick(*resnet_3x3, pads=[1, 1, 1, 1]) == "winograd_4x4"
@@ -232,13 +234,13 @@ def test_measured_choice_is_stored_and_used_by_default(tmp_path, monkeypatch) ->
     monkeypatch.setenv("KERNELGEN_CACHE_DIR", str(tmp_path))
     ops, arrays, _ = CASES[1].build()
     fused = kg.fuse(*ops)
-    assert autotune.stored_algorithm(fused, "opencl") is None
-    result = autotune.tune_algorithm(fused, "opencl", repeat=3, progress=lambda *a: None)
+    assert fastrun.stored_algorithm(fused, "opencl") is None
+    result = tune_algorithm(fused, "opencl", repeat=3, progress=lambda *a: None)
     statuses = {c.config.as_options()["algorithm"]: c.status for c in result.candidates}
     assert set(statuses) == set(ALGORITHMS)
     assert all(s == "ok" for s in statuses.values()), statuses
     best = result.best.as_options()["algorithm"]
-    assert autotune.stored_algorithm(fused, "opencl") == best
+    assert fastrun.stored_algorithm(fused, "opencl") == best
     default = fused.emit("opencl")
     assert isinstance(default, Program) == (best in ("im2col", *WINOGRAD_TILES))
     want = evaluate_chain(ops, arrays)[ops[-1].name]
@@ -249,16 +251,16 @@ def test_stored_tiles_are_used_by_default(tmp_path, monkeypatch) -> None:
     """The templates take their tunables from the Fast-Run database without being asked."""
     require("opencl")
     monkeypatch.setenv("KERNELGEN_CACHE_DIR", str(tmp_path))
-    from kernelgen.emit.opencl import VECTOR_TILE
+    from kernelgen.backends.opencl.emit import VECTOR_TILE
 
     fused = kg.fuse(kg.matmul(kg.tensor("a", (13, 17)), kg.tensor("b", (17, 19))))
     default = VECTOR_TILE[0]
     assert fused.emit("opencl").metadata["tunables"]["tile_m"] == default
     loop = fused.lower()
-    autotune.tune(loop, "opencl", configs=[autotune.Config.of(tile_m=2, tile_n=8)], repeat=2)
+    tune(loop, "opencl", configs=[Config.of(tile_m=2, tile_n=8)], repeat=2)
     tunables = fused.emit("opencl").metadata["tunables"]
     assert (tunables["tile_m"], tunables["tile_n"]) == (2, 8)
-    assert fused.emit("opencl", tuned=False).metadata["tunables"]["tile_m"] == default
+    assert fused.emit("opencl", tuning="none").metadata["tunables"]["tile_m"] == default
     assert fused.emit("opencl", tile_m=1).metadata["tunables"]["tile_m"] == 1  # explicit wins
 
 
@@ -266,20 +268,19 @@ def test_tuner_discards_a_wrong_algorithm(tmp_path, monkeypatch) -> None:
     """A candidate that computes the wrong thing is discarded however fast it is."""
     require("opencl")
     monkeypatch.setenv("KERNELGEN_CACHE_DIR", str(tmp_path))
-    from kernelgen import conv_algorithms
-
     ops, _, _ = CASES[1].build()
     fused = kg.fuse(*ops)
-    real: Callable = conv_algorithms.build
+    real: Callable = kernelgen.tune.compile
 
-    def sabotaged(block: kg.FusedOp, algorithm: str, backend: str, **kw: object) -> object:
-        made = real(block, algorithm, backend, **kw)
+    def sabotaged(block: kg.FusedBlock, backend: object, *, algorithm: str,
+                  **kw: object) -> object:
+        made = real(block, backend, algorithm=algorithm, **kw)
         if algorithm != "winograd":
             return made
         return lambda *arrays: made(*arrays) + 1e-2  # Winograd with a wrong last digit
 
-    monkeypatch.setattr(conv_algorithms, "build", sabotaged)
-    result = autotune.tune_algorithm(fused, "opencl", repeat=2, progress=lambda *a: None)
+    monkeypatch.setattr(kernelgen.tune, "compile", sabotaged)
+    result = tune_algorithm(fused, "opencl", repeat=2, progress=lambda *a: None)
     statuses = {c.config.as_options()["algorithm"]: c.status for c in result.candidates}
     assert statuses["winograd"] == "wrong"
     assert result.best.as_options()["algorithm"] != "winograd"

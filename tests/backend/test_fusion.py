@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 import pytest
-from conftest import assert_close, backend_problem, prebuild_neon, run
+from conftest import assert_close, backend_problem, prebuild, run
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from reference import evaluate_chain
@@ -46,7 +46,7 @@ def neighbour_block(case: Case) -> tuple[list[kg.Value], list[np.ndarray], list[
 
 @pytest.fixture(scope="module", autouse=True)
 def _neon_batch(request: pytest.FixtureRequest) -> None:
-    prebuild_neon(request, lambda: [kg.fuse(*neighbour_block(c)[2], force=True)
+    prebuild(request, lambda: [kg.fuse(*neighbour_block(c)[2], force=True)
                                     for c in NEIGHBOUR_CASES])
 
 

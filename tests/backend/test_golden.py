@@ -162,7 +162,7 @@ PARAMS = [(name, b) for name, (_, options) in CASES.items() for b in SUFFIX if b
 @pytest.mark.parametrize(("name", "backend_name"), PARAMS)
 def test_golden_source(name: str, backend_name: str) -> None:
     block, options = CASES[name]
-    source = _stable_names(block().emit(backend_name, tuned=False, **options[backend_name]))
+    source = _stable_names(block().emit(backend_name, tuning="none", **options[backend_name]))
     path = GOLDEN / backend_name / f"{name}.{SUFFIX[backend_name]}"
     if os.environ.get("KERNELGEN_UPDATE_GOLDEN"):
         path.parent.mkdir(parents=True, exist_ok=True)

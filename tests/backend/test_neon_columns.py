@@ -14,10 +14,11 @@ from conftest import assert_close, require
 from reference import evaluate_chain
 from test_opencl_window import BLOCKS, _block, _check
 
-import autotune
+from kernelgen import backends
+from kernelgen.tune import tune
 import kernelgen as kg
-from autotune import FastRunDB
-from kernelgen.emit.neon import columns_plan
+from kernelgen.fastrun import FastRunDB
+from kernelgen.backends.neon.emit import columns_plan
 
 
 @pytest.mark.parametrize("epilogue", ["sigmoid", "residual", "scale"])
@@ -26,14 +27,14 @@ def test_columns_is_the_default_and_matches_onnx(name: str, epilogue: str) -> No
     require("neon")
     ops, feeds = _block(name, epilogue)
     fused = kg.fuse(*ops)
-    kernel = fused.emit("neon", tuned=False, algorithm="direct")
+    kernel = fused.emit("neon", tuning="none", algorithm="direct")
     width = ops[-1].shape[-1]
     # two vectors of four at least: a shorter row keeps the scalar 'row' schedule
     assert kernel.metadata["schedule"] == ("columns" if width >= 8 else "row")
     if width >= 8:
         assert "vfmaq_f32(" in kernel.source and "vld1q_f32(in0" in kernel.source
     _check(kernel, ops, feeds)
-    _check(fused.emit("neon", tuned=False, algorithm="direct", schedule="row"), ops, feeds)
+    _check(fused.emit("neon", tuning="none", algorithm="direct", schedule="row"), ops, feeds)
 
 
 def test_columns_outside_a_conv() -> None:
@@ -50,16 +51,16 @@ def test_columns_outside_a_conv() -> None:
     ops = [row_max, centred, kg.matmul(centred, b)]
     feeds = {v.name: rng.standard_normal(v.shape).astype(np.float32) for v in (a, b, s)}
     fused = kg.fuse(*ops, force=True)
-    kernel = fused.emit("neon", tuned=False, schedule="columns")
+    kernel = fused.emit("neon", tuning="none", schedule="columns")
     assert kernel.metadata["schedule"] == "columns"
     assert kernel.source.count(" < 3; ++") == 1
     want = evaluate_chain(ops, feeds)[ops[-1].name]
     assert_close(kernel(*(feeds[v.name] for v in fused.inputs)), want, scale=10)
     softmax = kg.fuse(kg.softmax(kg.tensor("x", (4, 16)), 1))
     with pytest.raises(ValueError, match="'fused_softmax' cannot run schedule 'columns'"):
-        softmax.emit("neon", tuned=False, schedule="columns")
+        softmax.emit("neon", tuning="none", schedule="columns")
     with pytest.raises(ValueError, match="NEON schedule must be one of"):
-        softmax.emit("neon", tuned=False, schedule="window")
+        softmax.emit("neon", tuning="none", schedule="window")
 
 
 # stride-2 windows: (x shape, kernel, pads, group (0: a max pool)); the last two read one element
@@ -89,11 +90,11 @@ def test_stride_two_windows_deinterleave(name: str) -> None:
     else:
         ops = [kg.max_pool(x, [k, k], pads=pads, strides=[2, 2])]
     fused = kg.fuse(*ops)
-    kernel = fused.emit("neon", tuned=False)
+    kernel = fused.emit("neon", tuning="none")
     assert kernel.metadata["schedule"] == "columns"
     assert "vld2q_f32(" in kernel.source
     _check(kernel, ops, feeds)
-    _check(fused.emit("neon", tuned=False, schedule="row"), ops, feeds)
+    _check(fused.emit("neon", tuning="none", schedule="row"), ops, feeds)
 
 
 def test_stride_three_keeps_the_row_schedule() -> None:
@@ -106,7 +107,7 @@ def test_stride_three_keeps_the_row_schedule() -> None:
                    pads=[1, 1, 1, 1], group=4, strides=[3, 3])]
     fused = kg.fuse(*ops)
     assert columns_plan(fused.lower()) is None
-    kernel = fused.emit("neon", tuned=False, algorithm="direct")
+    kernel = fused.emit("neon", tuning="none", algorithm="direct")
     assert kernel.metadata["schedule"] == "row"
     _check(kernel, ops, feeds)
 
@@ -115,9 +116,9 @@ def test_tuner_chooses_between_columns_and_row(tmp_path) -> None:
     require("neon")
     ops, _ = _block("3x3-37-wide", "residual")
     loop = kg.fuse(*ops).lower()
-    space = autotune.search_space(loop, "neon")
+    space = backends.get("neon").search_space(loop)
     assert [c.as_options() for c in space] == [{}, {"schedule": "row"}]
-    result = autotune.tune(loop, "neon", db=FastRunDB(tmp_path / "db"), repeat=2)
+    result = tune(loop, "neon", db=FastRunDB(tmp_path / "db"), repeat=2)
     assert all(c.status == "ok" for c in result.candidates)
     assert result.best in space
 
@@ -131,6 +132,6 @@ def test_step_two_slice_deinterleaves() -> None:
              "b": rng.standard_normal((19,)).astype(np.float32)}
     sliced = kg.slice(kg.tensor("x", (3, 37)), [0], [37], [1], [2])
     ops = [sliced, kg.add(sliced, kg.tensor("b", (19,)))]
-    kernel = kg.fuse(*ops).emit("neon", tuned=False)
+    kernel = kg.fuse(*ops).emit("neon", tuning="none")
     assert "vld2q_f32(" in kernel.source
     _check(kernel, ops, feeds)

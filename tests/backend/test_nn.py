@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import assert_close, prebuild_neon, run
+from conftest import assert_close, prebuild, run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reference import evaluate_chain, reference
@@ -68,7 +68,7 @@ CASES: list[Case] = [
 
 @pytest.fixture(scope="module", autouse=True)
 def _neon_batch(request: pytest.FixtureRequest) -> None:
-    prebuild_neon(request, lambda: [kg.fuse(c.build(*c.inputs()[0])) for c in CASES])
+    prebuild(request, lambda: [kg.fuse(c.build(*c.inputs()[0])) for c in CASES])
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
@@ -165,7 +165,7 @@ def test_neon_packed_row_blocks(monkeypatch) -> None:
     blocks, the last one partial, every row is still computed exactly once."""
     from conftest import require
 
-    from kernelgen.emit import neon as neon_emit
+    from kernelgen.backends.neon import emit as neon_emit
     require("neon")
     m, k, n, tm = 29, 7, 10, 3  # 10 row tiles: blocks of 3, 3, 3 and 1
     monkeypatch.setattr(neon_emit, "ROW_BLOCK_BYTES", 4 * tm * k * 3)
@@ -174,7 +174,7 @@ def test_neon_packed_row_blocks(monkeypatch) -> None:
     bias = rng.standard_normal(n).astype(np.float32)
     mm = kg.matmul(kg.tensor("a", (m, k)), kg.tensor("b", (k, n)))
     out = kg.add(mm, kg.tensor("bias", (n,)))
-    kernel = kg.fuse(mm, out).emit("neon", tile_m=tm, tile_n=4, pack_b=True, tuned=False)
+    kernel = kg.fuse(mm, out).emit("neon", tile_m=tm, tile_n=4, pack_b=True, tuning="none")
     assert "blocks of 3 row tiles" in kernel.source
     want = (a.astype(np.float64) @ b + bias).astype(np.float32)
     assert_close(kernel(a, b, bias), want, scale=4)
@@ -194,7 +194,7 @@ def test_neon_packed_blocks_cross_batches() -> None:
     mm = kg.matmul(kg.tensor("a", a.shape), kg.tensor("b", b.shape))
     out = kg.relu(mm)
     kernel = kg.fuse(mm, out).emit("neon", tile_m=4, tile_n=8, pack_b=True,
-                                   pack_block_kib=4, tuned=False)  # 1184 bytes a panel
+                                   pack_block_kib=4, tuning="none")  # 1184 bytes a panel
     assert kernel.metadata["tunables"]["pack_panels"] == 3
     assert "vst1q_f32(kg_b + kg_jv" in kernel.source
     want = np.maximum(a.astype(np.float64) @ b, 0).astype(np.float32)
@@ -236,7 +236,7 @@ def test_tiled_contraction_tiles(name: str, backend_tile: tuple[str, tuple[int, 
     # a conv block's algorithm choice would read the patches in place: packed variants emit
     # the block as one kernel
     emit = fused.emit_kernel if extra else fused.emit
-    kernel = emit(backend_name, tuned=False, **tiles, **extra)
+    kernel = emit(backend_name, tuning="none", **tiles, **extra)
     assert kernel.metadata["schedule"] == ("dot" if backend_name == "triton" else "tiled")
     for option, value in extra.items():  # absent where OpenCL's scalar template runs
         assert kernel.metadata["tunables"].get(option, value) is value

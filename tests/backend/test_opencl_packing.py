@@ -35,7 +35,7 @@ def test_packed_matmul_with_prologue_and_epilogue(m: int, k: int, n: int,
     fused = kg.fuse(pre, mm, add, out)
     want = 1 / (1 + np.exp(-(a.astype(np.float64) @ np.maximum(b, 0) + bias)))
     for pack, in_tile in ((True, False), (True, True), (False, None)):
-        kernel = fused.emit_kernel("opencl", tuned=False, pack_b=pack, pack_in_tile=in_tile,
+        kernel = fused.emit_kernel("opencl", tuning="none", pack_b=pack, pack_in_tile=in_tile,
                                    tile_m=tile[0], tile_n=tile[1])
         if kernel.metadata["schedule"] != "tiled":
             continue  # too narrow for the tiles (n < 4 columns)
@@ -54,7 +54,7 @@ def test_packed_batched_matmul_with_broadcast_batch_and_transposed_operand() -> 
                                                           [0, 1, 3, 2]))
     fused = kg.fuse(mm.inputs[1], mm)
     for in_tile in (False, True):
-        kernel = fused.emit_kernel("opencl", tuned=False, pack_b=True, pack_in_tile=in_tile)
+        kernel = fused.emit_kernel("opencl", tuning="none", pack_b=True, pack_in_tile=in_tile)
         assert kernel.metadata["tunables"]["pack_in_tile"] is in_tile
         assert_close(kernel(a, bt), (a.astype(np.float64) @ np.swapaxes(bt, 2, 3)
                                      ).astype(np.float32), scale=10)
@@ -72,7 +72,7 @@ def test_conv_im2col_is_the_pack(strides: list[int], in_tile: bool) -> None:
     pre = kg.relu(kg.tensor("x", x.shape))
     conv = kg.conv(pre, kg.constant("w", w), pads=[1, 1, 1, 1], strides=strides)
     fused = kg.fuse(pre, conv)
-    kernel = fused.emit("opencl", algorithm="im2col", tuned=False, pack_in_tile=in_tile)
+    kernel = fused.emit("opencl", algorithm="im2col", tuning="none", pack_in_tile=in_tile)
     if strides[1] == 1:
         assert kernel.metadata["right_operand_reads"] == ["x"]
         assert kernel.metadata["tunables"]["pack_in_tile"] is in_tile
@@ -96,7 +96,7 @@ def test_pack_launch_metadata() -> None:
     fused = kg.fuse(kg.matmul(kg.tensor("a", (m, k)), kg.tensor("b", (k, n))))
     tiles_c = -(-n // 32)  # 3 column tiles of 32 (the last shifted left)
     for in_tile in (False, True):
-        kernel = fused.emit_kernel("opencl", tuned=False, pack_b=True, pack_in_tile=in_tile,
+        kernel = fused.emit_kernel("opencl", tuning="none", pack_b=True, pack_in_tile=in_tile,
                                    tile_m=8, tile_n=32)
         launch = kernel.metadata["launch"]
         assert launch["scratch_bytes"] == 4 * tiles_c * k * 32
@@ -116,12 +116,12 @@ def test_pack_b_false_wins_over_pack_in_tile() -> None:
     require("opencl")
     a, b = _f32(40, 9), _f32(9, 70)
     fused = kg.fuse(kg.matmul(kg.tensor("a", a.shape), kg.tensor("b", b.shape)))
-    kernel = fused.emit_kernel("opencl", tuned=False, pack_b=False, pack_in_tile=True,
+    kernel = fused.emit_kernel("opencl", tuning="none", pack_b=False, pack_in_tile=True,
                                tile_m=8, tile_n=32)
     assert kernel.metadata["tunables"]["pack_b"] is False
     assert "scratch_bytes" not in kernel.metadata["launch"]
     assert_close(kernel(a, b), (a.astype(np.float64) @ b).astype(np.float32), scale=4)
-    alone = fused.emit_kernel("opencl", tuned=False, pack_in_tile=True, tile_m=8, tile_n=32)
+    alone = fused.emit_kernel("opencl", tuning="none", pack_in_tile=True, tile_m=8, tile_n=32)
     assert alone.metadata["tunables"]["pack_in_tile"] is True
     assert_close(alone(a, b), (a.astype(np.float64) @ b).astype(np.float32), scale=4)
 
@@ -134,4 +134,4 @@ def test_ago_block_refuses_pack_b() -> None:
     c2 = kg.conv(r, kg.constant("w2", _f32(3, 5, 1, 1)))
     fused = kg.fuse(c1, r, c2, force=True)
     with pytest.raises(ValueError, match="pack_b needs a contraction of plain operands"):
-        fused.emit_kernel("opencl", tuned=False, pack_b=True)
+        fused.emit_kernel("opencl", tuning="none", pack_b=True)

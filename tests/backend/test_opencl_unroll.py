@@ -12,9 +12,8 @@ from conftest import assert_close, require
 from reference import evaluate_chain
 
 import kernelgen as kg
-from kernelgen import conv_algorithms
-from kernelgen.emit import unroll
-from kernelgen.kernel import Kernel
+from kernelgen.lower import unroll
+from kernelgen.exec import Kernel
 from kernelgen.shapes import prod
 
 
@@ -27,7 +26,7 @@ def _winograd_stages(x_shape: tuple[int, ...], algorithm: str) -> tuple[Kernel, 
     conv = kg.conv(kg.tensor("x", x_shape), kg.constant("w", feeds["w"]), pads=[1, 1, 1, 1])
     ops = [conv, kg.relu(conv)]
     want = evaluate_chain(ops, feeds)[ops[-1].name]
-    program = conv_algorithms.build(kg.fuse(*ops), algorithm, "opencl", tuned=False)
+    program = kg.fuse(*ops).emit("opencl", algorithm=algorithm, tuning="none")
     assert_close(program(feeds["x"], feeds["w"]), want, scale=10)
     return program.kernels[0], program.kernels[-1]
 
@@ -104,7 +103,7 @@ def test_every_plan_equals_the_reference(name: str, ops, feeds) -> None:
     plans = _plans([n for _, n in loop.domain])
     assert len(plans) > 3, plans
     for plan in plans:
-        kernel = fused.emit_kernel("opencl", tuned=False, unroll=plan)
+        kernel = fused.emit_kernel("opencl", tuning="none", unroll=plan)
         assert kernel.metadata["tunables"]["unroll"] == plan
         try:
             assert_close(kernel(*arrays), want)
@@ -135,5 +134,5 @@ def test_invalid_plans_are_refused(plan: tuple[int, ...], why: str) -> None:
     fused = kg.fuse(kg.transpose(kg.tensor("v", (6, 7)), [1, 0]))
     assert [n for _, n in fused.lower().domain] == [7, 6]
     with pytest.raises(ValueError, match=why) as info:
-        fused.emit_kernel("opencl", tuned=False, unroll=plan)
+        fused.emit_kernel("opencl", tuning="none", unroll=plan)
     assert fused.name in str(info.value)

@@ -11,9 +11,10 @@ import pytest
 from conftest import assert_close, require
 from reference import evaluate_chain
 
-import autotune
+from kernelgen.backends import Config
+from kernelgen.tune import tune
 import kernelgen as kg
-from autotune import Config, FastRunDB
+from kernelgen.fastrun import FastRunDB
 
 WINDOWS = {  # name: (x shape, w shape, conv attributes)
     "depthwise-3x3": ((2, 6, 9, 37), (6, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 6}),
@@ -43,7 +44,7 @@ def test_padded_windows_load_as_vectors(name: str, tile_n: int | None) -> None:
     want = evaluate_chain(ops, feeds)[ops[-1].name]
     options = {"reduce_strategy": "tiled"} if tile_n is None else \
         {"tile_m": 4, "tile_n": tile_n}
-    kernel = kg.fuse(*ops).emit("opencl", tuned=False, algorithm="implicit_gemm"
+    kernel = kg.fuse(*ops).emit("opencl", tuning="none", algorithm="implicit_gemm"
                                 if name == "dense-3x3" else "direct", **options)
     assert kernel.metadata["schedule"] == "tiled"
     assert "vload16" in kernel.source and "an edge" in kernel.source
@@ -70,7 +71,7 @@ def test_ago_producer_as_the_vector_operand() -> None:
     ops, feeds = _ago_block(29)
     want = evaluate_chain(ops, feeds)[ops[-1].name]
     fused = kg.fuse(*ops, force=True)
-    kernel = fused.emit("opencl", tuned=False)
+    kernel = fused.emit("opencl", tuning="none")
     assert "vacc" in kernel.source  # the producer's vector accumulator
     assert kernel.metadata["producer_redundancy"] == 1.0
     narrow = fused.emit("opencl", tile_m=4, tile_n=16)
@@ -84,7 +85,7 @@ def test_tuner_rejects_tilings_that_recompute_the_producer(tmp_path) -> None:
     ops, _ = _ago_block(17)
     loop = kg.fuse(*ops, force=True).lower()
     configs = [Config.of(), Config.of(tile_m=4, tile_n=16)]
-    result = autotune.tune(loop, "opencl", configs=configs, db=FastRunDB(tmp_path / "db"),
+    result = tune(loop, "opencl", configs=configs, db=FastRunDB(tmp_path / "db"),
                            repeat=2)
     status = [c.status for c in result.candidates]
     assert status[0] == "ok"
@@ -99,12 +100,12 @@ def test_wide_indices_build_lane_masks_lane_by_lane() -> None:
     require("opencl")
     import pyopencl as cl
 
-    from kernelgen.runtime.opencl import device
+    from kernelgen.backends.opencl.runtime import device
 
     pre = kg.relu(kg.tensor("x", (1, 2, 32768, 32769)))  # padding as a Select: a lane mask
     conv = kg.conv(pre, kg.constant("w", np.ones((2, 1, 3, 3), np.float32)),
                    pads=[1, 1, 1, 1], group=2)
-    kernel = kg.fuse(pre, conv).emit("opencl", tuned=False)
+    kernel = kg.fuse(pre, conv).emit("opencl", tuning="none")
     assert kernel.metadata["tunables"]["index_type"] == "long"
     assert "vload16" in kernel.source and "? -1 : 0;" in kernel.source
     cl.Program(device().context, kernel.source).build()

@@ -12,10 +12,11 @@ import pytest
 from conftest import assert_close, require
 from reference import evaluate_chain
 
-import autotune
+from kernelgen import backends
+from kernelgen.tune import tune
 import kernelgen as kg
-from autotune import FastRunDB
-from kernelgen.emit.opencl import opencl_window
+from kernelgen.fastrun import FastRunDB
+from kernelgen.backends.opencl.emit import opencl_window
 
 BLOCKS = {  # name: (x shape, w shape, conv attributes)
     "3x3-37-wide": ((2, 6, 9, 37), (6, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 6}),
@@ -66,7 +67,7 @@ def _check(kernel: kg.Kernel, ops, feeds) -> None:
 def test_window_is_the_default_and_matches_onnx(name: str, epilogue: str) -> None:
     require("opencl")
     ops, feeds = _block(name, epilogue)
-    kernel = kg.fuse(*ops).emit("opencl", tuned=False, algorithm="direct")
+    kernel = kg.fuse(*ops).emit("opencl", tuning="none", algorithm="direct")
     assert kernel.metadata["schedule"] == "window"
     source = kernel.source
     # a padded row is tested once for all its vectors: the range test and one test per padded
@@ -97,7 +98,7 @@ def test_every_rows_choice_and_group_size(name: str) -> None:
     assert choices == tuple(r for r in range(1, min(height, 8) + 1) if height % r == 0)
     for rows in choices:
         for local in (1, 8, 64):
-            kernel = fused.emit("opencl", tuned=False, algorithm="direct", window_rows=rows,
+            kernel = fused.emit("opencl", tuning="none", algorithm="direct", window_rows=rows,
                                 local_size=local)
             assert kernel.metadata["tunables"]["window_rows"] == rows
             _check(kernel, ops, feeds)
@@ -114,7 +115,7 @@ def test_shapes_outside_the_window_fall_back() -> None:
         feeds = {"x": rng.standard_normal(x_shape).astype(np.float32),
                  "w": rng.standard_normal((4, 1, 3, 3)).astype(np.float32)}
         ops = [kg.conv(kg.tensor("x", x_shape), kg.constant("w", feeds["w"]), **attrs)]
-        kernel = kg.fuse(*ops).emit("opencl", tuned=False, algorithm="direct")
+        kernel = kg.fuse(*ops).emit("opencl", tuning="none", algorithm="direct")
         assert kernel.metadata["schedule"] != "window"
         _check(kernel, ops, feeds)
 
@@ -125,13 +126,13 @@ def test_bad_window_options_are_refused() -> None:
     fused = kg.fuse(*ops)
     with pytest.raises(ValueError, match=r"fused_relu_conv_sigmoid.*window_rows must be one "
                                          r"of \(1, 3\).*got 2"):
-        fused.emit("opencl", tuned=False, algorithm="direct", window_rows=2)
+        fused.emit("opencl", tuning="none", algorithm="direct", window_rows=2)
     with pytest.raises(ValueError, match="window_rows applies to the 'window' schedule"):
-        fused.emit("opencl", tuned=False, algorithm="direct", reduce_strategy="tiled",
+        fused.emit("opencl", tuning="none", algorithm="direct", reduce_strategy="tiled",
                    window_rows=3)
     matmul = kg.fuse(kg.matmul(kg.tensor("a", (5, 7)), kg.tensor("b", (7, 9))))
     with pytest.raises(ValueError, match="reduce_strategy 'window' needs"):
-        matmul.emit("opencl", tuned=False, reduce_strategy="window")
+        matmul.emit("opencl", tuning="none", reduce_strategy="window")
 
 
 def test_tuner_searches_window_rows(tmp_path) -> None:
@@ -140,10 +141,10 @@ def test_tuner_searches_window_rows(tmp_path) -> None:
     require("opencl")
     ops, _ = _block("3x3-16-wide-prime-height", "residual")  # 13 rows: 1 only
     loop = kg.fuse(*ops).lower()
-    space = autotune.search_space(loop, "opencl")
+    space = backends.get("opencl").search_space(loop)
     options = [c.as_options() for c in space]
     assert any(o.get("reduce_strategy") == "window" for o in options)
     assert any("tile_n" in o for o in options)
-    result = autotune.tune(loop, "opencl", db=FastRunDB(tmp_path / "db"), repeat=2)
+    result = tune(loop, "opencl", db=FastRunDB(tmp_path / "db"), repeat=2)
     assert all(c.status in ("ok", "skipped: budget") for c in result.candidates)
     assert result.best in space

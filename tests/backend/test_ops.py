@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from conftest import assert_close, prebuild_neon, require, run
+from conftest import assert_close, prebuild, require, run
 from reference import reference
 
 import kernelgen as kg
@@ -167,7 +167,7 @@ def _ints_in_range(case: Case, arrays: list[np.ndarray], values: list[kg.Value])
 @pytest.fixture(scope="module", autouse=True)
 def _neon_batch(request: pytest.FixtureRequest) -> None:
     """Compile every case's NEON kernel in a few translation units before the tests run."""
-    prebuild_neon(request, lambda: [kg.fuse(c.build(*c.inputs()[0])) for c in CASES])
+    prebuild(request, lambda: [kg.fuse(c.build(*c.inputs()[0])) for c in CASES])
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)

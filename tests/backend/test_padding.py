@@ -8,9 +8,9 @@ import numpy as np
 from conftest import assert_close, require
 
 import kernelgen as kg
-from kernelgen.kernel import Kernel
-from kernelgen.padding import PAD_ELEMENTS, aliased_operands
-from kernelgen.program import Program
+from kernelgen.exec import Kernel
+from kernelgen.compile.padding import PAD_ELEMENTS, aliased_operands
+from kernelgen.exec import Program
 
 rng = np.random.default_rng(17)
 
@@ -37,7 +37,7 @@ def test_padded_operands_give_numpy_s_product() -> None:
     mm = kg.matmul(kg.tensor("a", (m, k)), kg.constant("w", w))
     out = kg.relu(kg.add(mm, kg.constant("bias", bias)))
     fused = kg.fuse(mm, out.inputs[0], out)
-    program = fused.emit("opencl", tuned=False, pack_b=False)
+    program = fused.emit("opencl", tuning="none", pack_b=False)
     assert isinstance(program, Program) and len(program.kernels) == 2
     assert program.metadata["padded"] == ["a", "w"]
     assert program.metadata["folded_constants"] == ["w_padded"]
@@ -52,12 +52,12 @@ def test_other_backends_short_rows_and_several_outputs_stay_one_kernel() -> None
     require("neon")
     a, b = kg.tensor("a", (256, 1024)), kg.tensor("b", (1024, 48))
     fused = kg.fuse(kg.matmul(a, b))
-    assert isinstance(fused.emit("neon", tuned=False), Kernel)
+    assert isinstance(fused.emit("neon", tuning="none"), Kernel)
     odd = kg.fuse(kg.matmul(kg.tensor("a", (256, 1000)), kg.tensor("b", (1000, 48))))
-    assert isinstance(odd.emit("opencl", tuned=False), Kernel)
+    assert isinstance(odd.emit("opencl", tuning="none"), Kernel)
     mm = kg.matmul(a, b)  # two outputs: one kernel returns both
     both = kg.fuse(mm, kg.relu(mm), outputs=[mm])
-    assert isinstance(both.emit("opencl", tuned=False), Kernel)
+    assert isinstance(both.emit("opencl", tuning="none"), Kernel)
 
 
 def test_a_block_that_packs_its_right_operand_is_not_padded() -> None:
@@ -68,6 +68,6 @@ def test_a_block_that_packs_its_right_operand_is_not_padded() -> None:
     a = rng.standard_normal((m, k), np.float32)
     w = rng.standard_normal((k, n), np.float32)
     kernel = kg.fuse(kg.matmul(kg.tensor("a", (m, k)), kg.constant("w", w))).emit(
-        "opencl", tuned=False)
+        "opencl", tuning="none")
     assert isinstance(kernel, Kernel) and kernel.metadata["tunables"]["pack_b"]
     assert_close(kernel(a, w), (a.astype(np.float64) @ w).astype(np.float32), scale=30)

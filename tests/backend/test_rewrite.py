@@ -8,7 +8,7 @@ from conftest import assert_close, run
 from reference import evaluate_chain
 
 import kernelgen as kg
-from kernelgen.rewrite import RewriteError, fold_batchnorm, merge_sibling_convs
+from kernelgen.graph.rewrite import RewriteError, fold_batchnorm, merge_sibling_convs
 
 rng = np.random.default_rng(7)
 

@@ -18,15 +18,15 @@ from test_nn import CASES as NN_CASES
 from test_ops import CASES
 
 import kernelgen as kg
-from kernelgen.emit.triton import emit_triton
-from kernelgen.runtime.triton import load_module, module_dir
+from kernelgen.backends.triton.emit import emit_triton
+from kernelgen.backends.triton.runtime import load_module, module_dir
 
 
 def _blocks() -> list[tuple[str, kg.FusedOp]]:
     blocks = [(c.name, kg.fuse(c.build(*c.inputs()[0]))) for c in CASES]
     blocks += [(f"neighbours-{c.name}", kg.fuse(*neighbour_block(c)[2], force=True))
                for c in NEIGHBOUR_CASES]
-    blocks += [(f"golden-{name}", make()) for name, make in GOLDEN_CASES.items()]
+    blocks += [(f"golden-{name}", make()) for name, (make, _) in GOLDEN_CASES.items()]
     blocks += [(f"nn-{c.name}", kg.fuse(c.build(*c.inputs()[0]))) for c in NN_CASES]
     # a row padded to a power of two; 4096 keys: the widest staged row, a [4096, 2] tile
     blocks += [(f"attention-{'x'.join(map(str, s))}",
@@ -56,7 +56,7 @@ def test_every_kernel_compiles_for_cuda(tmp_path: Path) -> None:
     manifest.write_text(json.dumps(jobs))
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.setdefault("TRITON_CACHE_DIR", str(Path(env.get("XDG_CACHE_HOME", tmp_path)) / "triton"))
-    result = subprocess.run([sys.executable, "-m", "kernelgen.runtime.triton_aot", str(manifest)],
+    result = subprocess.run([sys.executable, "-m", "kernelgen.backends.triton.aot", str(manifest)],
                             capture_output=True, text=True, env=env, timeout=1800)
     reports = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     failed = [r for r in reports if not r["ok"]]
@@ -79,6 +79,6 @@ def test_softmax_compiles_for_other_targets(tmp_path: Path, target: tuple) -> No
     manifest = tmp_path / "jobs.json"
     manifest.write_text(json.dumps([job]))
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    result = subprocess.run([sys.executable, "-m", "kernelgen.runtime.triton_aot", str(manifest)],
+    result = subprocess.run([sys.executable, "-m", "kernelgen.backends.triton.aot", str(manifest)],
                             capture_output=True, text=True, env=env, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]

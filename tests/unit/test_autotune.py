@@ -14,7 +14,9 @@ import pytest
 from conftest import require
 
 import kernelgen as kg
-from autotune import Config, FastRunDB, canonical, tune
+from kernelgen.backends import Config
+from kernelgen.fastrun import FastRunDB, canonical
+from kernelgen.tune import tune
 
 
 def test_put_get_and_canonical_keys(tmp_path: Path) -> None:
@@ -95,7 +97,7 @@ def test_tuner_rejects_a_wrong_candidate(tmp_path: Path) -> None:
     def build(config: Config):
         if config.as_options()["local_size"] == 0xBAD:
             return wrong
-        return kg.kernel.emit(loop, "opencl", **config.as_options())
+        return kg.compile_loop(loop, "opencl", **config.as_options())
 
     result = tune(loop, "opencl", configs=configs, build=build, db=FastRunDB(tmp_path / "db"),
                   repeat=3)
@@ -137,11 +139,11 @@ def test_emit_tuned_uses_the_database(tmp_path: Path, monkeypatch: pytest.Monkey
     require("opencl")
     monkeypatch.setenv("KERNELGEN_CACHE_DIR", str(tmp_path))
     fused = kg.fuse(kg.matmul(kg.tensor("a", (20, 12)), kg.tensor("b", (12, 9))))
-    first = fused.emit("opencl", tuned=True)
+    first = fused.emit("opencl", tuning="measure")
     db = FastRunDB(tmp_path / "fastrun.sqlite")
     assert len(db) == 1
     (_, value, _), = db.entries()
     # the stored tunables are what the emitted kernel was built with (tiles may clamp to the shape)
-    assert first.source == fused.emit("opencl", tuned=False, **value).source
-    second = fused.emit("opencl", tuned=True)  # from the database, no new entry
+    assert first.source == fused.emit("opencl", tuning="none", **value).source
+    second = fused.emit("opencl", tuning="measure")  # from the database, no new entry
     assert second.source == first.source and len(db) == 1

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kernelgen as kg
-from mapping_types import IndexMap, MappingType, classify, compose, evaluate
+from kernelgen.mapping_types import IndexMap, MappingType, classify, compose, evaluate
 
 OTO, OTM, MTM = MappingType.ONE_TO_ONE, MappingType.ONE_TO_MANY, MappingType.MANY_TO_MANY
 REORG, SHUF = MappingType.REORGANIZE, MappingType.SHUFFLE

@@ -3,7 +3,7 @@ once."""
 import sympy
 
 from kernelgen.dtypes import DType
-from kernelgen.expr import Call, Const, Expr, Load, transform, walk
+from kernelgen.ir.expr import Call, Const, Expr, Load, transform, walk
 
 F32 = DType.float32
 

@@ -5,7 +5,7 @@ import itertools
 
 import pytest
 
-from mapping_types import Colour, FusionRule, MappingType, fusion_rule, fusion_table
+from kernelgen.mapping_types import Colour, FusionRule, MappingType, fusion_rule, fusion_table
 
 # Transcribed from /work/shared/research/ALGORITHMS.md §1.3, "Table 3 — fusion of (first ->
 # second)". Rows = first (producer), columns = second (consumer); "—" (no fused type) is None.

@@ -8,8 +8,8 @@ import sympy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mapping_types import FloorDiv, FloorMod, evaluate, out_symbols, simplify_index
-from mapping_types.index import bounds
+from kernelgen.mapping_types import FloorDiv, FloorMod, evaluate, out_symbols, simplify_index
+from kernelgen.mapping_types.index import bounds
 
 O = out_symbols(3)
 

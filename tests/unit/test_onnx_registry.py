@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from mapping_types.onnx_registry import ONNX_MAPPING, onnx_mapping_type, standard_onnx_ops
-from mapping_types.types import MappingType, Opaque
+from kernelgen.mapping_types.onnx_registry import ONNX_MAPPING, onnx_mapping_type, standard_onnx_ops
+from kernelgen.mapping_types.types import MappingType, Opaque
 
 
 def test_every_standard_op_is_classified() -> None:

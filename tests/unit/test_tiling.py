@@ -10,8 +10,10 @@ import pytest
 from conftest import require
 
 import kernelgen as kg
-from autotune import Config, FastRunDB, tune
-from mapping_types.tiling import no_redundancy_constraint, producer_region, redundancy
+from kernelgen.backends import Config
+from kernelgen.fastrun import FastRunDB
+from kernelgen.tune import tune
+from kernelgen.mapping_types.tiling import no_redundancy_constraint, producer_region, redundancy
 
 
 def _conv_pair(k: int) -> kg.Op:
@@ -57,7 +59,7 @@ def test_tuner_rejects_recomputing_tilings(tmp_path: Path) -> None:
     loop = kg.fuse(kg.relu(kg.tensor("y", (5, 7)))).lower()
     configs = [Config.of(tile_m=3), Config.of(tile_m=6)]
     result = tune(loop, "opencl", [np.ones((5, 7), np.float32)], configs=configs,
-                  build=lambda c: kg.kernel.emit(loop, "opencl"), constraint=check,
+                  build=lambda c: kg.compile_loop(loop, "opencl"), constraint=check,
                   db=FastRunDB(tmp_path / "db"), repeat=2)
     assert result.candidates[0].status.startswith("rejected: tiling recomputes")
     assert result.best == Config.of(tile_m=6)

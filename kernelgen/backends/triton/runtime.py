@@ -1,0 +1,136 @@
+"""Run generated Triton modules: on a CUDA GPU when there is one, else through Triton's
+interpreter on CPU tensors (``TRITON_INTERPRET=1`` must be set before ``triton`` is imported:
+one Triton mode per process).
+
+Modules are written to a stable file under the cache directory (Triton reads a kernel's source
+from its file) with an atomic rename, then imported once per process.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import tempfile
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from ...errors import UnsupportedError
+from ...options import cache_dir
+
+_lock = threading.Lock()
+_modules: dict[str, ModuleType] = {}
+
+
+def interpreted() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _torch() -> Any:
+    try:
+        import torch
+        import triton  # noqa: F401
+    except ImportError as exc:
+        raise UnsupportedError("triton", "the triton and torch packages (pip install triton "
+                               "torch==2.13.0)", "running Triton kernels") from exc
+    return torch
+
+
+def device() -> str:
+    """'cuda' when a GPU runs the kernels, 'cpu' under the interpreter."""
+    torch = _torch()
+    if not interpreted() and torch.cuda.is_available():
+        return "cuda"
+    if interpreted():
+        return "cpu"
+    raise UnsupportedError("triton", "a CUDA GPU, or TRITON_INTERPRET=1 set before importing "
+                           "triton", "running Triton kernels")
+
+
+def module_dir() -> Path:
+    """Where generated modules are written (``kernelgen/triton`` under the cache directory)."""
+    path = cache_dir("triton")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def load_module(name: str, text: str) -> ModuleType:
+    """Import the generated module ``name`` (written atomically if not there yet)."""
+    with _lock:
+        if name in _modules:
+            return _modules[name]
+        path = module_dir() / f"{name}.py"
+        if not path.exists() or path.read_text() != text:
+            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".py.tmp")
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        _modules[name] = module
+        return module
+
+
+class TritonRuntime:
+    """Launches one generated Triton kernel over its grid (with the scratch buffer it keeps,
+    when the kernel packs panels into one)."""
+
+    def __init__(self, source: Any, loop: Any, launch: dict[str, Any]) -> None:
+        self.source, self.loop = source, loop
+        self.grid = tuple(launch["grid"])
+        self.constexprs = dict(launch["constexprs"])
+        self._fn: Any = None
+        self._scratch: Any = None
+
+    def _kernel(self) -> Any:
+        if self._fn is None:
+            module = load_module(self.source.module_name, self.source.text)
+            self._fn = getattr(module, self.source.function)
+        return self._fn
+
+    def device_array(self, array: np.ndarray) -> Any:
+        torch = _torch()
+        return torch.from_numpy(np.ascontiguousarray(array)).to(device())
+
+    def device_empty(self, buffer: Any) -> Any:
+        torch = _torch()
+        return torch.empty(buffer.shape, dtype=_torch_dtype(torch, buffer.dtype.numpy),
+                           device=device())
+
+    def launch(self, handles: Sequence[Any]) -> None:
+        if self.source.scratch and self._scratch is None:
+            torch = _torch()
+            self._scratch = torch.empty(self.source.scratch, dtype=torch.float32,
+                                        device=device())
+        scratch = [self._scratch] if self.source.scratch else []
+        self._kernel()[self.grid](*handles, *scratch, **self.constexprs)
+
+    def sync(self) -> None:
+        torch = _torch()
+        if device() == "cuda":
+            torch.cuda.synchronize()
+
+    def to_host(self, handle: Any, out: np.ndarray) -> None:
+        """Copy a device tensor into ``out`` once the queued launches are done."""
+        self.sync()
+        out[...] = handle.cpu().numpy()
+
+    def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
+        handles = [self.device_array(a) for a in inputs]
+        out_handles = [self.device_empty(b) for b in self.loop.outputs]
+        self.launch([*handles, *out_handles])
+        self.sync()
+        for out, handle in zip(outputs, out_handles):
+            out[...] = handle.cpu().numpy()
+
+
+def _torch_dtype(torch: Any, dtype: np.dtype) -> Any:
+    return {"float32": torch.float32, "float16": torch.float16, "float64": torch.float64,
+            "int32": torch.int32, "int64": torch.int64, "bool": torch.bool}[np.dtype(dtype).name]

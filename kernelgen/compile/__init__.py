@@ -1,0 +1,156 @@
+"""The compile driver: the one module that knows the whole path from a fused block to something
+that runs.
+
+    compile(block, backend)
+      -> conv_algorithms: which algorithm runs a block around a Conv (stored, measured or the
+         heuristic's pick), and its stages (im2col, Winograd: ``winograd.py``)
+      -> padding: padded copies of operands whose rows alias in the cache, where the backend
+         asks for them and its kernel does not pack
+      -> for each stage: lower -> tuning policy -> backend.emit (schedule, render) -> Kernel
+      -> one Kernel, or a Program of several (``exec``), called alike
+
+Tunables come from a ``TuningPolicy`` passed in (``tuning.py``): the Fast-Run database's
+stored results by default, none, or measured now (``kernelgen.tune.Measure``). Explicit options
+always win over the policy's.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import backends
+from ..backends import Backend
+from ..errors import UnsupportedError
+from ..exec import Executable, Kernel, Program, metadata
+from ..fusion import FusedBlock, fuse
+from ..ir.loop import LoopKernel
+from ..ir.node import Constant, Op, tensor
+from ..lower import lower
+from ..ops.registry import GENERATED
+from . import padding
+from .conv_algorithms import (ALGORITHMS, WINOGRAD_TILES, applicable, conv_block, heuristic,
+                              im2col_stages)
+from .tuning import NO_TUNING, STORED, NoTuning, Stored, TuningPolicy
+from .winograd import winograd_stages
+
+
+def compile(block: FusedBlock, backend: str | Backend = backends.DEFAULT, *,
+            algorithm: str | None = None, tuning: TuningPolicy = STORED,
+            **options: Any) -> Executable:
+    """``block`` as a kernel object for ``backend``: ``.source``, ``.metadata`` and a call on
+    NumPy arrays. A block around a convolution runs with ``algorithm`` ('direct',
+    'implicit_gemm', 'im2col', 'winograd', 'winograd_4x4'), by default the one ``tuning``
+    names or the heuristic's pick; Winograd (and im2col where its patches cannot be packed)
+    returns a ``Program`` of several kernels, as does a contraction whose operands' rows alias
+    in the cache on a backend that pads them. ``options`` are the backend's tunables."""
+    be = backends.get(backend)
+    if algorithm is None and not any(op.kind == "Conv" for op in block.ops):
+        kernel = compile_kernel(block, be, tuning=tuning, **options)
+        if not be.caps.pads_aliased_rows or kernel.metadata["tunables"].get("pack_b"):
+            return kernel  # a packed operand's panels do not alias in the cache
+        return _padded(block, be, tuning, options) or kernel
+    if algorithm is None:
+        algorithm = tuning.algorithm(block, be) or heuristic(block, be.caps)
+    return _convolution(block, algorithm, be, tuning, options)
+
+
+def compile_kernel(block: FusedBlock, backend: str | Backend = backends.DEFAULT, *,
+                   tuning: TuningPolicy = STORED, **options: Any) -> Kernel:
+    """The whole block as one kernel (no algorithm choice, no padding)."""
+    return compile_loop(lower(block), backend, tuning=tuning, **options)
+
+
+def compile_loop(loop: LoopKernel, backend: str | Backend = backends.DEFAULT, *,
+                 tuning: TuningPolicy = STORED, **options: Any) -> Kernel:
+    """One loop kernel on ``backend``, with the tunables ``tuning`` gives under ``options``."""
+    be = backends.get(backend)
+    chosen = tuning.options(loop, be)
+    emitted = be.emit(loop, {**chosen, **options})
+    info = {**emitted.metadata, "tuning": {"policy": tuning.name, "options": chosen}}
+    return Kernel(loop, be.name, emitted.source, metadata(loop, be.name, emitted.launch, info),
+                  emitted.runtime)
+
+
+def unfused(ops: Sequence[Op], backend: str | Backend = backends.DEFAULT,
+            **options: Any) -> list[Kernel]:
+    """One kernel per operator: the baseline a fused kernel is compared with."""
+    return [compile_kernel(fuse(op), backend, **options) for op in ops]
+
+
+def copy_kernel(shape: tuple[int, ...], dtype: str = "float32",
+                backend: str | Backend = backends.DEFAULT) -> Kernel:
+    """A plain copy (Identity) kernel: the bandwidth roofline of the same backend."""
+    return compile_kernel(fuse(GENERATED["identity"](tensor("src", shape, dtype))), backend)
+
+
+def _padded(block: FusedBlock, be: Backend, tuning: TuningPolicy,
+            options: dict[str, Any]) -> Program | None:
+    padded = padding.padded_stages(block)
+    if padded is None:
+        return None
+    kernels = [compile_kernel(c, be, tuning=NO_TUNING) for c in padded.copies]
+    kernels.append(compile_kernel(padded.block, be, tuning=tuning, **options))
+    return Program(f"{block.name}_padded", be.name, block.inputs, kernels, padded.folded,
+                   {"algorithm": "padded-operands", "padded": list(padded.padded),
+                    "pad_elements": padding.PAD_ELEMENTS})
+
+
+def _convolution(block: FusedBlock, algorithm: str, be: Backend, tuning: TuningPolicy,
+                 options: dict[str, Any]) -> Executable:
+    """``block`` run with ``algorithm``: a Kernel for the one-kernel algorithms (im2col among
+    them where its pack gathers the patches), a ``Program`` for the others."""
+    reasons = applicable(block)
+    why = reasons.get(algorithm, f"unknown algorithm (known: {', '.join(ALGORITHMS)})")
+    if why is not None:
+        raise UnsupportedError(be.name, f"convolution algorithm '{algorithm}'",
+                               f"block '{block.name}': {why}")
+    conv = conv_block(block)
+    if algorithm == "direct":
+        if reasons["implicit_gemm"] is not None:  # the backend's own choice is direct
+            return compile_kernel(block, be, tuning=tuning, **options)
+        return compile_kernel(block, be, tuning=NO_TUNING,
+                              **{"schedule": be.caps.direct_schedule, **options})
+    if algorithm == "implicit_gemm":
+        # a packed operand would be im2col's patches: read them in place (a block of two
+        # convs, AGO's, packs its producer's values on NEON instead)
+        return compile_kernel(block, be, tuning=tuning,
+                              **{**options, **({"pack": False} if conv else {})})
+    assert conv is not None
+    if algorithm == "im2col":
+        kernel = compile_kernel(block, be, tuning=tuning, **{**options, "pack": True})
+        packed = kernel.metadata.get("packed_operand_reads")
+        if packed and conv.conv.inputs[1].name not in packed:
+            return kernel  # the pack gathers the patches: im2col fused into the pack
+        stages: list[FusedBlock | Constant] = list(im2col_stages(conv))
+    else:
+        stages = winograd_stages(conv, WINOGRAD_TILES[algorithm],
+                                 fold=lambda stage: _fold(stage, be))
+    return _program(block, algorithm, stages, be, tuning, options)
+
+
+def _fold(stage: FusedBlock, be: Backend) -> np.ndarray:
+    """A stage whose inputs are all constants, run now (Winograd's filter transform)."""
+    kernel = compile_kernel(stage, be, tuning=NO_TUNING)
+    return np.asarray(kernel(*(v.value for v in stage.inputs if isinstance(v, Constant))))
+
+
+def _program(block: FusedBlock, algorithm: str, stages: Sequence[FusedBlock | Constant],
+             be: Backend, tuning: TuningPolicy, options: dict[str, Any]) -> Program:
+    folded: dict[str, np.ndarray] = {}
+    kernels = []
+    external = {id(v) for v in block.inputs}
+    for stage in stages:
+        if isinstance(stage, Constant):  # computed when the program was built
+            folded[stage.name] = stage.value
+            continue
+        kernels.append(compile_kernel(stage, be, tuning=tuning, **options))
+        folded.update((v.name, v.value) for v in stage.inputs  # the transforms' matrices
+                      if isinstance(v, Constant) and id(v) not in external)
+    return Program(f"{block.name}_{algorithm}", be.name, block.inputs, kernels, folded,
+                   {"algorithm": algorithm})
+
+
+__all__ = ["NO_TUNING", "STORED", "NoTuning", "Stored", "TuningPolicy", "compile",
+           "compile_kernel", "compile_loop", "copy_kernel", "unfused"]

@@ -1,0 +1,56 @@
+"""What a stored result is keyed on, and lookups of stored results: a kernel's structural
+fingerprint, the backend, its device and toolchain, the templates' digest and kernelgen's
+version. Measuring is above the compile driver (``kernelgen.tune``); reading is here, below it,
+so the driver can use stored results without importing the tuner."""
+from __future__ import annotations
+
+from typing import Any
+
+from .. import backends
+from ..backends import Backend, Config
+from ..fusion import FusedBlock
+from ..ir.fingerprint import fingerprint
+from ..ir.loop import LoopKernel
+from ..lower import lower
+from ..version import __version__
+from .database import FastRunDB
+
+# Bumped when what a stored value means changes (1: the emit options before the unified
+# schedule vocabulary), so older entries are never read as current ones.
+KEY_SCHEMA = 2
+
+
+def tuning_key(loop: LoopKernel, backend: str | Backend) -> dict[str, Any]:
+    """The database key of ``loop``'s tile configuration on ``backend``."""
+    be = backends.get(backend)
+    return {"kind": "tile-config", "schema": KEY_SCHEMA, "kernel": fingerprint(loop),
+            "backend": be.name, "device": be.device_identity(), "layout": "row-major",
+            "kernelgen": __version__, "templates": be.template_digest()}
+
+
+def algorithm_key(block: FusedBlock, backend: str | Backend) -> dict[str, Any]:
+    """The database key of ``block``'s convolution algorithm on ``backend``."""
+    return {**tuning_key(lower(block), backend), "kind": "conv-algorithm"}
+
+
+def stored_options(loop: LoopKernel, backend: str | Backend, db: FastRunDB | None = None
+                   ) -> dict[str, Any]:
+    """The emit options measured for this kernel, shape and device; {} when none were stored
+    or the kernel has nothing to tune."""
+    if len(backends.get(backend).search_space(loop)) < 2:
+        return {}
+    hit = (db if db is not None else FastRunDB()).get(tuning_key(loop, backend))
+    return Config.of(**hit["value"]).as_options() if hit is not None else {}
+
+
+def stored_algorithm(block: FusedBlock, backend: str | Backend, db: FastRunDB | None = None
+                     ) -> str | None:
+    """The convolution algorithm measured fastest for this block and device, if any."""
+    hit = (db if db is not None else FastRunDB()).get(algorithm_key(block, backend))
+    return str(hit["value"]["algorithm"]) if hit is not None else None
+
+
+def config_from_metadata(metadata: dict[str, Any]) -> Config:
+    """The configuration a kernel was generated with, read back from its metadata."""
+    tunables = metadata.get("tunables", {})
+    return Config.of(**{k: v for k, v in tunables.items() if k != "index_type"})

@@ -1,0 +1,284 @@
+"""``fuse``: turn a block of operators into one fused operator by composing index maps.
+
+Every operator inside the block is inlined into its consumers: a consumer's ``Read`` of a producer
+becomes the producer's body with the producer's output symbols replaced by the consumer's read
+expressions (``mapping_types.compose`` at the level of whole bodies). Reorganize and Shuffle
+operators therefore leave nothing behind but index arithmetic. Reads of values from outside the
+block stay ``Read`` leaves, now numbered by the fused operator's own inputs.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import sympy
+
+from ..dtypes import DType
+from ..errors import FusionError
+from ..ir.expr import DataBindings, Expr, IndexCond, Read, Reduce, const, select, transform, walk
+from ..ir.node import _DIRECTNESS, Op, Value, _reads_with_axes
+from ..mapping_types import (
+    Colour,
+    FusionRule,
+    IndexMap,
+    MappingType,
+    fresh_reduce_symbol,
+    fusion_rule,
+    out_symbols,
+    simplify_index,
+)
+from ..mapping_types.index_map import simplify_guard
+
+
+@dataclass(frozen=True)
+class EdgeRule:
+    """The table's verdict on one producer -> consumer edge inside the block."""
+
+    producer: str
+    consumer: str
+    rule: FusionRule
+
+    def __str__(self) -> str:
+        r = self.rule
+        fused = r.fused.value if r.fused else "not fusible"
+        why = "" if r.colour is Colour.GREEN else f" ({r.reason})"
+        return (f"{self.producer} -> {self.consumer}: {r.first} -> {r.second} = {fused} "
+                f"[{r.colour}]{why}")
+
+
+@dataclass(frozen=True)
+class FusedOutput:
+    name: str
+    shape: tuple[int, ...]
+    dtype: DType
+    body: Expr  # over Read leaves whose slots index FusedBlock.inputs
+
+
+class FusedBlock:
+    """A block of operators fused into one: its external inputs, its outputs (each with a body
+    over those inputs), the fusion rules it was built under, and its composed index maps. Pure
+    data: ``kernelgen.lower`` turns it into the loop IR, ``kernelgen.compile`` into kernels, and
+    ``kernelgen.FusedOp`` (what ``kernelgen.fuse`` returns) adds ``emit`` on top."""
+
+    def __init__(self, ops: Sequence[Op], inputs: Sequence[Value], outputs: Sequence[FusedOutput],
+                 edges: Sequence[EdgeRule], mapping_type: MappingType,
+                 ranges: dict[sympy.Symbol, int]) -> None:
+        self.ops = tuple(ops)
+        self.inputs = tuple(inputs)
+        self.outputs = tuple(outputs)
+        self.edges = tuple(edges)
+        self.mapping_type = mapping_type
+        self.ranges = ranges  # extents of every reduction and data symbol in the bodies
+
+    @property
+    def name(self) -> str:
+        return "fused_" + "_".join(op.kind.lower() for op in self.ops)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.outputs[0].shape
+
+    @property
+    def needs_measurement(self) -> bool:
+        """True when a yellow edge was fused: the tuner should confirm it pays off."""
+        return any(e.rule.colour is Colour.YELLOW for e in self.edges)
+
+    @property
+    def forced(self) -> tuple[EdgeRule, ...]:
+        return tuple(e for e in self.edges if e.rule.colour is Colour.RED)
+
+    @cached_property
+    def index_maps(self) -> dict[tuple[str, str], IndexMap]:
+        """(output name, input name) -> the composed map of that input's widest read."""
+        maps: dict[tuple[str, str], IndexMap] = {}
+        for out in self.outputs:
+            for read, axes in _reads_with_axes(out.body):
+                src = self.inputs[read.slot]
+                m = IndexMap(out.shape, src.shape, read.exprs, axes,
+                             tuple((s, n) for s, n, _ in read.data), read.guard)
+                key = (out.name, src.name)
+                if key not in maps or len(m.reduce) > len(maps[key].reduce):
+                    maps[key] = m
+        return maps
+
+    def report(self) -> str:
+        """One line per fused edge, with its rule, then the fused type."""
+        lines = [str(e) for e in self.edges]
+        lines.append(f"fused type: {self.mapping_type}"
+                     + (" (needs measurement)" if self.needs_measurement else ""))
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        outs = ", ".join(f"{o.name}{o.shape}" for o in self.outputs)
+        return (f"{type(self).__name__}({self.name}: {len(self.ops)} ops -> {outs}, "
+                f"{self.mapping_type})")
+
+
+def fuse(*ops: Op, outputs: Iterable[Op] | None = None, force: bool = False,
+         conservative_oto_into_heavy: bool = False) -> FusedBlock:
+    """Fuse operators into one kernel-shaped operator.
+
+    ``ops`` may be given in any order; they form chains, diamonds or several independent pieces
+    of the same output shape. Outputs are the operators no other block member consumes, plus any
+    listed in ``outputs``. A red edge (DNNFusion Table 3) raises ``FusionError`` quoting the rule
+    unless ``force``; yellow edges fuse and mark the result ``needs_measurement``.
+    """
+    block = _check_block(ops)
+    edges, block_type = _decide_edges(block, force, conservative_oto_into_heavy)
+    consumed = {id(v) for op in block for v in op.inputs}
+    wanted = list(outputs or ())
+    for extra in wanted:
+        if not any(extra is op for op in block):
+            name = getattr(extra, "name", extra)
+            raise FusionError(f"output '{name}' is not one of the fused operators")
+    outs = [op for op in block if id(op) not in consumed or any(op is w for w in wanted)]
+    shape = outs[0].shape
+    for op in outs[1:]:
+        if op.shape != shape:
+            raise FusionError(
+                f"outputs of one fused kernel must share a shape: '{outs[0].name}' is {shape}, "
+                f"'{op.name}' is {op.shape}; fuse them separately")
+    inliner = _Inliner(block, shape)
+    bodies = [FusedOutput(op.name, op.shape, op.dtype, inliner.output_body(op)) for op in outs]
+    return FusedBlock(block, inliner.inputs, bodies, edges, block_type, inliner.ranges)
+
+
+def _check_block(ops: Sequence[Op]) -> list[Op]:
+    if not ops:
+        raise FusionError("fuse() needs at least one operator")
+    for op in ops:
+        if not isinstance(op, Op):
+            raise FusionError(f"fuse() takes operators; '{getattr(op, 'name', op)}' is an input "
+                              f"tensor ({type(op).__name__})")
+    unique: list[Op] = []
+    for op in ops:
+        if not any(op is u for u in unique):
+            unique.append(op)
+    members = {id(op) for op in unique}
+    # Topological order within the block, and convexity: no path leaves the block and re-enters.
+    order: list[Op] = []
+    state: dict[int, int] = {}
+
+    def visit(op: Op) -> None:
+        if state.get(id(op)) == 2:
+            return
+        state[id(op)] = 1
+        for v in op.inputs:
+            if id(v) in members:
+                visit(v)  # type: ignore[arg-type]
+        state[id(op)] = 2
+        order.append(op)
+
+    for op in unique:
+        visit(op)
+    for op in order:
+        for v in op.inputs:
+            if id(v) not in members and isinstance(v, Op) and _reaches(v, members):
+                raise FusionError(
+                    f"'{v.name}' ({v.kind}) is outside the block but lies between fused "
+                    f"operators (it feeds '{op.name}' and depends on the block); include it or "
+                    f"split the block")
+    return order
+
+
+def _reaches(value: Value, members: set[int], seen: set[int] | None = None) -> bool:
+    seen = set() if seen is None else seen
+    if id(value) in seen or not isinstance(value, Op):
+        return False
+    seen.add(id(value))
+    return any(id(v) in members or _reaches(v, members, seen) for v in value.inputs)
+
+
+def _decide_edges(block: list[Op], force: bool, conservative: bool
+                  ) -> tuple[list[EdgeRule], MappingType]:
+    """Apply the fusion table along every edge, with each producer's accumulated block type."""
+    acc: dict[int, MappingType] = {}
+    edges: list[EdgeRule] = []
+    members = {id(op) for op in block}
+    for op in block:
+        fused_types = []  # the table's fused type along each in-block edge into op
+        for slot, v in enumerate(op.inputs):
+            if id(v) not in members:
+                continue
+            rule = fusion_rule(acc[id(v)], op.input_mapping_types[slot],
+                               conservative_oto_into_heavy=conservative)
+            if rule.colour is Colour.RED and not force:
+                kind = getattr(v, "kind", "")
+                raise FusionError(f"refusing to fuse '{v.name}' ({kind}) into '{op.name}' "
+                                  f"({op.kind}): {rule}. Pass force=True to fuse anyway.")
+            edges.append(EdgeRule(v.name, op.name, rule))
+            fused_types.append(rule.fused or MappingType.MANY_TO_MANY)
+        acc[id(op)] = max(fused_types, key=_DIRECTNESS.index) if fused_types else op.mapping_type
+    block_type = max((acc[id(op)] for op in block), key=_DIRECTNESS.index)
+    return edges, block_type
+
+
+class _Inliner:
+    """Inlines block members into each other; collects the block's external inputs."""
+
+    def __init__(self, block: list[Op], shape: tuple[int, ...]) -> None:
+        self.members = {id(op) for op in block}
+        self.inputs: list[Value] = []
+        self.ranges: dict[sympy.Symbol, int] = dict(zip(out_symbols(len(shape)), shape))
+        self._memo: dict[Any, Expr] = {}
+
+    def output_body(self, op: Op) -> Expr:
+        return self.inline(op, out_symbols(op.rank), sympy.true, ())
+
+    def _slot(self, value: Value) -> int:
+        for k, v in enumerate(self.inputs):
+            if v is value:
+                return k
+        self.inputs.append(value)
+        return len(self.inputs) - 1
+
+    def inline(self, op: Op, index: tuple[sympy.Expr, ...], guard: sympy.Basic,
+               bindings: DataBindings) -> Expr:
+        """``op``'s value at ``index`` (expressions in the block's output and reduction symbols),
+        read only where ``guard`` holds, with ``bindings`` for data symbols in ``index``."""
+        key = (id(op), index, guard, tuple((s, n) for s, n, _ in bindings))
+        if key in self._memo:
+            return self._memo[key]
+        assert op.body is not None
+        sub: dict[sympy.Basic, sympy.Basic] = dict(zip(out_symbols(op.rank), index))
+        for node in walk(op.body):  # reductions and data symbols bind fresh names per inlining
+            for s, n in (node.axes if isinstance(node, Reduce) else ()):
+                sub[s] = fresh_reduce_symbol(str(s).rstrip("0123456789"))
+                self.ranges[sub[s]] = n
+            for s, n, _ in (node.data if isinstance(node, Read) else ()):
+                sub[s] = fresh_reduce_symbol(str(s).rstrip("0123456789"))
+                self.ranges[sub[s]] = n
+
+        def rewrite(node: Expr, recurse: Any) -> Expr | None:
+            if isinstance(node, Reduce):
+                axes = tuple((sub[s], n) for s, n in node.axes)
+                return Reduce(node.dtype, node.kind, recurse(node.body), axes)
+            if isinstance(node, IndexCond):
+                return IndexCond(node.dtype, simplify_guard(node.cond.xreplace(sub), self.ranges))
+            if isinstance(node, Read):
+                return self._read(op, node, sub, guard, bindings, recurse)
+            return None
+
+        out = transform(op.body, rewrite)
+        self._memo[key] = out
+        return out
+
+    def _read(self, op: Op, node: Read, sub: dict, guard: sympy.Basic, bindings: DataBindings,
+              recurse: Any) -> Expr:
+        exprs = tuple(simplify_index(e.xreplace(sub), self.ranges) for e in node.exprs)
+        g = simplify_guard(sympy.And(guard, node.guard.xreplace(sub)), self.ranges)
+        own = tuple((sub[s], n, recurse(v)) for s, n, v in node.data)
+        used = set(g.free_symbols).union(*(e.free_symbols for e in exprs))
+        data = own + tuple(b for b in bindings if b[0] in used and b not in own)
+        src = op.inputs[node.slot]
+        if id(src) in self.members:
+            value = self.inline(src, exprs, g, data)  # type: ignore[arg-type]
+            if g is sympy.true:
+                return value
+            # A guarded read is 0 where the guard fails (a convolution's padding): the producer's
+            # value there is not what it would compute from zero-filled loads (sigmoid(0) != 0).
+            return select(IndexCond(DType.bool, g), value, const(0, node.dtype))
+        return Read(node.dtype, self._slot(src), exprs, g, data)
+

@@ -1,0 +1,51 @@
+"""From a fused block to the loop IR, through named passes:
+
+    flatten -> hoist -> stage_producers -> merge_axes
+
+``flatten`` turns the block's ``Read`` leaves into ``Load``s of kernel buffers at flat offsets;
+``hoist`` lifts the reductions keyed by a few domain axes out of the per-element work;
+``stage_producers`` computes a fused producer's row once per group point (AGO's attention
+pattern, ``staging.py``); ``merge_axes`` merges contiguous domain axes so that indices need no
+division. Also here: the analyses backends share (``contraction``) and the unrolling of several
+domain points per work-item (``unroll``).
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable
+
+from ..fusion import FusedBlock
+from ..ir.loop import LoopKernel
+from .passes import flatten, hoist, merge_axes
+from .staging import stage_producers
+
+PIPELINE: tuple[tuple[str, Callable[[LoopKernel], LoopKernel]], ...] = (
+    ("hoist", hoist),
+    ("stage_producers", stage_producers),
+    ("merge_axes", merge_axes),
+)
+
+# Lowered kernels per block and name: emitting, tuning and the algorithm choice all ask for the
+# same block's loop, and a block never changes after ``fuse``.
+_lowered: weakref.WeakKeyDictionary[FusedBlock, dict[str, LoopKernel]] = \
+    weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+
+
+def lower(block: FusedBlock, name: str | None = None) -> LoopKernel:
+    """The loop IR of ``block`` (named ``name``, by default the block's name), lowered once."""
+    name = name or block.name
+    with _lock:
+        hit = _lowered.get(block, {}).get(name)
+    if hit is not None:
+        return hit
+    kernel = flatten(block, name)
+    for _, pass_fn in PIPELINE:
+        kernel = pass_fn(kernel)
+    with _lock:
+        _lowered.setdefault(block, {})[name] = kernel
+    return kernel
+
+
+__all__ = ["PIPELINE", "lower"]

@@ -1,0 +1,151 @@
+"""The lowering passes from a fused block to the loop IR:
+
+    flatten -> hoist -> stage_producers (``staging.py``) -> merge_axes
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from typing import Any
+
+import sympy
+
+from ..fusion import FusedBlock
+from ..ir.expr import (Expr, IndexCond, Load, Read, Reduce, free_index_symbols, transform,
+                       walk)
+from ..ir.loop import Axis, Buffer, LoopKernel, Store
+from ..mapping_types import fresh_reduce_symbol, out_symbols, simplify_index
+from ..mapping_types.index_map import simplify_guard
+from ..shapes import row_major_strides
+
+
+# --- pass 1: Read -> Load at flat offsets ------------------------------------------------------
+
+def flatten(fused: FusedBlock, name: str) -> LoopKernel:
+    """Replace each Read by a Load of the input buffer at its flat row-major offset."""
+    inputs = tuple(Buffer(v.name, v.shape, v.dtype) for v in fused.inputs)
+    outputs = tuple(Buffer(o.name, o.shape, o.dtype) for o in fused.outputs)
+    ranges = dict(fused.ranges)
+    shape = fused.shape
+    # size-1 output axes are index 0 everywhere; they do not become loops
+    sub = {s: sympy.Integer(0) for s, n in zip(out_symbols(len(shape)), shape) if n == 1}
+    domain = tuple((s, n) for s, n in zip(out_symbols(len(shape)), shape) if n > 1)
+
+    def rewrite(node: Expr, recurse: Any) -> Expr | None:
+        if isinstance(node, Read):
+            buf = inputs[node.slot]
+            strides = row_major_strides(buf.shape)
+            offset = sum((e.xreplace(sub) * st for e, st in zip(node.exprs, strides)),
+                         sympy.Integer(0))
+            data = tuple((s, n, recurse(v)) for s, n, v in node.data)
+            return Load(node.dtype, buf.name, simplify_index(sympy.expand(offset), ranges),
+                        simplify_guard(node.guard.xreplace(sub), ranges), data)
+        if isinstance(node, IndexCond):
+            return IndexCond(node.dtype, simplify_guard(node.cond.xreplace(sub), ranges))
+        return None
+
+    stores = tuple(Store(o.name, transform(o.body, rewrite)) for o in fused.outputs)
+    return LoopKernel(name, inputs, outputs, domain, stores, ranges=ranges)
+
+
+# --- pass 2: hoist reductions that depend only on the group axes -----------------------------
+
+def hoist(kernel: LoopKernel) -> LoopKernel:
+    """Find reductions whose free symbols are all domain axes; they key the group axes."""
+    domain_syms = {s for s, _ in kernel.domain}
+    hoisted: list[Reduce] = []
+    for st in kernel.stores:
+        for node in walk(st.value):  # children first: inner reductions come before outer ones
+            if isinstance(node, Reduce) and free_index_symbols(node) <= domain_syms \
+                    and node not in hoisted:
+                hoisted.append(node)
+    keyed = set().union(*(free_index_symbols(r) for r in hoisted)) if hoisted else set()
+    group = tuple(k for k, (s, _) in enumerate(kernel.domain) if s in keyed)
+    return replace(kernel, hoisted=tuple(hoisted), group=group)
+
+
+# --- pass 3: merge contiguous axes -------------------------------------------------------------
+
+def _index_exprs(kernel: LoopKernel) -> Iterable[tuple[sympy.Basic, bool]]:
+    """(expression, is_offset) for every index expression in the kernel."""
+    for root in kernel.roots():
+        for node in walk(root):
+            if isinstance(node, Load):
+                yield node.offset, True
+                yield node.guard, False
+            elif isinstance(node, IndexCond):
+                yield node.cond, False
+
+
+def _linear(expr: sympy.Expr, a: sympy.Symbol, b: sympy.Symbol) -> tuple[Any, Any] | None:
+    """Coefficients of ``a`` and ``b`` if they occur only in linear terms, else None."""
+    ca = cb = sympy.Integer(0)
+    for term in sympy.Add.make_args(sympy.expand(expr)):
+        if not term.has(a) and not term.has(b):
+            continue
+        coeff, factor = term.as_coeff_Mul()
+        if factor == a:
+            ca += coeff
+        elif factor == b:
+            cb += coeff
+        else:
+            return None
+    return ca, cb
+
+
+def _mergeable(kernel: LoopKernel, a: Axis, b: Axis) -> bool:
+    for expr, is_offset in _index_exprs(kernel):
+        if not (expr.has(a[0]) or expr.has(b[0])):
+            continue
+        coeffs = _linear(expr, a[0], b[0]) if is_offset else None
+        if coeffs is None or coeffs[0] != b[1] * coeffs[1]:
+            return False
+    return True
+
+
+def _substitute_merge(kernel: LoopKernel, a: Axis, b: Axis, q: sympy.Symbol) -> Callable:
+    def fix(expr: sympy.Expr) -> sympy.Expr:
+        coeffs = _linear(expr, a[0], b[0])
+        if coeffs is None or coeffs == (0, 0):
+            return expr
+        return sympy.expand(expr - coeffs[0] * a[0] - coeffs[1] * b[0] + coeffs[1] * q)
+
+    def rewrite(node: Expr, recurse: Any) -> Expr | None:
+        if isinstance(node, Load):
+            data = tuple((s, n, recurse(v)) for s, n, v in node.data)
+            return Load(node.dtype, node.buffer, fix(node.offset), node.guard, data)
+        if isinstance(node, Reduce):
+            return Reduce(node.dtype, node.kind, recurse(node.body), node.axes)
+        return None
+
+    return rewrite
+
+
+def merge_axes(kernel: LoopKernel) -> LoopKernel:
+    """Merge adjacent domain axes of the same kind (group/element) wherever every load offset is
+    linear in both with matching strides, so kernels index with fewer divisions (PoCL stops
+    vectorising at the first integer division)."""
+    k = 0
+    while k < len(kernel.domain) - 1:
+        a, b = kernel.domain[k], kernel.domain[k + 1]
+        if (k in kernel.group) == (k + 1 in kernel.group) and _mergeable(kernel, a, b):
+            kernel = _merge_pair(kernel, k)
+            k = 0
+        else:
+            k += 1
+    return kernel
+
+
+def _merge_pair(kernel: LoopKernel, k: int) -> LoopKernel:
+    """Replace domain axes ``k`` and ``k+1`` by one axis of their combined extent."""
+    a, b = kernel.domain[k], kernel.domain[k + 1]
+    q = fresh_reduce_symbol("m")
+    rewrite = _substitute_merge(kernel, a, b, q)
+    stores = tuple(Store(st.buffer, transform(st.value, rewrite)) for st in kernel.stores)
+    # rewriting is deterministic, so each hoisted reduction equals its copy inside the stores
+    hoisted = tuple(transform(r, rewrite) for r in kernel.hoisted)
+    staged = tuple(replace(st, value=transform(st.value, rewrite)) for st in kernel.staged)
+    domain = kernel.domain[:k] + ((q, a[1] * b[1]),) + kernel.domain[k + 2:]
+    group = tuple(dict.fromkeys(g if g <= k else g - 1 for g in kernel.group))
+    return replace(kernel, domain=domain, stores=stores, hoisted=hoisted,  # type: ignore[arg-type]
+                   staged=staged, group=group, ranges={**kernel.ranges, q: a[1] * b[1]})

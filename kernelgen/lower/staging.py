@@ -1,0 +1,215 @@
+"""Staging a fused producer's row: AGO's no-redundancy rule for the attention pattern.
+
+In ``MatMul -> Softmax -> MatMul`` fused into one kernel, every output element ``(i, j)`` is a sum
+over keys ``r`` of ``softmax(S)[i, r] * V[r, j]``, and the softmax's max and sum read ``S[i, r]``
+too. Inlined naively, each output column recomputes the whole score row ``S[i, :]`` (a reduction
+itself) three times. Its only keys are the row ``i`` and the key ``r``, so this pass computes the
+row once per ``i`` into a scratch array (``LoopKernel.staged``) and makes every use a load of it:
+each producer element is computed once, the consumer's tile (one query row, every output column)
+covering the producer's (one score row).
+
+    stage_producers: runs after ``hoist``; ``unstage`` undoes it (the interpreter's semantics).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+import sympy
+
+from ..dtypes import DType
+from ..ir.expr import Expr, IndexCond, Load, Reduce, free_index_symbols, rebuild, transform, walk
+from ..ir.loop import Buffer, LoopKernel, Staged, Store, inline_staged
+from ..ir.substitute import specialise
+from .contraction import contraction
+from .passes import hoist
+
+# The scratch row lives per group point (a work-item's private array, a thread's stack): rows
+# longer than this stay recomputed rather than risk the stack.
+STAGE_MAX = 4096
+
+
+def _canonical(node: Expr, names: dict[sympy.Symbol, sympy.Symbol], prefix: str) -> Expr:
+    """``node`` with ``names`` applied to its index symbols and its own bound symbols renamed in
+    the order they are bound: equal for two copies of one producer inlined with fresh reduction
+    symbols (the softmax's max, its sum and the MatMul each inline the score). Bound symbols
+    are named ``prefix`` and a number."""
+    def bound(k: int) -> sympy.Symbol:
+        return sympy.Symbol(f"{prefix}_{k}", integer=True, nonnegative=True)
+
+    if isinstance(node, Reduce):
+        inner = dict(names)
+        axes = []
+        for s, n in node.axes:
+            inner[s] = bound(len(inner))
+            axes.append((inner[s], n))
+        return Reduce(node.dtype, node.kind, _canonical(node.body, inner, prefix), tuple(axes))
+    if isinstance(node, Load):
+        inner = dict(names)
+        data = []
+        for s, n, v in node.data:
+            value = _canonical(v, names, prefix)
+            inner[s] = bound(len(inner))
+            data.append((inner[s], n, value))
+        return Load(node.dtype, node.buffer, node.offset.xreplace(inner),
+                    node.guard.xreplace(inner), tuple(data))
+    if isinstance(node, IndexCond):
+        return IndexCond(node.dtype, node.cond.xreplace(names))
+    return rebuild(node, [_canonical(c, names, prefix) for c in node.children()])
+
+
+def _candidate(kernel: LoopKernel, stage: sympy.Symbol) -> tuple[Expr, int, frozenset] | None:
+    """The first producer worth staging: a float32 reduction inside a one-axis reduction ``R``
+    of the stores keyed by every domain axis (a per-element sum, such as attention's P V) that
+    depends on ``R``'s axis and on some but fewer domain axes (so ``R``'s points recompute it).
+    Returns its canonical form (``R``'s axis renamed ``stage``), the row's extent and the
+    domain symbols it keys on.
+
+    Why only per-element ``R``: staging makes the kernel's group the producer's keys, and the
+    reductions keyed by more than those then run per element. For a per-element ``R`` that
+    costs nothing (its group was the whole domain); for one keyed by fewer axes (softmax of a
+    softmax over another axis) it would recompute ``R`` for every element of its row. A
+    producer keyed by no axis would be recomputed per element all the same."""
+    domain = {s for s, _ in kernel.domain}
+    outers = [node for st in kernel.stores for node in walk(st.value)
+              if isinstance(node, Reduce) and free_index_symbols(node) == domain]
+    for outer in outers:
+        if len(outer.axes) != 1 or outer.axes[0][1] > STAGE_MAX:
+            continue
+        (row, extent), = outer.axes
+        for node in walk(outer.body):
+            if not isinstance(node, Reduce) or node.dtype is not DType.float32:
+                continue
+            free = free_index_symbols(node)
+            keys = free & domain
+            if row in free and free <= domain | {row} and keys and keys < domain:
+                return _canonical(node, {row: stage}, stage.name), extent, frozenset(keys)
+    return None
+
+
+def _replace_uses(root: Expr, key: Expr, stage: Staged, extent: int) -> Expr:
+    """``root`` with every copy of the staged producer, inside a one-axis reduction of the
+    row's extent and indexed by its axis, replaced by a load of the staged row."""
+    def visit(node: Expr, recurse: object) -> Expr | None:
+        if not (isinstance(node, Reduce) and len(node.axes) == 1
+                and node.axes[0][1] == extent):
+            return None
+        (row, _), = node.axes
+
+        def use(inner: Expr, _recurse: object) -> Expr | None:
+            if isinstance(inner, Reduce) and row in free_index_symbols(inner) \
+                    and _canonical(inner, {row: stage.row}, stage.row.name) == key:
+                return Load(inner.dtype, stage.buffer.name, row)
+            return None
+
+        body = transform(node.body, use)
+        return Reduce(node.dtype, node.kind, recurse(body), node.axes)  # type: ignore[operator]
+
+    return transform(root, visit)
+
+
+def stage_producers(kernel: LoopKernel) -> LoopKernel:
+    """Stage each producer row that a per-element reduction would recompute (module docstring).
+    A contraction is left to the tiled templates, which already compute a fused producer once
+    per tile; after staging, only reductions keyed by the staged rows' own axes stay hoisted
+    (the softmax's max and sum), and the consumer's sum runs per element over the row."""
+    if kernel.staged or contraction(kernel) is not None:
+        return kernel
+    staged: list[Staged] = []
+    keys: frozenset = frozenset()
+    while True:
+        row = sympy.Symbol(f"_row{len(staged)}", integer=True, nonnegative=True)
+        found = _candidate(kernel, row)
+        if found is None:
+            break
+        key, extent, own_keys = found
+        stage = Staged(Buffer(_scratch_name(kernel, len(staged)), (extent,), DType.float32),
+                       row, key)
+        stores = tuple(Store(st.buffer, _replace_uses(st.value, key, stage, extent))
+                       for st in kernel.stores)
+        if stores == kernel.stores:  # no use matched its canonical form: leave it inlined
+            break
+        staged.append(stage)
+        keys |= own_keys
+        kernel = _rehoist(replace(kernel, stores=stores), keys, staged)
+    return _stage_weights(kernel, keys, staged) if staged else kernel
+
+
+def _stage_weights(kernel: LoopKernel, keys: frozenset, staged: list[Staged]) -> LoopKernel:
+    """Inside each per-element one-axis reduction, stage the largest computed terms that only
+    the row and its axis key (the softmax's ``exp(s - max) / sum``): computed once per row
+    point, not once per output column."""
+    def visit(node: Expr, recurse: object) -> Expr | None:
+        if not isinstance(node, Reduce) or len(node.axes) != 1 \
+                or free_index_symbols(node) <= keys:
+            return None
+        (axis, extent), = node.axes
+
+        def term(inner: Expr, _recurse: object) -> Expr | None:
+            free = free_index_symbols(inner)
+            if inner.dtype is not DType.float32 or axis not in free \
+                    or not free <= keys | {axis} or isinstance(inner, (Load, Reduce)):
+                return None
+            row = sympy.Symbol(f"_row{len(staged)}", integer=True, nonnegative=True)
+            value = specialise(inner, {axis: row}, {**kernel.ranges, row: extent})
+            stage = Staged(Buffer(_scratch_name(kernel, len(staged)), (extent,), DType.float32),
+                           row, value)
+            staged.append(stage)
+            return Load(inner.dtype, stage.buffer.name, axis)
+
+        return Reduce(node.dtype, node.kind, transform(node.body, term), node.axes)
+
+    stores = tuple(Store(st.buffer, transform(st.value, visit)) for st in kernel.stores)
+    return _rehoist(replace(kernel, stores=stores), keys, staged)
+
+
+def _scratch_name(kernel: LoopKernel, k: int) -> str:
+    """``stage<k>``, made unlike every buffer name of the kernel (a tensor may be so named)."""
+    taken = {b.name for b in kernel.inputs + kernel.outputs}
+    name = f"stage{k}"
+    while name in taken:
+        name += "_"
+    return name
+
+
+def _rehoist(kernel: LoopKernel, keys: frozenset, staged: list[Staged]) -> LoopKernel:
+    """Hoist only the reductions keyed by ``keys`` (computed once per staged row); every
+    other reduction runs per element."""
+    kernel = replace(kernel, staged=tuple(staged))
+    hoisted: list[Reduce] = []
+    for root in kernel.roots():
+        for node in walk(root):
+            if isinstance(node, Reduce) and free_index_symbols(node) <= keys \
+                    and node not in hoisted:
+                hoisted.append(node)
+    group = tuple(k for k, (s, _) in enumerate(kernel.domain) if s in keys)
+    ranges = dict(kernel.ranges)
+    for st in staged:  # the rows and the staged values' own bound symbols
+        ranges[st.row] = st.buffer.shape[0]
+        for node in walk(st.value):
+            if isinstance(node, Reduce):
+                ranges.update(node.axes)
+            elif isinstance(node, Load):
+                ranges.update((s, n) for s, n, _ in node.data)
+    return replace(kernel, hoisted=tuple(hoisted), group=group, ranges=ranges)
+
+
+def hoist_order(staged: Sequence[Staged], hoisted: Sequence[Reduce]) -> list[list[Reduce]]:
+    """When a group body computes its hoisted reductions: before each staged row, those its
+    value reads that no earlier row took (a softmax's max and sum before the weights row),
+    then the rest; ``len(staged) + 1`` lists."""
+    pending, order = list(hoisted), []
+    for st in staged:
+        used = set(walk(st.value))
+        order.append([r for r in pending if r in used])
+        pending = [r for r in pending if r not in used]
+    return [*order, pending]
+
+
+def unstage(kernel: LoopKernel) -> LoopKernel:
+    """The same kernel with every staged load replaced by the producer it stands for
+    (``ir.loop.inline_staged``), hoisted again: the form a backend runs when it cannot hold a
+    row per group point."""
+    if not kernel.staged:
+        return kernel
+    return hoist(replace(inline_staged(kernel), hoisted=(), group=()))

@@ -1,0 +1,228 @@
+"""Several domain points per work-item: an elementwise kernel's stores repeated for a few
+neighbouring points, each copy specialised to its constants (``ir.substitute.specialise``), so the
+copies share the loads and partial sums that one point per work-item reads again for every
+point. Winograd's transforms are the case in point: the input transform stores the 16 values of
+a 4x4 tile from 16 loads instead of 64, the output transform a 2x2 block from 16 loads instead of
+36, and neither keeps the divisions and sign selects that pick taps per point.
+
+A plan is one factor per domain axis: 1 keeps the axis parallel, its extent unrolls it
+completely, and a divisor splits it into a parallel outer axis and an unrolled inner one
+(``s = f * outer + r``).
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from functools import lru_cache
+
+import sympy
+
+from ..ir.expr import Axis, Expr, IndexCond, Load, walk
+from ..ir.loop import LoopKernel
+from ..ir.substitute import specialise, specialise_index
+from ..mapping_types import FloorDiv, FloorMod, fresh_reduce_symbol
+from ..shapes import prod
+
+MAX_POINTS = 16  # points one work-item covers at most (straight-line code and registers)
+# except a leading run of short axes unrolled whole: a transform's tile (F(4x4,3x3)'s 6x6)
+MAX_TILE_POINTS = 4 * MAX_POINTS
+# unroll only when at most this share of the copies' loads is distinct: below it the shared
+# loads pay for the lost parallelism; above it copies are mostly independent work
+MAX_DISTINCT = 0.5
+
+
+@dataclass(frozen=True)
+class Unrolled:
+    """The parallel axes left after unrolling, and for each copy the value of every unrolled
+    domain symbol as an expression over the parallel ones."""
+
+    parallel: tuple[Axis, ...]
+    copies: tuple[dict[sympy.Symbol, sympy.Expr], ...]
+    ranges: dict[sympy.Symbol, int]
+    outer_of: dict[sympy.Symbol, sympy.Symbol]  # a split domain symbol -> its parallel part
+
+    def value(self, root: Expr, copy: dict[sympy.Symbol, sympy.Expr]) -> Expr:
+        return specialise(root, copy, self.ranges)
+
+    def offset(self, expr: sympy.Expr, copy: dict[sympy.Symbol, sympy.Expr]) -> sympy.Expr:
+        return specialise_index(expr, copy, self.ranges)
+
+
+def split(kernel: LoopKernel, factors: tuple[int, ...]) -> Unrolled:
+    """``kernel``'s domain unrolled by ``factors`` (one per domain axis)."""
+    check(kernel, factors)
+    ranges = dict(kernel.ranges)
+    ranges.update(kernel.domain)
+    parallel: list[Axis] = []
+    choices: list[list[tuple[sympy.Symbol, sympy.Expr]]] = []
+    outer_of: dict[sympy.Symbol, sympy.Symbol] = {}
+    for (s, n), f in zip(kernel.domain, factors):
+        if f == 1:
+            parallel.append((s, n))
+        elif f == n:
+            choices.append([(s, sympy.Integer(r)) for r in range(n)])
+        else:
+            outer = fresh_reduce_symbol("u")
+            outer_of[s] = outer
+            parallel.append((outer, n // f))
+            ranges[outer] = n // f
+            choices.append([(s, f * outer + r) for r in range(f)])
+    copies = tuple(dict(c) for c in itertools.product(*choices))
+    return Unrolled(tuple(parallel), copies, ranges, outer_of)
+
+
+def check(kernel: LoopKernel, factors: tuple[int, ...]) -> None:
+    """Raise ``ValueError`` unless ``factors`` is a valid plan for ``kernel``."""
+    extents = [n for _, n in kernel.domain]
+    problem = None
+    if len(factors) != len(extents):
+        problem = f"needs one factor per domain axis ({len(extents)})"
+    elif any(f < 1 or n % f for f, n in zip(factors, extents)):
+        problem = "each factor must divide its axis's extent"
+    elif prod(factors) > MAX_TILE_POINTS:
+        problem = f"unrolls at most {MAX_TILE_POINTS} points"
+    elif extents and prod(factors) == prod(extents) and prod(extents) > 1:
+        problem = "must leave some parallel work"
+    if problem:
+        raise ValueError(f"unroll {tuple(factors)} for domain {extents} of kernel "
+                         f"'{kernel.name}': {problem}")
+
+
+def none(kernel: LoopKernel) -> tuple[int, ...]:
+    """The plan that unrolls nothing."""
+    return (1,) * len(kernel.domain)
+
+
+@lru_cache(maxsize=256)  # asked by the tuner's search space and the emitter, per emit
+def ranked(kernel: LoopKernel) -> tuple[tuple[int, ...], ...]:
+    """The candidate plans whose copies read at most ``MAX_DISTINCT`` of their loads
+    distinctly, the smallest share first (then the fewest points). Candidates: each leading run
+    of short axes unrolled completely, each axis split by a divisor it is floor-divided by in an
+    index (or twice that), and both together."""
+    if kernel.grouped or not kernel.loads():
+        return ()
+    scored = [(_distinct_share(kernel, f), prod(f), f) for f in _candidates(kernel)]
+    return tuple(f for share, _, f in sorted(scored) if share <= MAX_DISTINCT)
+
+
+def plan(kernel: LoopKernel) -> tuple[int, ...]:
+    """The default plan: the best ``ranked`` one, or ``none`` when no plan shares enough."""
+    best = ranked(kernel)
+    return best[0] if best else none(kernel)
+
+
+def _candidates(kernel: LoopKernel) -> list[tuple[int, ...]]:
+    extents = [n for _, n in kernel.domain]
+    leading = [none(kernel)]
+    for k in range(1, len(extents)):
+        if prod(extents[:k]) > MAX_TILE_POINTS:
+            break
+        leading.append(tuple(extents[:k]) + (1,) * (len(extents) - k))
+    divisors = _divisors(kernel)
+    splits = [tuple(f) for f in itertools.product(
+        *([1, *sorted(divisors.get(s, ()))] for s, _ in kernel.domain))]
+    out = []
+    for lead, sp in itertools.product(leading, splits):
+        factors = tuple(a if a > 1 else b for a, b in zip(lead, sp))
+        points = prod(factors)
+        limit = MAX_TILE_POINTS if factors == lead else MAX_POINTS
+        if 1 < points <= limit and points < prod(extents) and factors not in out:
+            out.append(factors)
+    return out
+
+
+def _divisors(kernel: LoopKernel) -> dict[sympy.Symbol, set[int]]:
+    """For each domain symbol, the constant divisors of floor divisions and modulos over it that
+    divide its extent (splitting by one turns those into constants)."""
+    extents = dict(kernel.domain)
+    out: dict[sympy.Symbol, set[int]] = {}
+    for st in kernel.stores:
+        for node in walk(st.value):
+            exprs = [node.offset, node.guard] if isinstance(node, Load) else \
+                [node.cond] if isinstance(node, IndexCond) else []
+            for e in exprs:
+                for atom in e.atoms(FloorDiv, FloorMod):
+                    a, d = atom.args
+                    for s in a.free_symbols & set(extents):
+                        for f in (int(d), 2 * int(d)) if d.is_Integer else ():
+                            if 1 < f <= MAX_POINTS and f < extents[s] and extents[s] % f == 0:
+                                out.setdefault(s, set()).add(f)
+    return out
+
+
+def _distinct_share(kernel: LoopKernel, factors: tuple[int, ...]) -> float:
+    """Distinct loads over all loads of the copies ``factors`` makes."""
+    unrolled = split(kernel, factors)
+    distinct: set[Expr] = set()
+    total = 0
+    for copy in unrolled.copies:
+        for st in kernel.stores:
+            loads = {n for n in walk(unrolled.value(st.value, copy)) if isinstance(n, Load)}
+            distinct |= loads
+            total += len(loads)
+    return len(distinct) / total if total else 1.0
+
+
+# --- several group points per work-item: a staged kernel's query rows ------------------------
+
+# A work-item computing this many group points of a staged kernel at once shares its loads of
+# what every point reads (attention's keys and values). Measured, generated kernels timed
+# side by side, softmax(Q K * scale) V, ms for 1 / 2 / 4 / 8 queries a work-item:
+#   OpenCL (PoCL), 256 x 256 x 64: 0.70 / 0.47 / 0.35 / 0.29; 64 x 1024 x 64: 0.38 / 0.26 /
+#   0.19 / 0.20. NEON (SIMDe), the same: 2.26 / 1.40 / 0.98 / 0.75; 2.67 / 1.47 / 1.00 / 0.78.
+GROUP_ROWS = 8
+MAX_GROUP_ROWS = 8
+MIN_GROUP_ITEMS = 8  # the default keeps at least this many work-items (threads' iterations)
+STAGE_FLOATS = 1 << 15  # staged floats one work-item holds at most (128 KiB of its stack)
+
+
+def group_row_choices(kernel: LoopKernel) -> tuple[int, ...]:
+    """How many points of the innermost group axis one work-item may compute together: 1,
+    and for a staged kernel the divisors of that axis up to ``MAX_GROUP_ROWS`` whose staged
+    rows fit ``STAGE_FLOATS``."""
+    if not kernel.staged or not kernel.group:
+        return (1,)
+    _, n = kernel.domain[kernel.group[-1]]
+    floats = sum(st.buffer.numel for st in kernel.staged)
+    out = [1]
+    for rows in range(2, MAX_GROUP_ROWS + 1):
+        if n % rows == 0 and rows * floats <= STAGE_FLOATS:
+            try:
+                check(kernel, _group_factors(kernel, rows))
+            except ValueError:
+                continue
+            out.append(rows)
+    return tuple(out)
+
+
+def default_group_rows(kernel: LoopKernel) -> int:
+    """The most group points per work-item up to ``GROUP_ROWS`` that leave at least
+    ``MIN_GROUP_ITEMS`` work-items (or 1)."""
+    points = prod(kernel.domain[g][1] for g in kernel.group)
+    return max(r for r in group_row_choices(kernel)
+               if r == 1 or (r <= GROUP_ROWS and points // r >= MIN_GROUP_ITEMS))
+
+
+def choose_group_rows(kernel: LoopKernel, requested: int | None, share: bool) -> int:
+    """``requested`` checked against ``group_row_choices``, or by default
+    ``default_group_rows`` where the schedule shares the points' loads (``share``), else 1."""
+    if requested is None:
+        return default_group_rows(kernel) if share else 1
+    choices = group_row_choices(kernel)
+    if requested not in choices:
+        raise ValueError(f"kernel '{kernel.name}': group_rows must be one of {choices} "
+                         f"(divisors of its innermost group axis, for a staged kernel within "
+                         f"{STAGE_FLOATS} staged floats), got {requested}")
+    return requested
+
+
+def split_group(kernel: LoopKernel, rows: int) -> Unrolled | None:
+    """The innermost group axis split so each work-item computes ``rows`` of its points (None
+    for one)."""
+    return None if rows == 1 else split(kernel, _group_factors(kernel, rows))
+
+
+def _group_factors(kernel: LoopKernel, rows: int) -> tuple[int, ...]:
+    factors = [1] * len(kernel.domain)
+    factors[kernel.group[-1]] = rows
+    return tuple(factors)

@@ -1,1 +1,0 @@
-"""Device runtimes: compile generated source and run it on NumPy arrays."""
