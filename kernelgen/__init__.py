@@ -17,17 +17,52 @@ from .api import FusedOp, fuse, tuning_policy
 from .backends import Backend, Capabilities
 from .compile import NO_TUNING, STORED, Stored, compile, compile_kernel, compile_loop
 from .dtypes import DType
-from .errors import (ArgumentError, AttributeError_, AxisError, BroadcastError, DtypeError,
-                     FusionError, KernelgenError, ShapeError, UnsupportedError)
+from .errors import (
+                     ArgumentError,
+                     AttributeError_,
+                     AxisError,
+                     BroadcastError,
+                     DtypeError,
+                     FusionError,
+                     KernelgenError,
+                     ShapeError,
+                     UnsupportedError,
+)
 from .exec import Executable, Kernel, Program
 from .fusion import FusedBlock
 from .ir.interp import interpret
 from .ir.node import Constant, MathProperties, Op, Placeholder, Value, constant, tensor
 from .measure import Measurement, bench
-from .ops import (average_pool, batch_normalization, clip, concat, conv, depth_to_space, expand,
-                  flatten, gather, gemm, global_pool, instance_normalization, layer_normalization,
-                  log_softmax, matmul, max_pool, mod, pad, prelu, reshape, resize, softmax,
-                  space_to_depth, split, squeeze, transpose, unsqueeze, where)
+from .ops import (
+                     average_pool,
+                     batch_normalization,
+                     clip,
+                     concat,
+                     conv,
+                     depth_to_space,
+                     expand,
+                     flatten,
+                     gather,
+                     gemm,
+                     global_pool,
+                     instance_normalization,
+                     layer_normalization,
+                     log_softmax,
+                     matmul,
+                     max_pool,
+                     mod,
+                     pad,
+                     prelu,
+                     reshape,
+                     resize,
+                     softmax,
+                     space_to_depth,
+                     split,
+                     squeeze,
+                     transpose,
+                     unsqueeze,
+                     where,
+)
 from .ops import cast_op as cast
 from .ops import slice_op as slice
 from .ops.registry import *  # noqa: F401,F403 - the generated snake_case constructors

@@ -1,7 +1,7 @@
 """Shared test setup: a per-run kernel cache, the backend fixture and tolerances.
 
 PoCL reads its cache directory once, at the first ``get_platforms()``, so it is set here, at
-import time, before any test touches OpenCL (TOOLCHAIN.md §3.3).
+import time, before any test touches OpenCL (docs/toolchain.md, OpenCL).
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ _cache = os.environ.get("KERNELGEN_TEST_CACHE") or tempfile.mkdtemp(prefix="kern
 os.environ.setdefault("XDG_CACHE_HOME", _cache)
 os.environ.setdefault("POCL_CACHE_DIR", str(Path(_cache) / "pocl"))
 # Triton runs on CPU tensors through its interpreter in this process; the ahead-of-time CUDA
-# compile check runs in a subprocess without it (one Triton mode per process, TOOLCHAIN.md §2).
+# compile check runs in a subprocess without it (one Triton mode per process, docs/toolchain.md).
 os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
 sys.path.insert(0, str(Path(__file__).parent))
@@ -83,13 +83,13 @@ def prebuild(request: pytest.FixtureRequest, blocks: Callable[[], list[kg.FusedO
                        for item in request.session.items)
         if not backend.batch_builds or backend_problem(name) or not selected:
             continue
-        emitted = []
+        sources = []
         for block in blocks():
             try:
-                emitted.append(backend.emit(block.lower(), {}))
+                sources.append(backend.render(backend.choose(block.lower(), {})))
             except kg.KernelgenError:
                 continue  # the test itself reports it
-        backend.prebuild(emitted)
+        backend.prebuild(sources)
 
 
 def run(backend: str, fused: kg.FusedOp, *arrays: np.ndarray, **options) -> tuple[np.ndarray, ...]:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..errors import UnsupportedError
-from .base import Backend, Capabilities, Config, Emitted, Runtime
+from .base import Backend, Capabilities, Config, Runtime, Schedule, Source
 from .neon import BACKEND as NEON
 from .opencl import BACKEND as OPENCL
 from .triton import BACKEND as TRITON
@@ -26,5 +26,5 @@ def names() -> list[str]:
     return list(REGISTRY)
 
 
-__all__ = ["DEFAULT", "REGISTRY", "Backend", "Capabilities", "Config", "Emitted", "Runtime",
-           "get", "names"]
+__all__ = ["DEFAULT", "REGISTRY", "Backend", "Capabilities", "Config", "Runtime", "Schedule",
+           "Source", "get", "names"]

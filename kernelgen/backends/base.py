@@ -10,7 +10,7 @@ source), ``runtime.py`` (build and launch) and ``templates/``. Its ``__init__.py
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
@@ -92,15 +92,85 @@ class Runtime(Protocol):
     def to_host(self, handle: Any, out: np.ndarray) -> None: ...
 
 
-@dataclass(frozen=True)
-class Emitted:
-    """One kernel as a backend emits it: the source a user reads, the launch metadata a host
-    program needs (None: a plain call), the rest of its metadata, and its runtime."""
+PRIVATE = {"tunable": False}  # field metadata: a schedule field that is not a tunable
 
-    source: str
+
+@dataclass(frozen=True)
+class Schedule:
+    """Every decision a backend's printer needs for one kernel, made by the backend's
+    ``schedule.choose`` and printed by its ``emit.render``, which decides nothing.
+
+    The field names are one vocabulary for every backend; a field that a schedule does not
+    use is None. The public fields are the metadata's ``tunables`` (``kind`` under the name
+    ``schedule``), and passing them back to ``emit`` as options gives the same source. Fields
+    marked ``PRIVATE`` are plans derived from the public ones (the loop the printer prints,
+    which operand is the vector one, ...)."""
+
+    kind: str        # the schedule: 'elementwise', 'row', 'group', 'item', 'tiled', ...
+    index_type: str  # the type of index arithmetic (64 bits where a buffer needs it)
+    loop: LoopKernel = field(repr=False, compare=False, metadata=PRIVATE)  # what is printed
+    tile: tuple[int, ...] | None = None  # a contraction's tile: rows x columns (x reduction)
+    pack: bool | None = None  # a contraction operand packed into contiguous panels first
+    local_size: int | None = None  # work-items a work-group holds, at most (the target)
+    vector_width: int | None = None  # float32 lanes of the explicit vector code
+    group_rows: int | None = None  # group points (a staged kernel's queries) per work-item
+
+    def tunables(self) -> dict[str, Any]:
+        """The public decisions, as emit options (JSON-serialisable)."""
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.metadata.get("tunable", True) and value is not None:
+                out["schedule" if f.name == "kind" else f.name] = value
+        return out
+
+    def facts(self) -> dict[str, Any]:
+        """What the metadata reports about the decisions besides the tunables (how often a
+        fused producer is computed, which buffers a packed operand reads, ...)."""
+        return {}
+
+
+def option_names(schedule: type[Schedule]) -> frozenset[str]:
+    """The emit options a backend whose schedule is ``schedule`` accepts: its public fields."""
+    return frozenset("schedule" if f.name == "kind" else f.name for f in fields(schedule)
+                     if f.metadata.get("tunable", True))
+
+
+# options of kernelgen 0.1 that the shared vocabulary renamed, for the error message
+RENAMED = {"reduce_strategy": "schedule", "tile_m": "tile", "tile_n": "tile",
+           "block_m": "tile", "block_n": "tile", "block_k": "tile", "pack_b": "pack",
+           "pack_rows": "pack"}
+
+
+def check_options(backend: str, options: Mapping[str, Any], allowed: frozenset[str]) -> None:
+    """Raise ``TypeError`` naming every option ``backend`` does not take (and the new name of a
+    renamed one)."""
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        hints = "".join(f"; '{k}' is now '{RENAMED[k]}'" for k in unknown if k in RENAMED)
+        raise TypeError(f"unknown {backend} emit options {unknown}{hints}; expected "
+                        f"{sorted(allowed)}")
+
+
+def check_derived(schedule: Schedule, options: Mapping[str, Any], derived: Sequence[str]) -> None:
+    """Options that name a derived field (the index type, a vector width that the tile
+    decides) are accepted when they agree with the decision, as the metadata reports it."""
+    for name in derived:
+        if name in options and options[name] != getattr(schedule, name):
+            raise ValueError(f"kernel '{schedule.loop.name}': {name} follows from the other "
+                             f"choices ({getattr(schedule, name)!r} here), got "
+                             f"{options[name]!r}")
+
+
+@dataclass(frozen=True)
+class Source:
+    """A rendered kernel: the text a user reads, what a host program needs to launch it
+    (``launch``, JSON; None: a plain function call) and facts the printer knows for the
+    metadata (entry points, signature). Backends subclass it with what their runtime needs."""
+
+    text: str
     launch: dict[str, Any] | None
-    metadata: Mapping[str, Any]
-    runtime: Runtime
+    facts: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -132,9 +202,18 @@ class Backend:
         """The tunables worth measuring for ``loop``, the default first."""
         raise NotImplementedError
 
-    def emit(self, loop: LoopKernel, options: Mapping[str, Any]) -> Emitted:
-        """``loop`` as source, metadata and a runtime, under ``options`` (its tunables)."""
+    def choose(self, loop: LoopKernel, options: Mapping[str, Any]) -> Schedule:
+        """Decide every tunable of ``loop`` (``options`` win over the defaults); checks them and
+        raises naming the option at fault."""
         raise NotImplementedError
 
-    def prebuild(self, emitted: Sequence[Emitted]) -> None:
+    def render(self, schedule: Schedule) -> Source:
+        """Print ``schedule.loop`` as ``schedule`` says; decides nothing."""
+        raise NotImplementedError
+
+    def runtime(self, loop: LoopKernel, source: Source) -> Runtime:
+        """What builds and launches ``source`` (lazily: nothing is built here)."""
+        raise NotImplementedError
+
+    def prebuild(self, sources: Sequence[Source]) -> None:
         """Build many kernels at once (where ``batch_builds``)."""

@@ -68,9 +68,9 @@ class Emitter:
             s: f"o{k}" for k, (s, _) in enumerate(kernel.domain)}
         self.ranges: dict[sympy.Symbol, int] = dict(kernel.ranges)
         self.ranges.update(kernel.domain)
-        sizes = [b.numel for b in kernel.inputs + kernel.outputs] + [kernel.numel]
-        self.wide = max(sizes) >= 2**31
+        self.wide = kernel.needs_long_index
         self.buffers = {b.name: b for b in kernel.inputs + kernel.outputs}
+        self.arg_names: dict[str, str] = {}  # buffer -> the name its parameter has
 
     def fresh(self, prefix: str = "t") -> str:
         self.counter += 1

@@ -48,7 +48,7 @@ def compile(block: FusedBlock, backend: str | Backend = backends.DEFAULT, *,
     be = backends.get(backend)
     if algorithm is None and not any(op.kind == "Conv" for op in block.ops):
         kernel = compile_kernel(block, be, tuning=tuning, **options)
-        if not be.caps.pads_aliased_rows or kernel.metadata["tunables"].get("pack_b"):
+        if not be.caps.pads_aliased_rows or kernel.metadata["tunables"].get("pack"):
             return kernel  # a packed operand's panels do not alias in the cache
         return _padded(block, be, tuning, options) or kernel
     if algorithm is None:
@@ -67,10 +67,12 @@ def compile_loop(loop: LoopKernel, backend: str | Backend = backends.DEFAULT, *,
     """One loop kernel on ``backend``, with the tunables ``tuning`` gives under ``options``."""
     be = backends.get(backend)
     chosen = tuning.options(loop, be)
-    emitted = be.emit(loop, {**chosen, **options})
-    info = {**emitted.metadata, "tuning": {"policy": tuning.name, "options": chosen}}
-    return Kernel(loop, be.name, emitted.source, metadata(loop, be.name, emitted.launch, info),
-                  emitted.runtime)
+    schedule = be.choose(loop, {**chosen, **options})
+    source = be.render(schedule)
+    info = {"schedule": schedule.kind, "tunables": schedule.tunables(), **schedule.facts(),
+            **source.facts, "tuning": {"policy": tuning.name, "options": chosen}}
+    return Kernel(loop, be.name, source.text, metadata(loop, be.name, source.launch, info),
+                  be.runtime(loop, source))
 
 
 def unfused(ops: Sequence[Op], backend: str | Backend = backends.DEFAULT,

@@ -1,6 +1,6 @@
-"""Convolution algorithms (MegEngine's CPU inference, seed 004): one fused Conv block, five ways
-to run it. Every way keeps the block's prologue (elementwise ops on the input) and epilogue
-(bias, BN, activation, residual...) fused.
+"""Convolution algorithms (MegEngine's CPU inference, docs/algorithms.md): one fused Conv block,
+five ways to run it. Every way keeps the block's prologue (elementwise ops on the input) and
+epilogue (bias, BN, activation, residual...) fused.
 
 - ``direct``: one kernel, a sliding window per output element (the generic schedules).
 - ``implicit_gemm``: one kernel, the contraction template reading patches through the conv's

@@ -20,7 +20,6 @@ from ..mapping_types import FloorDiv, FloorMod, fresh_reduce_symbol, out_symbols
 from ..ops.common import make_op
 from .conv_algorithms import WINOGRAD_TILES, ConvBlock, spatial_reads, tail
 
-
 # F(2x2, 3x3) transforms (Lavin & Gray): Y = A^T [(G g G^T) * (B^T d B)] A, with
 # A^T = [[1, 1, 1, 0], [0, 1, -1, -1]]. B^T and A^T are applied as signed index arithmetic
 # (_bt_row, the output transform); B^T is kept as the table that arithmetic is checked against.

@@ -19,16 +19,8 @@ from ..dtypes import DType
 from ..errors import FusionError
 from ..ir.expr import DataBindings, Expr, IndexCond, Read, Reduce, const, select, transform, walk
 from ..ir.node import _DIRECTNESS, Op, Value, _reads_with_axes
-from ..mapping_types import (
-    Colour,
-    FusionRule,
-    IndexMap,
-    MappingType,
-    fresh_reduce_symbol,
-    fusion_rule,
-    out_symbols,
-    simplify_index,
-)
+from ..mapping_types import (Colour, FusionRule, IndexMap, MappingType, fresh_reduce_symbol,
+                             fusion_rule, out_symbols, simplify_index)
 from ..mapping_types.index_map import simplify_guard
 
 

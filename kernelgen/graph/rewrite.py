@@ -1,6 +1,7 @@
-"""Graph rewrites that change weights, not kernels (seed 003): BatchNormalization folded into the
-preceding Conv or Gemm, and sibling convolutions on one input merged into one wider convolution
-("kernel enlarging"). Pure functions: they return new operators and leave the old ones alone."""
+"""Graph rewrites that change weights, not kernels (docs/algorithms.md): BatchNormalization
+folded into the preceding Conv or Gemm, and sibling convolutions on one input merged into one
+wider convolution ("kernel enlarging"). Pure functions: they return new operators and leave the
+old ones alone."""
 from __future__ import annotations
 
 import numpy as np

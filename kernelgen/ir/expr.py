@@ -138,6 +138,14 @@ PRIMITIVES: dict[str, Primitive] = {p.name: p for p in [
 REDUCE_KINDS = ("sum", "prod", "max", "min")
 
 
+def extent(node: Reduce) -> int:
+    """The number of points a reduction combines."""
+    count = 1
+    for _, n in node.axes:
+        count *= n
+    return count
+
+
 # --- builders: keep operator definitions short and readable ----------------------------------
 
 def const(value: float | int | bool, dtype: DType) -> Const:

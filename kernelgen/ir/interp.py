@@ -6,6 +6,7 @@ what a backend must produce, up to floating-point rounding.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -31,8 +32,7 @@ def _div(a: Any, b: Any) -> Any:
 
 
 def _erf(x: Any) -> Any:
-    from math import erf
-    return np.vectorize(erf, otypes=[np.asarray(x).dtype])(x)
+    return np.vectorize(math.erf, otypes=[np.asarray(x).dtype])(x)
 
 
 NUMPY_PRIMITIVES: dict[str, Callable[..., Any]] = {

@@ -19,8 +19,7 @@ import sympy
 
 from ..dtypes import DType
 from ..shapes import prod
-from .expr import (Axis, Call, Cast, Const, Expr, IndexCond, Load, Reduce, Select, transform,
-                   walk)
+from .expr import Axis, Call, Cast, Const, Expr, IndexCond, Load, Reduce, Select, transform, walk
 from .substitute import specialise
 
 
@@ -72,6 +71,12 @@ class LoopKernel:
     @property
     def numel(self) -> int:
         return prod(e for _, e in self.domain)
+
+    @property
+    def needs_long_index(self) -> bool:
+        """Whether some buffer, or the domain, has 2**31 elements or more (64-bit indices)."""
+        sizes = [b.numel for b in self.inputs + self.outputs] + [self.numel]
+        return max(sizes) >= 2**31
 
     @property
     def store_offset(self) -> sympy.Expr:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
+import numpy as np
 import sympy
 
 from ..dtypes import DType, as_dtype
@@ -160,8 +161,6 @@ def rewire(ops: Sequence[Op], swaps: Sequence[tuple[Value, Value]]) -> list[Op]:
 
 def constant(name: str, value: Any) -> Constant:
     """A tensor with a known value (a weight), e.g. ``kg.constant("w", np.ones((4, 3, 3, 3)))``."""
-    import numpy as np
-
     array = np.ascontiguousarray(value)
     if array.ndim == 0 or 0 in array.shape:
         raise ShapeError("constant", name, "a non-empty array of rank >= 1", array.shape)

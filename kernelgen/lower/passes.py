@@ -11,13 +11,11 @@ from typing import Any
 import sympy
 
 from ..fusion import FusedBlock
-from ..ir.expr import (Expr, IndexCond, Load, Read, Reduce, free_index_symbols, transform,
-                       walk)
+from ..ir.expr import Expr, IndexCond, Load, Read, Reduce, free_index_symbols, transform, walk
 from ..ir.loop import Axis, Buffer, LoopKernel, Store
 from ..mapping_types import fresh_reduce_symbol, out_symbols, simplify_index
 from ..mapping_types.index_map import simplify_guard
 from ..shapes import row_major_strides
-
 
 # --- pass 1: Read -> Load at flat offsets ------------------------------------------------------
 

@@ -14,6 +14,8 @@ about semantics that onnx's schemas do not carry. onnx is only consulted by
 """
 from __future__ import annotations
 
+import onnx.defs
+
 from .types import MappingType, Opaque
 
 _1TO1 = MappingType.ONE_TO_ONE
@@ -282,8 +284,6 @@ def standard_onnx_ops() -> list[str]:
     ``onnx.defs.onnx_opset_version()``; deprecated operators that onnx still lists
     (``Scatter``, ``Upsample``) are included.
     """
-    import onnx.defs
-
     opset = onnx.defs.onnx_opset_version()
     return sorted(
         {

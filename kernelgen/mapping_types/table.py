@@ -1,4 +1,4 @@
-"""DNNFusion's fusion table (Table 3, as reconstructed in ALGORITHMS.md §1.3), as data."""
+"""DNNFusion's fusion table (Table 3, as reconstructed in docs/algorithms.md), as data."""
 from __future__ import annotations
 
 import enum

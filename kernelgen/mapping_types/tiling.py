@@ -1,4 +1,4 @@
-"""AGO's no-redundancy constraint, from index maps (ALGORITHMS.md §3.1).
+"""AGO's no-redundancy constraint, from index maps (docs/algorithms.md, AGO).
 
 When a producer is fused into a consumer tile by tile, each consumer tile computes the producer
 region it reads. Tiles whose regions overlap (a KxK halo) or repeat (a consumer tiled along an

@@ -6,12 +6,11 @@ from typing import Any
 
 import sympy
 
-from ..mapping_types import out_symbols
-
 from ..dtypes import DType
 from ..errors import AttributeError_, AxisError, BroadcastError, DtypeError, KernelgenError
 from ..ir.expr import Expr, Read
 from ..ir.node import MathProperties, Op, Value, new_name
+from ..mapping_types import out_symbols
 
 Shape = tuple[int, ...]
 

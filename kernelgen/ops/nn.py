@@ -11,23 +11,15 @@ from collections.abc import Sequence
 
 import sympy
 
-from ..mapping_types import FloorDiv, fresh_reduce_symbol, out_symbols
-
 from ..dtypes import FLOATS, DType
 from ..errors import AttributeError_, ShapeError
 from ..ir.expr import Expr, IndexCond, Read, call, cast, const, reduce, select
 from ..ir.node import Op, Value
+from ..mapping_types import FloorDiv, fresh_reduce_symbol, out_symbols
 from ..shapes import prod
-from .common import (
-    broadcast_exprs,
-    broadcast_read,
-    broadcast_shape,
-    check_value,
-    make_op,
-    normalize_axis,
-    require_dtype,
-    same_dtype,
-)
+from .common import (broadcast_exprs, broadcast_read, broadcast_shape, check_value, make_op,
+                     normalize_axis, require_dtype, same_dtype)
+from .reduce import reduce_op
 
 Shape = tuple[int, ...]
 
@@ -265,8 +257,6 @@ def average_pool(x: Value, kernel_shape: Sequence[int], auto_pad: str = "NOTSET"
 
 def global_pool(kind: str, x: Value) -> Op:
     """ONNX GlobalAveragePool / GlobalMaxPool: reduce every spatial axis, keeping them as 1."""
-    from .reduce import reduce_op
-
     x = check_value(kind, x, "X")
     op = reduce_op("ReduceMean" if kind == "GlobalAveragePool" else "ReduceMax", x,
                    list(range(2, x.rank)), 1)

@@ -6,11 +6,10 @@ from collections.abc import Callable, Sequence
 
 import sympy
 
-from ..mapping_types import fresh_reduce_symbol, out_symbols
-
 from ..dtypes import FLOATS, NUMERIC, DType
 from ..ir.expr import Expr, Read, call, const, reduce
 from ..ir.node import Op, Value
+from ..mapping_types import fresh_reduce_symbol, out_symbols
 from .common import check_value, make_op, normalize_axes, normalize_axis, require_dtype
 
 E = Expr

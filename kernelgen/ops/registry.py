@@ -13,11 +13,11 @@ from typing import Any
 
 from ..ir.node import Op, Value
 from .elementwise import BINARY, UNARY, binary, cast_op, clip, mod, prelu, unary, variadic, where
-from .nn import (average_pool, batch_normalization, conv, gemm, global_pool,
-                 instance_normalization, layer_normalization, matmul, max_pool)
+from .nn import (average_pool, batch_normalization, conv, gemm, global_pool, instance_normalization,
+                 layer_normalization, matmul, max_pool)
 from .reduce import REDUCE_KINDS, log_softmax, reduce_op, softmax
-from .shape import (concat, depth_to_space, expand, flatten, gather, pad, reshape, resize,
-                    slice_op, space_to_depth, split, squeeze, transpose, unsqueeze)
+from .shape import (concat, depth_to_space, expand, flatten, gather, pad, reshape, resize, slice_op,
+                    space_to_depth, split, squeeze, transpose, unsqueeze)
 
 # Python keywords (and, or, not) take NumPy's logical_* names.
 _SPECIAL = {"IsNaN": "isnan", "IsInf": "isinf", "ReduceL1": "reduce_l1", "ReduceL2": "reduce_l2",

@@ -9,23 +9,15 @@ from fractions import Fraction
 import numpy as np
 import sympy
 
-from ..mapping_types import FloorDiv, FloorMod, fresh_reduce_symbol, out_symbols, simplify_index
-
 from ..dtypes import INTS, DType
 from ..errors import AttributeError_, ShapeError
 from ..ir.expr import Expr, IndexCond, Read, call, const, select
 from ..ir.node import Op, Value
+from ..mapping_types import (FloorDiv, FloorMod, evaluate, fresh_reduce_symbol, out_symbols,
+                             simplify_index)
 from ..shapes import prod, row_major_strides
-from .common import (
-    broadcast_exprs,
-    broadcast_shape,
-    check_value,
-    make_op,
-    normalize_axes,
-    normalize_axis,
-    require_dtype,
-    same_dtype,
-)
+from .common import (broadcast_exprs, broadcast_shape, check_value, make_op, normalize_axes,
+                     normalize_axis, require_dtype, same_dtype)
 
 Shape = tuple[int, ...]
 
@@ -353,8 +345,6 @@ def _nearest_axis(o: sympy.Symbol, n: int, m: int, s: Fraction, true_scale: floa
 def _check_nearest(expr: sympy.Expr, o: sympy.Symbol, n: int, m: int, scale: float, coord: str,
                    rounding: str, name: str, axis: int) -> None:
     """Compare the integer formula with ONNX's float64 one on every output position."""
-    from ..mapping_types import evaluate
-
     pos = np.arange(m, dtype=np.float64)
     x = {"asymmetric": pos / scale, "tf_half_pixel_for_nn": (pos + 0.5) / scale,
          "align_corners": pos * (n - 1) / (m - 1) if m > 1 else pos * 0,

@@ -92,7 +92,7 @@ def test_neon_kernels_on_aarch64(tmp_path: Path) -> None:
         conv = kg.conv(pre, kg.constant("w", feeds["w"]), pads=[1, 1, 1, 1], strides=strides)
         kernel = kg.fuse(pre, conv).emit("neon", algorithm="im2col", tuning="none",
                                          pack_block_kib=3)
-        assert kernel.metadata["tunables"]["pack_panels"] == 2
+        assert kernel.metadata["pack_panels"] == 2
         kernels.append(kernel)
         inputs.append([feeds["x"], feeds["w"]])
         wants.append(evaluate_chain([pre, conv], feeds)[conv.name])

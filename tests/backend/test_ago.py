@@ -80,8 +80,8 @@ def test_default_tiling_computes_each_producer_element_once(backend_name: str,
     assert redundancy(consumer.index_maps[0], full) == 1.0
     # split tiles recompute: columns when the producer is the left operand; rows when NEON
     # loads it as the right operand (vectors along the pixels) without packing it once
-    narrow = fused.emit(backend_name, tile_m=4, tile_n=4,
-                        **({"pack_b": False} if backend_name == "neon" else {}))
+    narrow = fused.emit(backend_name, tile=(4, 4),
+                        **({"pack": False} if backend_name == "neon" else {}))
     assert narrow.metadata["producer_redundancy"] > 1.0
     feeds = _feeds(values)
     want = evaluate_chain(ops, feeds)[ops[-1].name]
@@ -133,9 +133,9 @@ def test_neon_packs_a_conv_producer_once_whatever_the_tiles(channels: int) -> No
     feeds = _feeds(values)
     want = evaluate_chain(ops, feeds)[ops[-1].name]
     group = {7: 7, 21: 11}[channels]
-    for options in ({}, {"tile_m": 1, "tile_n": 4, "pack_block_kib": 1}):
+    for options in ({}, {"tile": (1, 4), "pack_block_kib": 1}):
         kernel = fused.emit("neon", tuning="none", **options)
-        assert kernel.metadata["tunables"]["pack_b"]
+        assert kernel.metadata["tunables"]["pack"]
         assert kernel.metadata["producer_redundancy"] == 1.0
         assert kernel.metadata["right_operand_reads"] == ["w1", "x"]
         assert f"kg_k += {group})" in kernel.source
@@ -250,9 +250,9 @@ def test_bad_group_rows_are_refused() -> None:
         fused.emit("neon", tuning="none", group_rows=5)
     softmax = kg.fuse(kg.softmax(kg.tensor("x", (8, 40)), 1))
     with pytest.raises(ValueError, match=r"group_rows must be one of \(1,\)"):
-        softmax.emit("opencl", tuning="none", reduce_strategy="row", group_rows=2)
+        softmax.emit("opencl", tuning="none", schedule="row", group_rows=2)
     with pytest.raises(ValueError, match="group_rows applies to the"):
-        softmax.emit("opencl", tuning="none", reduce_strategy="group", group_rows=2)
+        softmax.emit("opencl", tuning="none", schedule="group", group_rows=2)
 
 
 def test_staged_kernel_refuses_cooperative_schedules() -> None:
@@ -260,7 +260,7 @@ def test_staged_kernel_refuses_cooperative_schedules() -> None:
     _, ops = _scaled_attention(1, 3, 4, 5, 2)
     fused = kg.fuse(*ops, force=True)
     with pytest.raises(ValueError, match="stages a producer row.*'group'"):
-        fused.emit("opencl", reduce_strategy="group", tuning="none")
+        fused.emit("opencl", schedule="group", tuning="none")
 
 
 # --- staging's limits (regressions found by Hypothesis) ---------------------------------------
@@ -306,7 +306,7 @@ def test_triton_inlines_a_staged_row_it_cannot_hold_as_a_block() -> None:
     sum runs over the keys backwards) cannot be one block of a Triton program, which has no
     run-time indexing into a block: Triton runs the inlined form, and stays right."""
     require("triton")
-    from kernelgen.backends.triton.emit import staged_as_blocks
+    from kernelgen.backends.triton.schedule import staged_as_blocks
     from kernelgen.ir.expr import Load, Reduce, transform, walk
     from kernelgen.compile import compile_loop
     from kernelgen.ir.loop import Store

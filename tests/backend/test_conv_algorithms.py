@@ -114,7 +114,7 @@ def test_program_shape(backend: str) -> None:
         assert isinstance(winograd, Program) and len(winograd.kernels) == 3
         assert winograd.metadata["algorithm"] == algorithm
         gemm = winograd.metadata["stages"][1]
-        assert gemm["schedule"] in ("tiled", "dot")
+        assert gemm["schedule"] == "tiled"
         assert gemm["args"][-1]["shape"] == [tile + 2, tile + 2, m, n, -(-oh // tile),
                                              -(-ow // tile)]
         assert any(name.startswith("winogradfilter")
@@ -140,7 +140,7 @@ def test_neon_im2col_packs_patches_in_cache_sized_blocks(strides: list[int]) -> 
     if strides[1] == 3:
         assert isinstance(got, Program)
     else:
-        assert isinstance(got, Kernel) and got.metadata["tunables"]["pack_panels"] == 2
+        assert isinstance(got, Kernel) and got.metadata["pack_panels"] == 2
         assert "kg_p0 += 2)" in got.source
     assert_close(got(*(arrays[v.name] for v in fused.inputs)), want, scale=50)
 
@@ -251,17 +251,17 @@ def test_stored_tiles_are_used_by_default(tmp_path, monkeypatch) -> None:
     """The templates take their tunables from the Fast-Run database without being asked."""
     require("opencl")
     monkeypatch.setenv("KERNELGEN_CACHE_DIR", str(tmp_path))
-    from kernelgen.backends.opencl.emit import VECTOR_TILE
+    from kernelgen.backends.opencl.schedule import VECTOR_TILE
 
     fused = kg.fuse(kg.matmul(kg.tensor("a", (13, 17)), kg.tensor("b", (17, 19))))
     default = VECTOR_TILE[0]
-    assert fused.emit("opencl").metadata["tunables"]["tile_m"] == default
+    assert fused.emit("opencl").metadata["tunables"]["tile"][0] == default
     loop = fused.lower()
-    tune(loop, "opencl", configs=[Config.of(tile_m=2, tile_n=8)], repeat=2)
+    tune(loop, "opencl", configs=[Config.of(tile=(2, 8))], repeat=2)
     tunables = fused.emit("opencl").metadata["tunables"]
-    assert (tunables["tile_m"], tunables["tile_n"]) == (2, 8)
-    assert fused.emit("opencl", tuning="none").metadata["tunables"]["tile_m"] == default
-    assert fused.emit("opencl", tile_m=1).metadata["tunables"]["tile_m"] == 1  # explicit wins
+    assert tunables["tile"] == (2, 8)
+    assert fused.emit("opencl", tuning="none").metadata["tunables"]["tile"][0] == default
+    assert fused.emit("opencl", tile=(1, 32)).metadata["tunables"]["tile"][0] == 1  # explicit
 
 
 def test_tuner_discards_a_wrong_algorithm(tmp_path, monkeypatch) -> None:

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import kernelgen as kg
+from kernelgen import backends
 
 GOLDEN = Path(__file__).parent.parent / "golden"
 
@@ -126,7 +127,7 @@ def gemm_pack_in_tile() -> kg.FusedOp:
 
 # name -> (block, {backend: emit options}); a backend missing from the options is not checked
 Case = tuple[Callable[[], kg.FusedOp], dict[str, dict[str, Any]]]
-_EVERY: dict[str, dict[str, Any]] = {"opencl": {}, "neon": {}, "triton": {}}
+_EVERY: dict[str, dict[str, Any]] = {name: {} for name in backends.names()}
 CASES: dict[str, Case] = {f.__name__: (f, _EVERY) for f in (
     bias_gelu, transpose_reshape_exp, pad_concat, row_softmax, column_sum_group, gather_rows,
     gemm_bias_relu, depthwise_window, ago_conv_1x1, staged_attention)}
@@ -135,14 +136,12 @@ CASES.update({
     "conv_im2col": (conv_im2col, {b: {"algorithm": "im2col"} for b in _EVERY}),
     "conv_winograd": (conv_winograd, {b: {"algorithm": "winograd"} for b in _EVERY}),
     "conv_winograd_4x4": (conv_winograd, {"opencl": {"algorithm": "winograd_4x4"}}),
-    "gemm_packed": (gemm_packed, {"opencl": {"pack_b": True, "pack_in_tile": False},
-                                  "neon": {"pack_b": True}, "triton": {"pack_rows": True}}),
-    "gemm_pack_in_tile": (gemm_pack_in_tile, {"opencl": {"pack_b": True,
-                                                         "pack_in_tile": True}}),
+    "gemm_packed": (gemm_packed, {"opencl": {"pack": True, "pack_in_tile": False},
+                                  "neon": {"pack": True}, "triton": {"pack": True}}),
+    "gemm_pack_in_tile": (gemm_pack_in_tile, {"opencl": {"pack": True, "pack_in_tile": True}}),
 })
 
 
-SUFFIX = {"opencl": "cl", "neon": "c", "triton": "py"}
 
 
 def _stable_names(kernel: Any) -> str:
@@ -156,14 +155,15 @@ def _stable_names(kernel: Any) -> str:
     for k, name in enumerate(order):
         source = re.sub(rf"\b{name}\b", f"{name.rsplit('_', 1)[0]}_#{k}", source)
     return source
-PARAMS = [(name, b) for name, (_, options) in CASES.items() for b in SUFFIX if b in options]
+PARAMS = [(name, b) for name, (_, options) in CASES.items() for b in backends.names()
+          if b in options]
 
 
 @pytest.mark.parametrize(("name", "backend_name"), PARAMS)
 def test_golden_source(name: str, backend_name: str) -> None:
     block, options = CASES[name]
     source = _stable_names(block().emit(backend_name, tuning="none", **options[backend_name]))
-    path = GOLDEN / backend_name / f"{name}.{SUFFIX[backend_name]}"
+    path = GOLDEN / backend_name / f"{name}.{backends.get(backend_name).suffix}"
     if os.environ.get("KERNELGEN_UPDATE_GOLDEN"):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(source)
@@ -179,3 +179,16 @@ def test_index_width_follows_tensor_size() -> None:
     assert small.metadata["tunables"]["index_type"] == "int"
     assert big.metadata["tunables"]["index_type"] == "long"
     assert "const long o0 = (long)get_global_id(0);" in big.source
+
+
+@pytest.mark.parametrize(("name", "backend_name"), PARAMS)
+def test_tunables_reproduce_the_source(name: str, backend_name: str) -> None:
+    """A kernel's metadata['tunables'] is its schedule record: passed back as options, they
+    give the same source (every stage of a program, each with its own)."""
+    block, options = CASES[name]
+    first = block().emit(backend_name, tuning="none", **options[backend_name])
+    stages = getattr(first, "kernels", [first])
+    for kernel in stages:
+        again = kg.compile_loop(kernel.loop, backend_name, tuning=kg.NO_TUNING,
+                                **kernel.metadata["tunables"])
+        assert again.source == kernel.source, f"{kernel.name}: {kernel.metadata['tunables']}"

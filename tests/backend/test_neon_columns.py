@@ -18,7 +18,7 @@ from kernelgen import backends
 from kernelgen.tune import tune
 import kernelgen as kg
 from kernelgen.fastrun import FastRunDB
-from kernelgen.backends.neon.emit import columns_plan
+from kernelgen.backends.neon.schedule import columns_plan
 
 
 @pytest.mark.parametrize("epilogue", ["sigmoid", "residual", "scale"])

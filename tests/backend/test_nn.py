@@ -165,16 +165,16 @@ def test_neon_packed_row_blocks(monkeypatch) -> None:
     blocks, the last one partial, every row is still computed exactly once."""
     from conftest import require
 
-    from kernelgen.backends.neon import emit as neon_emit
+    from kernelgen.backends.neon import schedule as neon_schedule
     require("neon")
     m, k, n, tm = 29, 7, 10, 3  # 10 row tiles: blocks of 3, 3, 3 and 1
-    monkeypatch.setattr(neon_emit, "ROW_BLOCK_BYTES", 4 * tm * k * 3)
+    monkeypatch.setattr(neon_schedule, "ROW_BLOCK_BYTES", 4 * tm * k * 3)
     rng = np.random.default_rng(3)
     a, b = rng.standard_normal((m, k), np.float32), rng.standard_normal((k, n), np.float32)
     bias = rng.standard_normal(n).astype(np.float32)
     mm = kg.matmul(kg.tensor("a", (m, k)), kg.tensor("b", (k, n)))
     out = kg.add(mm, kg.tensor("bias", (n,)))
-    kernel = kg.fuse(mm, out).emit("neon", tile_m=tm, tile_n=4, pack_b=True, tuning="none")
+    kernel = kg.fuse(mm, out).emit("neon", tile=(tm, 4), pack=True, tuning="none")
     assert "blocks of 3 row tiles" in kernel.source
     want = (a.astype(np.float64) @ b + bias).astype(np.float32)
     assert_close(kernel(a, b, bias), want, scale=4)
@@ -193,9 +193,9 @@ def test_neon_packed_blocks_cross_batches() -> None:
     b = rng.standard_normal((batch, k, n), np.float32)
     mm = kg.matmul(kg.tensor("a", a.shape), kg.tensor("b", b.shape))
     out = kg.relu(mm)
-    kernel = kg.fuse(mm, out).emit("neon", tile_m=4, tile_n=8, pack_b=True,
+    kernel = kg.fuse(mm, out).emit("neon", tile=(4, 8), pack=True,
                                    pack_block_kib=4, tuning="none")  # 1184 bytes a panel
-    assert kernel.metadata["tunables"]["pack_panels"] == 3
+    assert kernel.metadata["pack_panels"] == 3
     assert "vst1q_f32(kg_b + kg_jv" in kernel.source
     want = np.maximum(a.astype(np.float64) @ b, 0).astype(np.float32)
     assert_close(kernel(a, b), want, scale=4)
@@ -220,24 +220,23 @@ def test_tiled_contraction_tiles(name: str, backend_tile: tuple[str, tuple[int, 
     left operand packed first."""
     from conftest import require
     backend_name, tile = backend_tile
-    extra = {"neon-packed": {"pack_b": True},
-             "neon-blocks": {"pack_b": True, "pack_block_kib": 1},
-             "opencl-packed": {"pack_b": True, "pack_in_tile": False},
+    extra = {"neon-packed": {"pack": True},
+             "neon-blocks": {"pack": True, "pack_block_kib": 1},
+             "opencl-packed": {"pack": True, "pack_in_tile": False},
              "opencl-tilepack": {"pack_in_tile": True},
-             "triton-packed": {"pack_rows": True}}.get(backend_name, {})
+             "triton-packed": {"pack": True}}.get(backend_name, {})
     backend_name = backend_name.split("-")[0]
     require(backend_name)
     case = next(c for c in CASES if c.name == name)
     values, arrays = case.inputs()
     op = case.build(*values)
     fused = kg.fuse(op)
-    tiles = {"block_m": tile[0], "block_n": tile[1], "block_k": 16} \
-        if backend_name == "triton" else {"tile_m": tile[0], "tile_n": tile[1]}
+    tiles = {"tile": (tile[0], tile[1], 16) if backend_name == "triton" else tile}
     # a conv block's algorithm choice would read the patches in place: packed variants emit
     # the block as one kernel
     emit = fused.emit_kernel if extra else fused.emit
     kernel = emit(backend_name, tuning="none", **tiles, **extra)
-    assert kernel.metadata["schedule"] == ("dot" if backend_name == "triton" else "tiled")
+    assert kernel.metadata["schedule"] == "tiled"
     for option, value in extra.items():  # absent where OpenCL's scalar template runs
         assert kernel.metadata["tunables"].get(option, value) is value
     feeds = dict(zip((v.name for v in values), arrays))

@@ -1,4 +1,4 @@
-"""OpenCL contractions that pack the right operand into panels (``pack_b``), either by a first
+"""OpenCL contractions that pack the right operand into panels (``pack``), either by a first
 launch (templates/opencl/pack_panels.cl.tmpl) or each column tile's item packing its own panel
 before its row tiles (``pack_in_tile``; contraction_tile_pack.cl.tmpl), against NumPy, on
 shapes that leave a
@@ -35,11 +35,11 @@ def test_packed_matmul_with_prologue_and_epilogue(m: int, k: int, n: int,
     fused = kg.fuse(pre, mm, add, out)
     want = 1 / (1 + np.exp(-(a.astype(np.float64) @ np.maximum(b, 0) + bias)))
     for pack, in_tile in ((True, False), (True, True), (False, None)):
-        kernel = fused.emit_kernel("opencl", tuning="none", pack_b=pack, pack_in_tile=in_tile,
-                                   tile_m=tile[0], tile_n=tile[1])
+        kernel = fused.emit_kernel("opencl", tuning="none", pack=pack, pack_in_tile=in_tile,
+                                   tile=(tile[0], tile[1]))
         if kernel.metadata["schedule"] != "tiled":
             continue  # too narrow for the tiles (n < 4 columns)
-        assert kernel.metadata["tunables"]["pack_b"] is pack
+        assert kernel.metadata["tunables"]["pack"] is pack
         assert kernel.metadata["tunables"].get("pack_in_tile") is in_tile
         assert ("pack" in kernel.metadata["launch"]) is (pack and not in_tile)
         assert_close(kernel(a, b, bias), want.astype(np.float32), scale=10)
@@ -54,7 +54,7 @@ def test_packed_batched_matmul_with_broadcast_batch_and_transposed_operand() -> 
                                                           [0, 1, 3, 2]))
     fused = kg.fuse(mm.inputs[1], mm)
     for in_tile in (False, True):
-        kernel = fused.emit_kernel("opencl", tuning="none", pack_b=True, pack_in_tile=in_tile)
+        kernel = fused.emit_kernel("opencl", tuning="none", pack=True, pack_in_tile=in_tile)
         assert kernel.metadata["tunables"]["pack_in_tile"] is in_tile
         assert_close(kernel(a, bt), (a.astype(np.float64) @ np.swapaxes(bt, 2, 3)
                                      ).astype(np.float32), scale=10)
@@ -96,8 +96,8 @@ def test_pack_launch_metadata() -> None:
     fused = kg.fuse(kg.matmul(kg.tensor("a", (m, k)), kg.tensor("b", (k, n))))
     tiles_c = -(-n // 32)  # 3 column tiles of 32 (the last shifted left)
     for in_tile in (False, True):
-        kernel = fused.emit_kernel("opencl", tuning="none", pack_b=True, pack_in_tile=in_tile,
-                                   tile_m=8, tile_n=32)
+        kernel = fused.emit_kernel("opencl", tuning="none", pack=True, pack_in_tile=in_tile,
+                                   tile=(8, 32))
         launch = kernel.metadata["launch"]
         assert launch["scratch_bytes"] == 4 * tiles_c * k * 32
         assert launch["args"] == "the inputs, the outputs, then the scratch buffer"
@@ -111,27 +111,27 @@ def test_pack_launch_metadata() -> None:
 
 
 def test_pack_b_false_wins_over_pack_in_tile() -> None:
-    """pack_in_tile says how a packed operand is packed; pack_b=False (the implicit GEMM
+    """pack_in_tile says how a packed operand is packed; pack=False (the implicit GEMM
     over a tile stored as packed) reads it in place. pack_in_tile alone packs."""
     require("opencl")
     a, b = _f32(40, 9), _f32(9, 70)
     fused = kg.fuse(kg.matmul(kg.tensor("a", a.shape), kg.tensor("b", b.shape)))
-    kernel = fused.emit_kernel("opencl", tuning="none", pack_b=False, pack_in_tile=True,
-                               tile_m=8, tile_n=32)
-    assert kernel.metadata["tunables"]["pack_b"] is False
+    kernel = fused.emit_kernel("opencl", tuning="none", pack=False, pack_in_tile=True,
+                               tile=(8, 32))
+    assert kernel.metadata["tunables"]["pack"] is False
     assert "scratch_bytes" not in kernel.metadata["launch"]
     assert_close(kernel(a, b), (a.astype(np.float64) @ b).astype(np.float32), scale=4)
-    alone = fused.emit_kernel("opencl", tuning="none", pack_in_tile=True, tile_m=8, tile_n=32)
+    alone = fused.emit_kernel("opencl", tuning="none", pack_in_tile=True, tile=(8, 32))
     assert alone.metadata["tunables"]["pack_in_tile"] is True
     assert_close(alone(a, b), (a.astype(np.float64) @ b).astype(np.float32), scale=4)
 
 
-def test_ago_block_refuses_pack_b() -> None:
+def test_ago_block_refuses_pack() -> None:
     require("opencl")
     x = kg.tensor("x", (1, 4, 6, 6))
     c1 = kg.conv(x, kg.constant("w1", _f32(5, 4, 3, 3)), pads=[1, 1, 1, 1])
     r = kg.relu(c1)
     c2 = kg.conv(r, kg.constant("w2", _f32(3, 5, 1, 1)))
     fused = kg.fuse(c1, r, c2, force=True)
-    with pytest.raises(ValueError, match="pack_b needs a contraction of plain operands"):
-        fused.emit_kernel("opencl", tuning="none", pack_b=True)
+    with pytest.raises(ValueError, match="pack needs a contraction of plain operands"):
+        fused.emit_kernel("opencl", tuning="none", pack=True)

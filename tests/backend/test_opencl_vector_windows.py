@@ -42,14 +42,14 @@ def test_padded_windows_load_as_vectors(name: str, tile_n: int | None) -> None:
     require("opencl")
     ops, feeds = _conv_block(*WINDOWS[name])
     want = evaluate_chain(ops, feeds)[ops[-1].name]
-    options = {"reduce_strategy": "tiled"} if tile_n is None else \
-        {"tile_m": 4, "tile_n": tile_n}
+    options = {"schedule": "tiled"} if tile_n is None else \
+        {"tile": (4, tile_n)}
     kernel = kg.fuse(*ops).emit("opencl", tuning="none", algorithm="implicit_gemm"
                                 if name == "dense-3x3" else "direct", **options)
     assert kernel.metadata["schedule"] == "tiled"
     assert "vload16" in kernel.source and "an edge" in kernel.source
     if WINDOWS[name][2].get("group", 1) > 1:  # no rows: every output axis is batch or column
-        assert kernel.metadata["tunables"]["tile_m"] == 1
+        assert kernel.metadata["tunables"]["tile"][0] == 1
     assert_close(kernel(feeds["x"], feeds["w"]), want)
 
 
@@ -74,7 +74,7 @@ def test_ago_producer_as_the_vector_operand() -> None:
     kernel = fused.emit("opencl", tuning="none")
     assert "vacc" in kernel.source  # the producer's vector accumulator
     assert kernel.metadata["producer_redundancy"] == 1.0
-    narrow = fused.emit("opencl", tile_m=4, tile_n=16)
+    narrow = fused.emit("opencl", tile=(4, 16))
     assert narrow.metadata["producer_redundancy"] == 3.0  # ceil(9 rows / 4)
     for k in (kernel, narrow):
         assert_close(k(feeds["x"], feeds["w1"], feeds["w2"]), want, scale=10)
@@ -84,7 +84,7 @@ def test_tuner_rejects_tilings_that_recompute_the_producer(tmp_path) -> None:
     require("opencl")
     ops, _ = _ago_block(17)
     loop = kg.fuse(*ops, force=True).lower()
-    configs = [Config.of(), Config.of(tile_m=4, tile_n=16)]
+    configs = [Config.of(), Config.of(tile=(4, 16))]
     result = tune(loop, "opencl", configs=configs, db=FastRunDB(tmp_path / "db"),
                            repeat=2)
     status = [c.status for c in result.candidates]

@@ -16,7 +16,7 @@ from kernelgen import backends
 from kernelgen.tune import tune
 import kernelgen as kg
 from kernelgen.fastrun import FastRunDB
-from kernelgen.backends.opencl.emit import opencl_window
+from kernelgen.backends.opencl.schedule import opencl_window
 
 BLOCKS = {  # name: (x shape, w shape, conv attributes)
     "3x3-37-wide": ((2, 6, 9, 37), (6, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 6}),
@@ -128,11 +128,11 @@ def test_bad_window_options_are_refused() -> None:
                                          r"of \(1, 3\).*got 2"):
         fused.emit("opencl", tuning="none", algorithm="direct", window_rows=2)
     with pytest.raises(ValueError, match="window_rows applies to the 'window' schedule"):
-        fused.emit("opencl", tuning="none", algorithm="direct", reduce_strategy="tiled",
+        fused.emit("opencl", tuning="none", algorithm="direct", schedule="tiled",
                    window_rows=3)
     matmul = kg.fuse(kg.matmul(kg.tensor("a", (5, 7)), kg.tensor("b", (7, 9))))
-    with pytest.raises(ValueError, match="reduce_strategy 'window' needs"):
-        matmul.emit("opencl", tuning="none", reduce_strategy="window")
+    with pytest.raises(ValueError, match="schedule 'window' needs"):
+        matmul.emit("opencl", tuning="none", schedule="window")
 
 
 def test_tuner_searches_window_rows(tmp_path) -> None:
@@ -143,8 +143,8 @@ def test_tuner_searches_window_rows(tmp_path) -> None:
     loop = kg.fuse(*ops).lower()
     space = backends.get("opencl").search_space(loop)
     options = [c.as_options() for c in space]
-    assert any(o.get("reduce_strategy") == "window" for o in options)
-    assert any("tile_n" in o for o in options)
+    assert any(o.get("schedule") == "window" for o in options)
+    assert any("tile" in o for o in options)
     result = tune(loop, "opencl", db=FastRunDB(tmp_path / "db"), repeat=2)
     assert all(c.status in ("ok", "skipped: budget") for c in result.candidates)
     assert result.best in space

@@ -203,7 +203,7 @@ def test_reduction_schedules(strategy: str, shape: tuple[int, ...], axis: int) -
     X = data(shape)
     for op, want in [(kg.softmax(x, axis), reference(kg.softmax(x, axis), X)),
                      (kg.reduce_sum(x, [axis]), X.sum(axis, keepdims=True))]:
-        kernel = kg.fuse(op).emit("opencl", reduce_strategy=strategy, local_size=64)
+        kernel = kg.fuse(op).emit("opencl", schedule=strategy, local_size=64)
         assert kernel.metadata["schedule"] == strategy
         assert_close(kernel(X), want, scale=10)
 

@@ -37,7 +37,7 @@ def test_padded_operands_give_numpy_s_product() -> None:
     mm = kg.matmul(kg.tensor("a", (m, k)), kg.constant("w", w))
     out = kg.relu(kg.add(mm, kg.constant("bias", bias)))
     fused = kg.fuse(mm, out.inputs[0], out)
-    program = fused.emit("opencl", tuning="none", pack_b=False)
+    program = fused.emit("opencl", tuning="none", pack=False)
     assert isinstance(program, Program) and len(program.kernels) == 2
     assert program.metadata["padded"] == ["a", "w"]
     assert program.metadata["folded_constants"] == ["w_padded"]
@@ -69,5 +69,5 @@ def test_a_block_that_packs_its_right_operand_is_not_padded() -> None:
     w = rng.standard_normal((k, n), np.float32)
     kernel = kg.fuse(kg.matmul(kg.tensor("a", (m, k)), kg.constant("w", w))).emit(
         "opencl", tuning="none")
-    assert isinstance(kernel, Kernel) and kernel.metadata["tunables"]["pack_b"]
+    assert isinstance(kernel, Kernel) and kernel.metadata["tunables"]["pack"]
     assert_close(kernel(a, w), (a.astype(np.float64) @ w).astype(np.float32), scale=30)

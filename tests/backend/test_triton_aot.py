@@ -18,7 +18,7 @@ from test_nn import CASES as NN_CASES
 from test_ops import CASES
 
 import kernelgen as kg
-from kernelgen.backends.triton.emit import emit_triton
+from kernelgen import backends
 from kernelgen.backends.triton.runtime import load_module, module_dir
 
 
@@ -39,14 +39,16 @@ def test_every_kernel_compiles_for_cuda(tmp_path: Path) -> None:
     require("triton")
     jobs = []
     # every block at its defaults; each contraction also with its row blocks packed first
-    # (pack_rows: the panel store, the barrier and the panel loads)
+    # (pack: the panel store, the barrier and the panel loads)
     variants = [(name, block, {}) for name, block in _blocks()]
-    variants += [(f"{name}-packed", block, {"pack_rows": True}) for name, block in _blocks()
+    variants += [(f"{name}-packed", block, {"pack": True}) for name, block in _blocks()
                  if name.startswith("nn-")]
+    triton = backends.get("triton")
     for name, block, options in variants:
-        source, _, extra = emit_triton(block.lower(), **options)
-        if options and not extra["tunables"].get("pack_rows"):
+        schedule = triton.choose(block.lower(), options)
+        if options and not schedule.pack:
             continue  # not a contraction
+        source = triton.render(schedule)
         load_module(source.module_name, source.text)  # writes the module file
         jobs.append({"name": name, "path": str(module_dir() / f"{source.module_name}.py"),
                      "function": source.function, "signature": source.signature,
@@ -71,7 +73,8 @@ def test_softmax_compiles_for_other_targets(tmp_path: Path, target: tuple) -> No
     """The single-kernel softmax also builds for Hopper and for AMD's gfx942."""
     require("triton")
     x = kg.tensor("x", (7, 1000))
-    source, _, _ = emit_triton(kg.fuse(kg.softmax(x, 1)).lower())
+    triton = backends.get("triton")
+    source = triton.render(triton.choose(kg.fuse(kg.softmax(x, 1)).lower(), {}))
     load_module(source.module_name, source.text)
     job = {"name": "softmax", "path": str(module_dir() / f"{source.module_name}.py"),
            "function": source.function, "signature": source.signature,

@@ -8,7 +8,7 @@ import pytest
 
 import kernelgen as kg
 from kernelgen import DType, backends
-from kernelgen.backends.opencl.emit import CAPABILITIES, OpenCLEmitter
+from kernelgen.backends.opencl.emit import OpenCLPrinter
 from kernelgen.mapping_types import Colour
 
 
@@ -192,23 +192,26 @@ def _float64_loop():
     return kg.fuse(y).lower()
 
 
-def test_emitter_rejects_a_dtype_its_capabilities_lack():
-    caps = dataclasses.replace(CAPABILITIES, dtypes=frozenset({DType.float32}))
+def test_backend_rejects_a_dtype_its_capabilities_lack():
+    opencl = backends.get("opencl")
+    caps = dataclasses.replace(opencl.caps, dtypes=frozenset({DType.float32}))
     try:
-        OpenCLEmitter(_float64_loop(), capabilities=caps).emit()
+        kg.compile_loop(_float64_loop(), dataclasses.replace(opencl, caps=caps))
     except kg.UnsupportedError as err:
         assert "float64" in str(err) and "opencl" in str(err)
         return
     raise AssertionError("float64 kernel emitted for a float32-only backend")
 
 
-def test_emitter_without_a_scalar_type_raises_unsupported():
-    # the mechanism that does work today: a backend without a C type for the dtype
-    class NoDouble(OpenCLEmitter):
-        scalar_types = {k: v for k, v in OpenCLEmitter.scalar_types.items()
+def test_printer_without_a_scalar_type_raises_unsupported():
+    # a language table without a C type for the dtype
+    class NoDouble(OpenCLPrinter):
+        scalar_types = {k: v for k, v in OpenCLPrinter.scalar_types.items()
                         if k is not DType.float64}
 
-    err = _raises(kg.UnsupportedError, NoDouble, _float64_loop())
+    opencl = backends.get("opencl")
+    schedule = opencl.choose(_float64_loop(), {})
+    err = _raises(kg.UnsupportedError, NoDouble, schedule, opencl.caps)
     assert err.backend == "opencl" and "float64" in err.capability
     assert "x64" in err.needed_by
 

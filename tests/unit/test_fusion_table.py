@@ -1,4 +1,4 @@
-"""The fusion table (DNNFusion Table 3 as reconstructed in ALGORITHMS.md §1.3): all 25 cells, their
+"""The fusion table (DNNFusion Table 3 as reconstructed in docs/algorithms.md): all 25 cells, their
 colours and fused types against an independent transcription, the conservative switch, and the
 rules' human-readable reasons."""
 import itertools
@@ -7,8 +7,9 @@ import pytest
 
 from kernelgen.mapping_types import Colour, FusionRule, MappingType, fusion_rule, fusion_table
 
-# Transcribed from /work/shared/research/ALGORITHMS.md §1.3, "Table 3 — fusion of (first ->
-# second)". Rows = first (producer), columns = second (consumer); "—" (no fused type) is None.
+# Transcribed from the project's research notes on DNNFusion (PLDI 2021), "Table 3 - fusion of
+# (first -> second)", with the contested cells starred; docs/algorithms.md has the same table.
+# Rows = first (producer), columns = second (consumer); "—" (no fused type) is None.
 _ROWS = ["One-to-One", "One-to-Many", "Many-to-Many", "Reorganize", "Shuffle"]
 _ABBREV = {"OtO": "One-to-One", "OtM": "One-to-Many", "MtM": "Many-to-Many",
            "Reorg": "Reorganize", "Shuffle": "Shuffle", "—": None}

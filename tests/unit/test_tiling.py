@@ -54,12 +54,13 @@ def test_tuner_rejects_recomputing_tilings(tmp_path: Path) -> None:
     require("opencl")
     consumer = _conv_pair(1)
     check = no_redundancy_constraint(consumer.index_maps[0],
-                                     lambda o: (1, o["tile_m"], 4, 4))
-    assert check(Config.of(tile_m=6)) is None and "redundancy 2.000" in check(Config.of(tile_m=3))
+                                     lambda o: (1, o["tile"][0], 4, 4))
+    assert check(Config.of(tile=(6, 4))) is None
+    assert "redundancy 2.000" in check(Config.of(tile=(3, 4)))
     loop = kg.fuse(kg.relu(kg.tensor("y", (5, 7)))).lower()
-    configs = [Config.of(tile_m=3), Config.of(tile_m=6)]
+    configs = [Config.of(tile=(3, 4)), Config.of(tile=(6, 4))]
     result = tune(loop, "opencl", [np.ones((5, 7), np.float32)], configs=configs,
                   build=lambda c: kg.compile_loop(loop, "opencl"), constraint=check,
                   db=FastRunDB(tmp_path / "db"), repeat=2)
     assert result.candidates[0].status.startswith("rejected: tiling recomputes")
-    assert result.best == Config.of(tile_m=6)
+    assert result.best == Config.of(tile=(6, 4))

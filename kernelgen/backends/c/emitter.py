@@ -1,29 +1,27 @@
-"""The C family (OpenCL C, NEON C): C statements, types and literals, explicit vector loops driven
-by a per-backend ``VectorSyntax`` table, and the per-group body both backends share: hoisted
-reductions, then the loops over the group's elements with their stores."""
+"""The C family (OpenCL C, NEON C): C statements, types and literals, the per-group body both
+backends share (hoisted reductions and staged rows, then the loops over the group's elements
+with their stores), and explicit vector loops driven by a per-backend ``VectorSyntax`` table
+(``vector.py``)."""
 from __future__ import annotations
 
-import functools
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import cast
 
 import sympy
 
 from ...dtypes import DType
 from ...errors import UnsupportedError
-from ...ir.expr import (Axis, Call, Cast, Const, Expr, IndexCond, Load, Reduce, Select,
-                        free_index_symbols, transform, walk)
+from ...ir.expr import Axis, Call, Cast, Const, Expr, Load, Reduce, free_index_symbols, transform
 from ...ir.loop import Buffer, LoopKernel, Staged
-from ...ir.substitute import flatten_axes, specialise
-from ...lower.contraction import Contraction
 from ...lower.staging import hoist_order
 from ...lower.unroll import Unrolled
-from ...shapes import prod
 from ..base import Capabilities
 from ..printer import Emitter, Scope
+from .vector import (VectorPrinter, VectorSyntax, outer_reductions, vector_columns_ok,
+                     vector_reduction_ok, vectorizable)
 
 StoreAt = tuple[Buffer, Expr, sympy.Expr]  # an output, its value, its flat offset
 
@@ -46,123 +44,6 @@ def rename_loads(root: Expr, names: Mapping[str, str]) -> Expr:
                      if isinstance(node, Load) and node.buffer in names else None)
 
 
-@dataclass(frozen=True)
-class VectorSyntax:
-    """How a backend writes ``width``-lane float32 code. Formats take ``{0}``, ``{1}`` operands;
-    ``functions`` maps primitives to vector expressions (absent: no vector form)."""
-
-    width: int
-    vtype: str                      # float8, float32x4_t
-    mtype: str                      # the mask type comparisons return
-    load: str                       # {ptr}, {off}
-    store: str                      # {ptr}, {off}, {v}
-    broadcast: str                  # scalar float -> vector
-    broadcast_mask: str             # scalar bool -> mask
-    select: str                     # {0} mask, {1} if true, {2} if false
-    functions: Mapping[str, str]
-    combine: Mapping[str, str]      # reduction kind -> vector combine of {a}, {b}
-    horizontal: Mapping[str, str]   # reduction kind -> scalar from vector {v} ('' = halving)
-    iota: str = ""                  # the lane numbers as an int mask-type vector ('' = none)
-    # Where vectors take no C operators (NEON intrinsics), lane masks are built by call:
-    # ``lane_ints`` the int vector {first} + lane * {step}, ``sign_masks`` a mask of an int
-    # vector {0} against 0 by relation ('>=', '>', '<=', '<'), ``mask_and`` two masks' lanes
-    # joined, ``mask_load`` a mask from a C int array of -1 and 0
-    lane_ints: str = ""
-    sign_masks: Mapping[str, str] = field(default_factory=dict)
-    mask_and: str = "({0}) & ({1})"
-    mask_load: str = ""
-    # every second element from {ptr} + {off}, reading 2 * width of them ('' = none): a
-    # stride-2 window's run (NEON's deinterleaving vld2q_f32)
-    load_stride2: str = ""
-    fma: str = ""                   # {0} * {1} + {2} fused ('' = none)
-    lane: str = ""                  # lane {j} (an int) of vector {v} ('' = none)
-    compose: str = ""               # a vector from comma-separated lane values {0} ('' = none)
-
-    @property
-    def lane_masks(self) -> bool:
-        """Whether the backend builds masks from lane numbers (a guard linear in the axis)."""
-        return bool(self.iota or self.lane_ints)
-
-
-SHORT_LOOP = 8  # a vector reduction's loops up to this long are unrolled
-
-
-def split_guard(guard: sympy.Basic, sym: sympy.Symbol
-                ) -> tuple[sympy.Basic, tuple[sympy.Basic, ...]] | None:
-    """``guard`` as (the part free of ``sym``, the linear inequalities in ``sym``), or None
-    when it is not such a conjunction. The lanes where linear inequalities hold form one
-    interval, so a vector whose first and last lanes pass has every lane inside (a padded
-    window's interior)."""
-    terms = guard.args if isinstance(guard, sympy.And) else (guard,)
-    uniform, linear = [], []
-    for term in terms:
-        if sym not in term.free_symbols:
-            uniform.append(term)
-            continue
-        if not isinstance(term, sympy.core.relational.Relational) or isinstance(
-                term, (sympy.Eq, sympy.Ne)):
-            return None
-        diff = sympy.expand(term.lhs - term.rhs)
-        coeff = diff.coeff(sym)
-        if not coeff.is_number or sym in sympy.expand(diff - coeff * sym).free_symbols:
-            return None
-        linear.append(term)
-    return sympy.And(*uniform), tuple(linear)
-
-
-def vectorizable(root: Expr, sym: sympy.Symbol, syntax: VectorSyntax,
-                 hoisted: frozenset[Reduce] = frozenset(), guarded: bool = False,
-                 reductions: bool = False) -> bool:
-    """Whether ``root`` can run as float32 vectors along ``sym``: primitives with a vector form,
-    selects and comparisons; loads contiguous (stride 1) or invariant in ``sym``; index
-    conditions and gathered indices free of ``sym``. With ``guarded``, a contiguous load may
-    have a guard linear in ``sym`` (``VectorPrinter`` then loads the interior as one vector and
-    the edges lane by lane); with ``reductions``, a nested reduction runs as a vector
-    accumulator over its axes (AGO's producer inside a consumer's operand)."""
-
-    def ok(node: Expr) -> bool:
-        if node in hoisted or sym not in free_index_symbols(node):
-            return True  # computed once, outside the vector loop
-        if isinstance(node, Reduce):
-            return (reductions and node.dtype is DType.float32
-                    and node.kind in syntax.combine and ok(node.body))
-        if isinstance(node, IndexCond):  # a lane mask from the lane numbers
-            return guarded and syntax.lane_masks and split_guard(node.cond, sym) is not None
-        if isinstance(node, Load):
-            offset = sympy.expand(node.offset)
-            coeff = offset.coeff(sym)
-            rest = sympy.expand(offset - coeff * sym)
-            # otherwise a guarded load stays scalar: a vector would read past the guarded region
-            guard_ok = node.guard is sympy.true or (
-                guarded and split_guard(node.guard, sym) is not None)
-            stride_ok = coeff == 1 or (coeff == 2 and bool(syntax.load_stride2))
-            return (node.dtype is DType.float32 and stride_ok and sym not in rest.free_symbols
-                    and guard_ok and not node.data)
-        if isinstance(node, Call):
-            lanes_ok = node.dtype in (DType.float32, DType.bool) and all(
-                a.dtype in (DType.float32, DType.bool) for a in node.args)
-            return lanes_ok and node.fn in syntax.functions and all(ok(c) for c in node.args)
-        if isinstance(node, Select):
-            return node.dtype in (DType.float32, DType.bool) and all(
-                ok(c) for c in node.children())
-        return False  # casts, index conditions on sym, nested reductions: scalar code
-
-    return ok(root)
-
-
-def vector_columns_ok(kernel: LoopKernel, v: VectorSyntax | None, guarded: bool) -> bool:
-    """Whether every store runs as vectors along the innermost domain axis. A reduction left
-    in the stores (not hoisted) is computed per element: it runs as one vector accumulator for
-    a run of output columns (a staged kernel's P V; a conv's window on NEON)."""
-    if v is None or not kernel.domain:
-        return False
-    sym, n = kernel.domain[-1]
-    hoisted = frozenset(kernel.hoisted)
-    return n >= 2 * v.width and all(b.dtype is DType.float32 for b in kernel.outputs) and all(
-        vectorizable(st.value, sym, v, hoisted, guarded=guarded, reductions=True)
-        for st in kernel.stores)
-
-
 class CEmitter(Emitter):
     """C statements. Subclasses set the type tables, the primitive formats and ``vector``."""
 
@@ -175,7 +56,6 @@ class CEmitter(Emitter):
     # whether the vector loop over a group's elements may load through a guard linear in its
     # axis (a padded window: one vector where the guard passes, edges lane by lane)
     guarded_element_vectors = False
-    contraction: Contraction | None = None  # what the 'tiled' schedule runs, when it runs
     reduce_combine = {
         ("sum", "any"): "{a} + {b}", ("prod", "any"): "{a} * {b}",
         ("max", "float"): "fmax({a}, {b})", ("min", "float"): "fmin({a}, {b})",
@@ -304,7 +184,7 @@ class CEmitter(Emitter):
         """Emit the reductions of ``roots`` (those not nested in another) that share their
         axes in one loop nest per axes, each its own accumulator, so their bodies share loads
         (several queries' sums over the same keys); ``expr`` then finds them named."""
-        for nodes in _outer_reductions(roots, lambda n: scope.lookup(n) is not None):
+        for nodes in outer_reductions(roots, lambda n: scope.lookup(n) is not None):
             if len(nodes) > 1:
                 self.serial_reduce_together(nodes, scope)
 
@@ -379,7 +259,7 @@ class CEmitter(Emitter):
             scope.add(f"{self.index_t} {var} = 0;")
             scope.add(f"for (; {var} + {v.width} <= {n}; {var} += {v.width}) {{")
             inner = scope.child()
-            printer = VectorPrinter(self, sym, var, inner)
+            printer = VectorPrinter(self, sym, var, inner, v)
             printer.reduce_together([st.value for st in rows])
             for st in rows:
                 value = printer.expr(st.value)
@@ -464,145 +344,13 @@ class CEmitter(Emitter):
         return copies
 
     def _vector_reduction_ok(self, r: Reduce) -> bool:
-        v = self.vector
-        return v is not None and len(r.axes) == 1 and r.axes[0][1] >= 2 * v.width \
-            and r.dtype is DType.float32 and vectorizable(r.body, r.axes[0][0], v)
+        return vector_reduction_ok(r, self.vector)
 
     def _vector_elements_ok(self, elems: list[Axis]) -> bool:
         k = self.kernel
         if not elems or k.element_axes[-1] != len(k.domain) - 1:
             return False
         return vector_columns_ok(k, self.vector, self.guarded_element_vectors)
-
-    # --- the register-tiled contraction (templates/<backend>/contraction.*) ---------------------
-
-    def contraction_holes(self, tm: int, tn: int, depth: int, b_row: int | None = None,
-                          k_group: int = 1) -> dict[str, str]:
-        """Hole texts shared by the C-family contraction templates: ``batch_bind`` binds the
-        batch axes from ``kg_bt`` (the template's batch position), ``k_bind`` the reduction
-        axes from ``kg_k``, operand loads ``kg_a[kg_i]``/``kg_b[kg_j]`` (rows and columns past
-        the end clamp to the last one), and the guarded epilogue storing ``kg_acc_at`` (the
-        template defines it as this element's sum). ``depth`` is the indentation of the
-        template's loop bodies. With ``b_row`` (the depth of its loop body), ``b_row`` instead
-        of ``b_load``: the loop filling all of ``kg_b``, ``k_group`` rows of it (``_b_row``)."""
-        k, c = self.kernel, self.contraction
-        assert c is not None
-        rows = [k.domain[i] for i in c.rows]
-        cols = [k.domain[i] for i in c.cols]
-        batch = [k.domain[i] for i in c.batch]
-        n_rows, n_cols = prod(n for _, n in rows), prod(n for _, n in cols)
-        t = self.index_t
-        tile_scope = Scope([], depth - 2)
-        self.decompose("kg_bt", batch, tile_scope)
-        k_scope = Scope([], depth - 1, parent=tile_scope)
-        self.decompose("kg_k", list(c.reduce.axes), k_scope)
-        a = Scope([], depth, parent=k_scope)
-        a.add(f"const {t} kg_row = kg_min(kg_tr * {tm} + kg_i, ({t}){n_rows - 1});")
-        self.decompose("kg_row", rows, a)
-        a.add(f"kg_a[kg_i] = {self.expr(self.flat_reduction(c.left), a)};")
-        b = Scope([], depth, parent=k_scope)
-        row = ""
-        if b_row is None:
-            b.add(f"const {t} kg_col = kg_min(kg_tc * {tn} + kg_j, ({t}){n_cols - 1});")
-            self.decompose("kg_col", cols, b)
-            b.add(f"kg_b[kg_j] = {self.expr(self.flat_reduction(c.right), b)};")
-        else:
-            row = self._b_row(cols, tn, b_row, k_scope, k_group)
-        out = Scope([], depth, parent=tile_scope)
-        out.add(f"const {t} kg_row = kg_tr * {tm} + kg_i, kg_col = kg_tc * {tn} + kg_j;")
-        out.add(f"if (kg_row >= {n_rows} || kg_col >= {n_cols}) continue;")
-        self.decompose("kg_row", rows, out)
-        self.decompose("kg_col", cols, out)
-        out.names[c.reduce] = "kg_acc_at"
-        self.stores(out)
-        return {"batch_bind": "\n".join(tile_scope.lines), "k_bind": "\n".join(k_scope.lines),
-                "a_load": "\n".join(a.lines), "b_load": "\n".join(b.lines), "b_row": row,
-                "epilogue": "\n".join(out.lines),
-                "k_extent": str(prod(n for _, n in c.reduce.axes)), "index_t": t,
-                "tm": str(tm), "tn": str(tn), "tiles_r": str(-(-n_rows // tm)),
-                "tiles_c": str(-(-n_cols // tn)), "batches": str(prod(n for _, n in batch)),
-                "n_rows": str(n_rows), "n_cols": str(n_cols)}
-
-    def flat_reduction(self, operand: Expr) -> Expr:
-        """``operand`` reading the contraction's reduction axes through ``kg_k``, the
-        templates' flat reduction position, where its loads walk them as one run (a conv's
-        weights ``w[m, c, kh, kw]``): the load then needs no ``kg_k / 9``-style decomposition
-        in the innermost loop. Otherwise ``operand`` unchanged."""
-        c = self.contraction
-        assert c is not None
-        flat = sympy.Symbol("kg_k")
-        self.ranges[flat] = prod(n for _, n in c.reduce.axes)
-        unit = {s: 0 for s, n in c.reduce.axes if n == 1}  # a 1x1 conv's kernel axes
-        axes = [(s, n) for s, n in c.reduce.axes if n > 1]
-        if unit:
-            operand = specialise(operand, unit, self.ranges)
-        merged = flatten_axes(operand, axes, flat) if axes else None
-        return operand if merged is None else merged
-
-    def _b_row(self, cols: list[Axis], tn: int, depth: int, k_scope: Scope,
-               k_group: int = 1) -> str:
-        """The loop filling ``kg_b[0 .. tn)`` for one ``kg_k`` (with ``k_group``, the rows
-        ``kg_b[j * tn ..]`` for ``kg_k + j``, j < ``k_group``, computed together: an AGO
-        producer's channels, whose sums then share each input load and run as independent
-        chains). Vectors along the right operand's last column axis wherever a vector's lanes
-        lie in one run of it (an im2col patch row: one output row of a conv's window, guarded
-        loads through the padding; a producer's sums as vector accumulators); element by
-        element elsewhere, and wholly where the operand does not vectorise."""
-        c, v, t = self.contraction, self.vector, self.index_t
-        assert c is not None
-        sym, extent = cols[-1]
-        n_cols, k_extent = prod(n for _, n in cols), prod(n for _, n in c.reduce.axes)
-        right = self.flat_reduction(c.right)
-        assert k_group == 1 or sympy.Symbol("kg_k") in free_index_symbols(right)
-        rows = [right]
-        outer = Scope([], depth - 1, parent=k_scope)
-        for j in range(1, k_group):  # the group's other rows, clamped to the last
-            kj = sympy.Symbol(f"kg_k{j}")
-            self.ranges[kj] = k_extent
-            outer.add(f"const {t} {kj} = kg_min(kg_k + {j}, ({t}){k_extent - 1});")
-            rows.append(specialise(right, {sympy.Symbol("kg_k"): kj}, self.ranges))
-
-        def store(scope: Scope, j: int, text: str) -> None:
-            if k_extent % k_group and j:  # the last group's rows past the end stay unwritten
-                text = f"if (kg_k + {j} < {k_extent}) {text}"
-            scope.add(text)
-
-        def elements(scope: Scope, start: str, stop: str) -> None:
-            scope.add(f"for (int kg_j = {start}; kg_j < {stop}; ++kg_j) {{")
-            lane = scope.child()
-            lane.add(f"const {t} kg_col = kg_min(kg_tc * {tn} + kg_j, ({t}){n_cols - 1});")
-            self.decompose("kg_col", cols, lane)
-            self.reduce_together(rows, lane)
-            for j, row in enumerate(rows):
-                at = f"{j * tn} + kg_j" if j else "kg_j"
-                store(lane, j, f"kg_b[{at}] = {self.expr(row, lane)};")
-            scope.add("}")
-
-        if v is None or tn % v.width or not vectorizable(
-                right, sym, v, frozenset(self.kernel.hoisted),
-                guarded=self.guarded_element_vectors, reductions=True):
-            elements(outer, "0", str(tn))
-            return "\n".join(outer.lines)
-        w = v.width
-        outer.add(f"for (int kg_jv = 0; kg_jv < {tn}; kg_jv += {w}) {{")
-        body = outer.child()
-        body.add(f"const {t} kg_col = kg_tc * {tn} + kg_jv;")
-        self.decompose("kg_col", cols, body)
-        run = self.symbol_names[sym]
-        inside = f"kg_col + {w} <= {n_cols}" if len(cols) == 1 else \
-            f"kg_col + {w} <= {n_cols} && {run} + {w} <= {extent}"
-        body.add(f"if ({inside}) {{  // {w} lanes in one run")
-        lanes = body.child()
-        printer = VectorPrinter(self, sym, run, lanes)
-        printer.reduce_together(rows)
-        for j, row in enumerate(rows):
-            at = f"kg_jv + {j * tn}" if j else "kg_jv"
-            store(lanes, j, v.store.format(ptr="kg_b", off=at, v=printer.expr(row)))
-        body.add("} else {")
-        elements(body.child(), "kg_jv", f"kg_jv + {w}")
-        body.add("}")
-        outer.add("}")
-        return "\n".join(outer.lines)
 
     # --- explicit vector loops ------------------------------------------------------------------
 
@@ -631,7 +379,7 @@ class CEmitter(Emitter):
         scope.add(f"{self.index_t} {i} = 0;")
         scope.add(f"for (; {i} + {v.width} <= {n}; {i} += {v.width}) {{")
         inner = scope.child()
-        value = VectorPrinter(self, sym, i, inner).expr(node.body)
+        value = VectorPrinter(self, sym, i, inner, v).expr(node.body)
         inner.add(f"{vacc} = {v.combine[node.kind].format(a=vacc, b=value)};")
         scope.add("}")
         scope.add(f"{self.ctype(node.dtype)} {acc} = {self._horizontal(node, vacc, scope)};")
@@ -669,7 +417,7 @@ class CEmitter(Emitter):
         scope.add(f"{self.index_t} {i} = {start};")
         scope.add(f"for (; {i} + {v.width} <= {stop}; {i} += {v.width}) {{")
         inner = scope.child()
-        printer = VectorPrinter(self, sym, i, inner)
+        printer = VectorPrinter(self, sym, i, inner, v)
         printer.reduce_together([value for _, value, _ in stores])
         for buf, value, offset in stores:
             store = v.store.format(ptr=self.arg_names[buf.name], off=self.index(offset),
@@ -679,323 +427,6 @@ class CEmitter(Emitter):
         if not (start == "0" and stop.isdigit() and int(stop) % v.width == 0):
             scope.add(f"for (; {i} < {stop}; ++{i}) {{")
             self.stores(scope.child(), guard, stores)
-            scope.add("}")
-
-
-class VectorPrinter:
-    """Prints an expression as vector code for lanes ``base .. base+width-1`` of ``sym``, where
-    ``base`` names a variable or is a constant. Sub-expressions that do not depend on ``sym``
-    were named before the loop and broadcast."""
-
-    def __init__(self, emitter: CEmitter, sym: sympy.Symbol, base: str | int, scope: Scope,
-                 syntax: VectorSyntax | None = None,
-                 lanes: Mapping[Expr, str] | None = None) -> None:
-        v = syntax or emitter.vector
-        assert v is not None
-        self.em, self.v, self.sym, self.scope = emitter, v, sym, scope
-        self.base = base
-        self.base_expr = sympy.Integer(base) if isinstance(base, int) else sympy.Symbol(base)
-        self.lane_values: Mapping[Expr, str] = dict(lanes or {})  # nodes already vectors
-        self.names: dict[Expr, str] = dict(self.lane_values)
-        self.lanes = frozenset(self.lane_values)
-        self.declared: set[str] = set()
-
-    def expr(self, node: Expr) -> str:
-        if node in self.names:
-            return self.names[node]
-        if isinstance(node, Const) or not self._varies(node) or node in self.em.kernel.hoisted:
-            scalar = self.em.expr(node, self.scope)
-            fmt = self.v.broadcast_mask if node.dtype is DType.bool else self.v.broadcast
-            return fmt.format(scalar)
-        text = self._text(node)
-        if isinstance(node, Reduce) or (isinstance(node, Load) and self._tested(node)):
-            self.names[node] = text  # _guarded_load and _reduce declare their vector
-            return text
-        name = self.em.fresh("v")
-        vtype = self.v.mtype if node.dtype is DType.bool else self.v.vtype
-        self.scope.add(f"const {vtype} {name} = {text};")
-        self.names[node] = name
-        return name
-
-    def _text(self, node: Expr) -> str:
-        if isinstance(node, Load):
-            if self._tested(node):
-                return self._guarded_load(node)
-            offset = self.em.index(node.offset.xreplace({self.sym: self.base_expr}))
-            return self.v.load.format(ptr=self.em.arg_names[node.buffer], off=offset)
-        if isinstance(node, Call):
-            return self.v.functions[node.fn].format(*(self.expr(a) for a in node.args))
-        if isinstance(node, Select):
-            c, a, b = (self.expr(x) for x in (node.cond, node.if_true, node.if_false))
-            return self.v.select.format(c, a, b)
-        if isinstance(node, Reduce):
-            return self._reduce(node)
-        if isinstance(node, IndexCond):
-            split = split_guard(node.cond, self.sym)
-            assert split is not None and self.v.lane_masks
-            uniform, linear = split
-            lanes = self._lane_mask(linear)
-            if uniform is sympy.true:
-                return lanes
-            return self.v.mask_and.format(self.v.broadcast_mask.format(self.em.index(uniform)),
-                                          lanes)
-        raise TypeError(f"cannot vectorise {type(node).__name__}")
-
-    def _varies(self, node: Expr) -> bool:
-        return self.sym in free_index_symbols(node) or (
-            bool(self.lanes) and any(n in self.lanes for n in walk(node)))
-
-    def reduce_together(self, roots: Sequence[Expr]) -> None:
-        """Emit the vector reductions of ``roots`` (those not nested in another) that share
-        their axes in one loop nest per axes, each its own accumulator, so their bodies share
-        loads: the score rows of several queries read each row of keys once. ``expr`` then
-        finds them named."""
-        for nodes in _outer_reductions(roots, lambda n: n in self.names or not self._varies(n)
-                                       or n in self.em.kernel.hoisted):
-            if len(nodes) > 1:
-                self._reduce_group(nodes)
-
-    def _reduce(self, node: Reduce) -> str:
-        """A nested reduction as one vector accumulator and serial loops over its axes (each
-        lane reduces its own element); declares the accumulator and returns its name."""
-        return self._reduce_group([node])[0]
-
-    def _reduce_group(self, nodes: list[Reduce]) -> list[str]:
-        """Reductions over the same axes in one loop nest, one vector accumulator each;
-        declares and names the accumulators."""
-        em, v = self.em, self.v
-        accs = [em.fresh("vacc") for _ in nodes]
-        for node, acc in zip(nodes, accs):
-            self.scope.add(f"{v.vtype} {acc} = {v.broadcast.format(em.reduce_init(node))};")
-        # a window's taps unrolled: straight-line code
-        inner, opened = em.open_reduce_loops(nodes[0], self.scope, lambda n: n <= SHORT_LOOP)
-        inner_printer = VectorPrinter(em, self.sym, self.base, inner, v, self.lane_values)
-        for node, acc in zip(nodes, accs):
-            b = node.body
-            if node.kind == "sum" and v.fma and isinstance(b, Call) and b.fn == "mul":
-                x, y = (inner_printer.expr(a) for a in b.args)
-                inner.add(f"{acc} = {v.fma.format(x, y, acc)};")
-            else:
-                body = inner_printer.expr(b)
-                inner.add(f"{acc} = {v.combine[node.kind].format(a=acc, b=body)};")
-        for outer in reversed(opened):
-            em.close_loop(outer)
-        for node, acc in zip(nodes, accs):
-            self.names[node] = acc
-        return accs
-
-    def _stride(self, node: Load) -> int:
-        return int(sympy.expand(node.offset).coeff(self.sym))
-
-    def _tested(self, node: Load) -> bool:
-        """Whether the vector read needs run-time tests: a guard, or a stride-2 read, which
-        reads one element past its last lane (that element may lie past the buffer)."""
-        return node.guard is not sympy.true or self._stride(node) != 1
-
-    def _guarded_load(self, node: Load) -> str:
-        """A load that reads 0 outside its guard: zero when the lane-free part fails, one
-        vector load when the first and last lanes pass (then all do: ``split_guard``), else
-        lane by lane; with a constant base, as ``read_together`` reads it. A stride-2 read
-        (guarded or not) is one deinterleaving load only where all it reads lies inside the
-        buffer. Declares the vector and returns its name."""
-        split = split_guard(node.guard, self.sym)
-        assert split is not None, "vectorizable(..., guarded=True) admits only these guards"
-        uniform, linear = split
-        em, v, scope, at = self.em, self.v, self.scope, self._at
-        ptr = em.arg_names[node.buffer]
-        name, lanes = em.fresh("v"), em.fresh("lanes")
-        first, last = sympy.Integer(0), sympy.Integer(v.width - 1)
-        buffer = em.buffers[node.buffer]
-        stride = self._stride(node)
-        # the last element the vector read touches: the last lane's, or one past it (stride 2)
-        read_end = at(node.offset, first) + stride * v.width - 1 if stride == 2 else \
-            at(node.offset, last)
-        past_end = sympy.true if stride == 1 else read_end < buffer.numel
-
-        def binding(term: sympy.Basic) -> sympy.Expr:
-            """The lane where ``term`` is tightest: the first for a lower bound on ``sym``."""
-            rising = sympy.expand(term.lhs - term.rhs).coeff(self.sym) > 0
-            lower = isinstance(term, (sympy.GreaterThan, sympy.StrictGreaterThan))
-            return first if rising == lower else last
-
-        zero = v.broadcast.format(em.literal(0.0, DType.float32))
-        if stride == 1:
-            read_together([self], [node])
-            if node in self.names:
-                return self.names[node]
-        inside = em.index(sympy.And(*(at(t, binding(t)) for t in linear), past_end))
-        load = v.load if stride == 1 else v.load_stride2
-        whole = load.format(ptr=ptr, off=em.index(at(node.offset, first)))
-        mask = self._lane_mask(linear) if v.lane_masks and linear else None
-        scope.add(f"{v.vtype} {name} = {zero};")
-        block = scope if uniform is sympy.true else None
-        if block is None:
-            scope.add(f"if ({em.index(uniform)}) {{")
-            block = scope.child()
-        block.add(f"if ({inside}) {{")
-        block.child().add(f"{name} = {whole};")
-        if mask is not None:
-            # the vector lies inside the buffer (it ran into the next row's elements, say):
-            # load it whole and zero the lanes outside the guard
-            in_buffer = sympy.And(at(node.offset, first) >= 0, read_end < buffer.numel)
-            block.add(f"}} else if ({em.index(in_buffer)}) {{")
-            block.child().add(f"{name} = {v.select.format(mask, whole, zero)};")
-        block.add("} else {  // an edge: lanes outside the guard read 0")
-        edge = block.child()
-        j = sympy.Symbol("kg_lane")
-        lane_ok = em.index(sympy.And(*(at(t, j) for t in linear)))
-        edge.add(f"float {lanes}[{v.width}];")
-        edge.add(f"for (int kg_lane = 0; kg_lane < {v.width}; ++kg_lane)")
-        edge.child().add(f"{lanes}[kg_lane] = ({lane_ok}) ? "
-                         f"{ptr}[{em.index(at(node.offset, j))}] : 0.0f;")
-        edge.add(f"{name} = {v.load.format(ptr=lanes, off='0')};")
-        block.add("}")
-        if uniform is not sympy.true:
-            scope.add("}")
-        return name
-
-    def _lanes_read(self, node: Load, known: list[int], start: int | None, scope: Scope
-                    ) -> str:
-        """The vector of ``node``'s lanes ``known`` (zeros elsewhere): one read, moved into
-        place from lane ``start`` when some lanes fail (``_shift_start``)."""
-        em, v = self.em, self.v
-        read = v.load.format(ptr=em.arg_names[node.buffer],
-                             off=em.index(self._at(node.offset, start or 0)))
-        if len(known) == v.width:
-            return read
-        assert start is not None
-        name, zero = em.fresh("v"), em.literal(0.0, DType.float32)
-        scope.add(f"const {v.vtype} {name} = {read};")
-        return v.compose.format(", ".join(v.lane.format(v=name, j=j - start) if j in known
-                                          else zero for j in range(v.width)))
-
-    def _passes(self, linear: tuple[sympy.Basic, ...], lane: int) -> bool | None:
-        """Whether every bound holds at ``lane`` (any integer, also past the vector), or None
-        when that depends on more than the lane."""
-        holds = sympy.And(*(self._at(t, lane) for t in linear))
-        return bool(holds) if holds in (sympy.true, sympy.false) else None
-
-    def _known_lanes(self, linear: tuple[sympy.Basic, ...]) -> list[int] | None:
-        """The lanes inside the guard when the constant base decides them, else None."""
-        passes = [self._passes(linear, j) for j in range(self.v.width)]
-        if any(p is None for p in passes):
-            return None
-        return [j for j, p in enumerate(passes) if p]
-
-    def _shift_start(self, linear: tuple[sympy.Basic, ...], known: list[int]) -> int | None:
-        """For lanes ``known`` (one interval at an edge of the guard, as at a padded window's
-        first column), the first lane of a whole vector read that passes the guard, from
-        which the lanes move into place: ``(float16)(0.0f, v.s0, ..., v.se)``. None when every
-        lane passes, when no such read exists (a run shorter than a vector), when the run's
-        extent is unknown or when the backend has no lane syntax."""
-        v, w = self.v, self.v.width
-        extent = self.em.ranges.get(self.sym)
-        if len(known) == w or not (v.lane and v.compose) or extent is None:
-            return None
-        lo, hi = known[0], known[-1]
-
-        def inside(s: int) -> bool:
-            # within the run too: a guard is simplified knowing that the symbol stays in it,
-            # so a bound that the run implies is gone from ``linear``
-            return 0 <= self.base_expr + s and self.base_expr + s + w - 1 < extent and \
-                bool(self._passes(linear, s)) and bool(self._passes(linear, s + w - 1))
-
-        return next((s for s in (lo, hi - w + 1) if inside(s)), None)
-
-    def _at(self, expr: sympy.Basic, lane: sympy.Expr | int) -> sympy.Basic:
-        """``expr`` at lane ``lane`` (an integer or a lane-number symbol) of the vector."""
-        return expr.xreplace({self.sym: self.base_expr + lane})
-
-    def _lane_mask(self, linear: tuple[sympy.Basic, ...]) -> str:
-        """A mask vector of the lanes where every bound in ``linear`` holds (-1 or 0 a lane,
-        the form ``select`` and ``&`` expect). With int indices,
-        compared as one vector of lane numbers; with long ones lane by lane, since an int
-        vector and a long scalar do not mix in OpenCL C (and a long vector's mask would not
-        fit a float select)."""
-        em, v = self.em, self.v
-        if em.index_t == "int" and v.lane_ints:  # by intrinsics: each bound's lanes against 0
-            masks = []
-            for t in linear:
-                diff = sympy.expand(t.lhs - t.rhs)
-                lanes = v.lane_ints.format(first=em.index(self._at(diff, 0)),
-                                           step=em.index(diff.coeff(self.sym)))
-                masks.append(v.sign_masks[t.rel_op].format(lanes))
-            return functools.reduce(v.mask_and.format, masks)
-        if em.index_t == "int":
-            name = f"kg_lanes{self.base}" if isinstance(self.base, int) else f"{self.base}_lanes"
-            if name not in self.declared:
-                self.declared.add(name)
-                self.scope.add(f"const {v.mtype} {name} = ({v.mtype})({self.base}) + {v.iota};")
-            ids = sympy.Symbol(name)
-            # '&', not '&&': PoCL's clang folds '&&' of constant vector comparisons to 1 per
-            # lane, not -1, and select() reads only the top bit (a constant base's mask)
-            return " & ".join(f"({em.index(t.xreplace({self.sym: ids}))})" for t in linear)
-        name, lane = em.fresh("mask"), sympy.Symbol("kg_lane")
-        self.scope.add(f"int {name}[{v.width}];")
-        self.scope.add(f"for (int kg_lane = 0; kg_lane < {v.width}; ++kg_lane)")
-        holds = em.index(sympy.And(*(self._at(t, lane) for t in linear)))
-        self.scope.child().add(f"{name}[kg_lane] = ({holds}) ? -1 : 0;")
-        return (v.mask_load or v.load).format(ptr=name, off="0")
-
-
-def _outer_reductions(roots: Sequence[Expr], done: Callable[[Expr], bool]
-                      ) -> list[list[Reduce]]:
-    """The reductions of ``roots`` not nested in another and not ``done`` (computed already,
-    or outside the loop at hand), grouped by their axes, in order of first appearance."""
-    groups: dict[tuple, dict[Reduce, None]] = {}
-
-    def visit(node: Expr) -> None:
-        if isinstance(node, Const) or done(node):
-            return
-        if isinstance(node, Reduce):
-            groups.setdefault(node.axes, {})[node] = None
-            return
-        for child in node.children():
-            visit(child)
-
-    for root in roots:
-        visit(root)
-    return [list(nodes) for nodes in groups.values()]
-
-
-def read_together(printers: Sequence[VectorPrinter], loads: Iterable[Load]) -> None:
-    """Read the guarded ``loads`` at every printer's constant base where the base decides the
-    passing lanes, under one test of each lane-free guard part for all of them (a window's
-    input row is tested once, not once per vector: 0.15 against 0.24 ms for a depthwise 3x3
-    on PoCL); each printer's ``expr`` then finds them named. The printers share one scope.
-    Other loads are left to ``expr``."""
-    if not printers:
-        return
-    v, em, scope = printers[0].v, printers[0].em, printers[0].scope
-    zero = v.broadcast.format(em.literal(0.0, DType.float32))
-    groups: dict[sympy.Basic, list[tuple[VectorPrinter, Load, list[int], int | None]]] = {}
-    for node in dict.fromkeys(loads):
-        for p in printers:
-            split = None if node in p.names else split_guard(node.guard, p.sym)
-            if split is None or node.guard is sympy.true:
-                continue
-            uniform, linear = split
-            known = p._known_lanes(linear)
-            start = p._shift_start(linear, known) if known else None
-            if known is None or (0 < len(known) < v.width and start is None):
-                continue
-            groups.setdefault(uniform, []).append((p, node, known, start))
-    for uniform, group in groups.items():
-        tested = uniform is not sympy.true
-        names = [em.fresh("v") if known else zero for _, _, known, _ in group]
-        block = scope
-        if tested:
-            for name, (_, _, known, _) in zip(names, group):
-                if known:
-                    scope.add(f"{v.vtype} {name} = {zero};")
-            scope.add(f"if ({em.index(uniform)}) {{")
-            block = scope.child()
-        for name, (p, node, known, start) in zip(names, group):
-            p.names[node] = name
-            if known:
-                value = p._lanes_read(node, known, start, block)
-                block.add(f"{name} = {value};" if tested else f"const {v.vtype} {name} = {value};")
-        if tested:
             scope.add("}")
 
 
@@ -1014,7 +445,3 @@ def _c_ident(name: str) -> str:
     if ident in _RESERVED or ident.startswith("kg_") or re.fullmatch(r"[a-z]+\d+", ident):
         ident += "_"  # t1, o0, acc3 ... are the emitter's own temporaries
     return ident
-
-
-def extent(r: Reduce) -> int:
-    return prod(n for _, n in r.axes)

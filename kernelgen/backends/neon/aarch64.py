@@ -17,7 +17,7 @@ import numpy as np
 
 from ...errors import KernelgenError, UnsupportedError
 from .. import templates
-from .runtime import header as neon_header
+from .language import header as neon_header
 
 CROSS_CC = "aarch64-linux-gnu-gcc"
 

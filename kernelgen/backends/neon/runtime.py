@@ -25,9 +25,7 @@ import numpy as np
 
 from ...errors import KernelgenError, UnsupportedError
 from ...options import cache_dir as kernelgen_cache_dir
-from ...version import __version__
-from .. import templates
-from .emit import NeonSource
+from .language import NeonSource, header
 
 _lock = threading.Lock()
 _libraries: dict[Path, ctypes.CDLL] = {}
@@ -154,11 +152,6 @@ def build_kernels(sources: Sequence[Any]) -> None:
     if not units:
         return
     build(units, "\n".join([header(), *helpers.values(), *functions]))
-
-
-def header() -> str:
-    """The common top of every NEON translation unit."""
-    return templates.render("neon", "header.c", version=__version__)
 
 
 class NeonRuntime:

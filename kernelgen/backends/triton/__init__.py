@@ -1,5 +1,6 @@
 """Triton: a ``@triton.jit`` kernel per fused block in a generated module, run on a CUDA GPU or,
-with ``TRITON_INTERPRET=1``, through Triton's interpreter on CPU tensors."""
+with ``TRITON_INTERPRET=1``, through Triton's interpreter on CPU tensors; ``aot.py`` compiles
+the modules for GPU targets without a GPU."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -7,11 +8,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...ir.loop import LoopKernel
-from ...lower.contraction import contraction
 from .. import templates
-from ..base import Backend, Config, Emitted
+from ..base import Backend, Capabilities, Config, Runtime, Schedule, Source
 from . import runtime as rt
-from .emit import CAPABILITIES, STAGED_TILE, emit_triton, staged_block
+from .emit import render
+from .language import TritonSource
+from .schedule import TritonSchedule, choose, search_space
+
+CAPABILITIES = Capabilities(name="triton", vector_width=1, direct_schedule="row")
 
 
 @dataclass(frozen=True)
@@ -35,28 +39,16 @@ class Triton(Backend):
     def search_space(self, loop: LoopKernel) -> list[Config]:
         return search_space(loop)
 
-    def emit(self, loop: LoopKernel, options: Mapping[str, Any]) -> Emitted:
-        options = {("pack_rows" if k == "pack" else k): v for k, v in options.items()}
-        source, launch, extra = emit_triton(loop, capabilities=self.caps, **options)
-        if source.scratch:
-            launch.update(args="the inputs, the outputs, then the scratch buffer",
-                          scratch_bytes=4 * source.scratch)
-        runtime = rt.TritonRuntime(source, loop, launch)
-        return Emitted(source.text, launch, extra, runtime)
+    def choose(self, loop: LoopKernel, options: Mapping[str, Any]) -> TritonSchedule:
+        return choose(loop, options, self.caps)
 
+    def render(self, schedule: Schedule) -> TritonSource:
+        assert isinstance(schedule, TritonSchedule)
+        return render(schedule, self.caps)
 
-def search_space(loop: LoopKernel) -> list[Config]:
-    if contraction(loop) is not None:  # tl.dot tiles
-        return [Config.of(block_m=m, block_n=n, block_k=k)
-                for m, n, k in ((32, 32, 32), (64, 64, 32), (16, 64, 32), (64, 16, 32),
-                                (128, 64, 32), (64, 128, 32))]
-    if loop.staged:  # a per-element sum over a staged row is a [row, BLOCK_E] tile
-        # tiles up to 4x the emitter's default
-        return [Config.of()] + [Config.of(block_e=e) for e in (4, 16, 64, 256)
-                                if e * staged_block(loop) <= 4 * STAGED_TILE]
-    if loop.grouped:
-        return [Config.of(block_r=r, block_e=e) for r in (256, 64, 1024) for e in (256, 1024)]
-    return [Config.of(block=b) for b in (1024, 256, 4096)]
+    def runtime(self, loop: LoopKernel, source: Source) -> Runtime:
+        assert isinstance(source, TritonSource)
+        return rt.TritonRuntime(source, loop)
 
 
 BACKEND = Triton("triton", CAPABILITIES, suffix="py", comment="#")

@@ -8,6 +8,7 @@ process where ``TRITON_INTERPRET`` is unset:
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
@@ -18,8 +19,6 @@ from typing import Any
 def compile_module(path: str, function: str, signature: dict[str, str],
                    constexprs: dict[str, int], target: tuple[str, Any, int]) -> dict[str, Any]:
     """AOT-compile ``function`` of the module at ``path``; returns the artefacts' summary."""
-    import importlib.util
-
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource

@@ -20,7 +20,9 @@ from typing import Any
 import numpy as np
 
 from ...errors import UnsupportedError
+from ...ir.loop import LoopKernel
 from ...options import cache_dir
+from .language import TritonSource
 
 _lock = threading.Lock()
 _modules: dict[str, ModuleType] = {}
@@ -82,10 +84,10 @@ class TritonRuntime:
     """Launches one generated Triton kernel over its grid (with the scratch buffer it keeps,
     when the kernel packs panels into one)."""
 
-    def __init__(self, source: Any, loop: Any, launch: dict[str, Any]) -> None:
+    def __init__(self, source: TritonSource, loop: LoopKernel) -> None:
         self.source, self.loop = source, loop
-        self.grid = tuple(launch["grid"])
-        self.constexprs = dict(launch["constexprs"])
+        self.grid = source.grid
+        self.constexprs = dict(source.constexprs)
         self._fn: Any = None
         self._scratch: Any = None
 

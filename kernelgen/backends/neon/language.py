@@ -1,0 +1,132 @@
+"""NEON C as a language: the primitives' spellings (libm per dtype, intrinsics for float32x4_t),
+the vector helpers kernels include when they use them, and the rendered function.
+
+The same source compiles on AArch64 (``arm_neon.h``) and on x86 through SIMDe. Parameters are
+positional (``in0``, ``out0``; the comment above the function names them), and the function
+name carries a hash of the code, so identical kernels have identical source however their
+tensors are named, and many kernels can share one translation unit (SIMDe's headers cost about a
+second per unit to parse)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ...dtypes import DType
+from ...version import __version__
+from .. import templates
+from ..base import Source
+from ..c.vector import VectorSyntax
+
+_UNARY_F = ("exp", "expm1", "log", "log1p", "sqrt", "sin", "cos", "tan", "asin", "acos", "atan",
+            "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "floor", "ceil", "rint")
+_COMPARE = {"lt": "{0} < {1}", "le": "{0} <= {1}", "gt": "{0} > {1}", "ge": "{0} >= {1}",
+            "eq": "{0} == {1}", "ne": "{0} != {1}"}
+
+
+def _per_dtype(name: str) -> dict[DType, str]:
+    return {DType.float32: name + "f", DType.float64: name}
+
+
+FLOAT: dict[str, Any] = {
+    "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / {1}",
+    "neg": "-{0}",
+    **{f: {dt: f"{n}({{0}})" for dt, n in _per_dtype(f).items()} for f in _UNARY_F},
+    "abs": {dt: f"{n}({{0}})" for dt, n in _per_dtype("fabs").items()},
+    "max": {dt: f"{n}({{0}}, {{1}})" for dt, n in _per_dtype("fmax").items()},
+    "min": {dt: f"{n}({{0}}, {{1}})" for dt, n in _per_dtype("fmin").items()},
+    "pow": {dt: f"{n}({{0}}, {{1}})" for dt, n in _per_dtype("pow").items()},
+    "fmod": {dt: f"{n}({{0}}, {{1}})" for dt, n in _per_dtype("fmod").items()},
+    "rsqrt": {DType.float32: "1.0f / sqrtf({0})", DType.float64: "1.0 / sqrt({0})"},
+    "sign": "({0} > 0 ? 1 : ({0} < 0 ? -1 : {0}))",
+    "isnan": "isnan({0})", "isinf": "isinf({0})", **_COMPARE,
+}
+INT = {
+    "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / {1}",
+    "neg": "-{0}", "abs": "({0} < 0 ? -{0} : {0})", "max": "({0} > {1} ? {0} : {1})",
+    "min": "({0} < {1} ? {0} : {1})", "mod": "KG_FLOORMOD({0}, {1})",
+    "sign": "(({0} > 0) - ({0} < 0))", **_COMPARE,
+    "and": "{0} && {1}", "or": "{0} || {1}", "xor": "{0} != {1}", "not": "!{0}",
+}
+# Functions NEON has no instruction for run lane by lane through libm (kg_v_<fn>), except exp,
+# which has a polynomial version (softmax and friends live on it).
+_LANEWISE = [f for f in _UNARY_F if f not in ("exp", "sqrt", "floor", "ceil", "rint")]
+VECTOR = VectorSyntax(
+    width=4, vtype="float32x4_t", mtype="uint32x4_t", load="vld1q_f32({ptr} + {off})",
+    load_stride2="vld2q_f32({ptr} + {off}).val[0]",
+    store="vst1q_f32({ptr} + {off}, {v});", broadcast="vdupq_n_f32({0})",
+    broadcast_mask="vdupq_n_u32(({0}) ? 0xFFFFFFFFu : 0u)", select="vbslq_f32({0}, {1}, {2})",
+    functions={
+        "add": "vaddq_f32({0}, {1})", "sub": "vsubq_f32({0}, {1})", "mul": "vmulq_f32({0}, {1})",
+        "div": "vdivq_f32({0}, {1})", "neg": "vnegq_f32({0})", "abs": "vabsq_f32({0})",
+        "max": "vmaxnmq_f32({0}, {1})", "min": "vminnmq_f32({0}, {1})",
+        "sqrt": "vsqrtq_f32({0})", "rsqrt": "vdivq_f32(vdupq_n_f32(1.0f), vsqrtq_f32({0}))",
+        "exp": "kg_vexpq_f32({0})", "floor": "vrndmq_f32({0})", "ceil": "vrndpq_f32({0})",
+        "rint": "vrndnq_f32({0})", "pow": "kg_v_powf({0}, {1})", "fmod": "kg_v_fmodf({0}, {1})",
+        "sign": "kg_v_signf({0})",
+        **{f: f"kg_v_{f}f({{0}})" for f in _LANEWISE},
+        "lt": "vcltq_f32({0}, {1})", "le": "vcleq_f32({0}, {1})", "gt": "vcgtq_f32({0}, {1})",
+        "ge": "vcgeq_f32({0}, {1})", "eq": "vceqq_f32({0}, {1})",
+        "ne": "vmvnq_u32(vceqq_f32({0}, {1}))", "isnan": "vmvnq_u32(vceqq_f32({0}, {0}))",
+        "isinf": "vceqq_f32(vabsq_f32({0}), vdupq_n_f32(INFINITY))",
+        "and": "vandq_u32({0}, {1})", "or": "vorrq_u32({0}, {1})",
+        "xor": "veorq_u32({0}, {1})", "not": "vmvnq_u32({0})",
+    },
+    fma="vfmaq_f32({2}, {0}, {1})",
+    lane_ints="kg_vlanes_s32({first}, {step})",
+    sign_masks={">=": "vcgeq_s32({0}, vdupq_n_s32(0))", ">": "vcgtq_s32({0}, vdupq_n_s32(0))",
+                "<=": "vcleq_s32({0}, vdupq_n_s32(0))", "<": "vcltq_s32({0}, vdupq_n_s32(0))"},
+    mask_and="vandq_u32({0}, {1})", mask_load="vld1q_u32((const uint32_t*){ptr} + {off})",
+    combine={"sum": "vaddq_f32({a}, {b})", "prod": "vmulq_f32({a}, {b})",
+             "max": "vmaxnmq_f32({a}, {b})", "min": "vminnmq_f32({a}, {b})"},
+    horizontal={"sum": "vaddvq_f32({v})", "max": "vmaxnmvq_f32({v})",
+                "min": "vminnmvq_f32({v})", "prod": "kg_vmulvq_f32({v})"},
+)
+SCALAR_TYPES = {DType.float32: "float", DType.float64: "double", DType.int32: "int32_t",
+                DType.int64: "int64_t", DType.bool: "bool", DType.float16: "float"}
+BUFFER_TYPES = {DType.float32: "float", DType.float64: "double", DType.int32: "int32_t",
+                DType.int64: "int64_t", DType.bool: "uint8_t", DType.float16: "_Float16"}
+
+
+@dataclass(frozen=True)
+class NeonSource(Source):
+    """A kernel's C: the shared header, the helpers it uses, and its function."""
+
+    function_name: str
+    helpers: dict[str, str]
+    function: str
+
+    @classmethod
+    def of(cls, function_name: str, helpers: dict[str, str], function: str) -> NeonSource:
+        text = "\n".join([header(), *helpers.values(), function])
+        return cls(text, None, {"function": function_name, "threads": "openmp"},
+                   function_name, helpers, function)
+
+    @property
+    def code(self) -> str:
+        """The text without the comment lines that name tensors: what the cache keys on, so
+        the same kernel built from differently named tensors hits the same library."""
+        return "\n".join(line for line in self.text.splitlines()
+                         if not line.lstrip().startswith("//"))
+
+
+def header() -> str:
+    """The common top of every NEON translation unit."""
+    return templates.render("neon", "header.c", version=__version__)
+
+
+def c_name(name: str) -> str:
+    return "".join(ch if ch.isalnum() else "_" for ch in name)[:40]
+
+
+def helpers() -> dict[str, str]:
+    """Vector helpers by name, defined only in kernels that use them."""
+    out = {"kg_vexpq_f32": templates.render("neon", "vexp.c"),
+           "kg_vmulvq_f32": templates.render("neon", "vmulv.c")}
+    for f in _LANEWISE:
+        out[f"kg_v_{f}f"] = templates.render("neon", "lanewise.c", name=f"kg_v_{f}f", fn=f"{f}f")
+    out["kg_v_signf"] = templates.render("neon", "vsign.c")
+    out["kg_vlanes_s32"] = templates.render("neon", "vlanes.c")
+    for f in ("pow", "fmod"):
+        out[f"kg_v_{f}f"] = templates.render("neon", "lanewise2.c", name=f"kg_v_{f}f",
+                                             fn=f"{f}f")
+    return out

@@ -1,0 +1,586 @@
+"""OpenCL schedules: which one runs a kernel, with which tiles, packing, work-group and unrolling,
+chosen here (``choose``) and printed by ``emit.py``. The constants carry the measurements that
+set them.
+
+- ``elementwise``: one work-item per domain point on a 1-3-D NDRange; the innermost domain axis
+  is dimension 0 so neighbouring work-items touch neighbouring elements (PoCL vectorises across
+  them), and merged axes keep integer division out of the index. Where neighbouring points
+  share loads, each work-item computes several (``unroll``, ``lower/unroll.py``).
+- ``group``: one work-group per group point; hoisted reductions are computed cooperatively
+  (strided partial results, then a tree in ``__local`` memory), then the same work-items write the
+  group's elements: single-kernel softmax, layer-norm-like blocks, reductions over long axes.
+- ``item``: one work-item per group point, reducing serially; for short reductions over many
+  groups, where SIMD lanes across groups beat a tree.
+- ``row``: one work-item per group point with explicit ``float8`` loops along a contiguous
+  reduced axis. A CPU device runs a work-group on one core anyway, so this beats ``group`` there
+  (2.4 ms vs 13 ms for a 1024x4096 softmax on PoCL); chosen when the capabilities say so.
+- ``tiled``: a contraction (GEMM, implicit-GEMM conv, Winograd's batched GEMM, AGO's fused
+  pairs) as register tiles of rows x float16 column vectors (contraction*.cl.tmpl), its right
+  operand read in place or packed into panels first (``pack``; ``pack_in_tile``: by each column
+  tile's own work-item).
+- ``window``: a sliding-window contraction with no rows (a depthwise or grouped conv): each
+  work-item owns a few output rows (``window_rows``) and the whole row as vectors, reading each
+  input row once for all of them (window.cl.tmpl).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from typing import Any
+
+import sympy
+
+from ...dtypes import DType
+from ...ir.expr import Expr, extent, free_index_symbols
+from ...ir.loop import Buffer, LoopKernel
+from ...ir.substitute import flatten_axes, flatten_offset
+from ...lower import unroll
+from ...lower.contraction import (Contraction, contraction, operand_buffers, operand_has_reduction,
+                                  producer_redundancy)
+from ...shapes import prod
+from ..base import (PRIVATE, Capabilities, Config, Schedule, check_derived, check_options,
+                    option_names)
+from ..c.contraction import FLAT_K, flat_reduction
+from ..c.vector import vector_reduction_ok, vectorizable
+from .language import VECTOR, vector_syntax
+
+KINDS = ("elementwise", "group", "item", "row", "tiled", "window")
+STAGED_KINDS = ("item", "row")  # a staged row is an array of one work-item
+# PoCL runs a work-group as one thread's loop over work-items; groups of 256 vectorise well and
+# tiny groups (16) run 2-3x slower (docs/toolchain.md, OpenCL).
+DEFAULT_LOCAL = 256
+# Measured on PoCL (python -m kernelgen and bench/): 65536 rows of 64 run 1.3x faster with one
+# work-item per row; 1024 rows of 4096 run 2.3x faster with one work-group per row.
+GROUP_REDUCE_MIN = 512  # reductions at least this long use the cooperative 'group' schedule
+ITEM_UNROLL_MAX = 32  # 'item' reductions up to this many points unroll completely
+GROUP_FEW = 64  # with fewer groups than this, 'item' would leave most SIMD lanes idle
+# A staged 'row' in float16 vectors with fma: 1.4-1.6x float8 (hand-written, attention)
+STAGED_ROW_WIDTH = 16
+AGO_MAX_COLUMNS = 64  # widest register tile a fused-producer contraction takes by default
+# The vector operand's producer channels computed together, at most (the largest divisor of
+# the reduction's extent up to this): conv3x3+ReLU -> 1x1, 32 channels at 56x56, hand-edited
+# from the generated kernel and timed side by side: 1 channel 1.27-1.37 ms, 2: 0.74-0.87,
+# 4: 0.45-0.57, 8: 0.42-0.62, 16: 0.47-0.48. A prime count takes a group that does not divide
+# it, the last step shifted back (11 channels: 0.255 ms in groups of 6 against 0.591 one by
+# one; 13: 0.274 in groups of 7 against 0.711; generated kernels, timed alternately).
+AGO_PRODUCER_GROUP = 8
+# most consumer rows one tile spans when the producer is the vector operand: one sum vector a
+# row, so 32 rows fill AVX-512's registers
+AGO_MAX_ROWS = 32
+# Vector-column contraction (contraction_vec.cl.tmpl): 8 rows x 2 float16 = 16 of AVX-512's 32
+# registers hold the sums. Measured on PoCL, 1024^3 GEMM: 140-220 GFLOP/s against 24 for the
+# scalar 8x8 tile, whose arrays PoCL left in memory. Work-groups of a few rows share the right
+# operand's panel; 4 measured as good as 1 and better than 64.
+VECTOR_TILE = (8, 32)
+SCALAR_TILE = (4, 4)  # the scalar template's (outputs other than float32)
+SCALAR_MAX_LOCAL = 64
+VECTOR_WIDTHS = (16, 8, 4)
+VECTOR_LOCAL = 4
+UNROLLED_LANES = 16  # work-group width multiple for work-items that compute several points
+PACK_LOCAL = 16  # the packing launch's work-group
+# The right operand packed in panels by a first kernel (pack_panels.cl.tmpl), hand-edited from the
+# generated 2048^3 GEMM and timed side by side: 326-333 GFLOP/s against 176-181 reading its rows
+# (packing the left operand too: no faster). 1024^3: 197 against 179. Generated, 6x64 tiles,
+# packed against in place: 1024x512x1024 3.77 against 6.01 ms, 512x1024x512 1.90 / 2.97,
+# 64x1024x1024 0.69 / 0.91; 768^3 2.95 / 2.74 and 512^3 0.95-1.00 / 0.87-1.06 (about even).
+PACK_MIN_ROW_TILES = 4  # row tiles that read each panel, at least, for the pass to pay
+PACK_MIN_BYTES = 1 << 20
+# Each column tile's work-item packing its own panel, then sweeping every row tile over it while
+# it is in cache (contraction_tile_pack.cl.tmpl, one launch), against a first kernel packing
+# every panel: im2col of a 3x3 64->64 conv at 56x56 (8x32 tiles, 74 KiB panels), generated and
+# hand-merged, alternating in one process, three runs: 1.11/1.11/1.10 ms against 1.27/1.18/1.17;
+# GEMM 2048^3 (6x64, 512 KiB panels) 345 against 339 GFLOP/s, 1024^3 and 512^3 within the noise.
+# It needs enough column tiles to keep every core busy, and panels that fit a core's L2.
+PACK_TILE_MIN_ITEMS = 16
+PACK_TILE_MAX_BYTES = 1 << 20
+PACK_TILE_LOCAL = 2
+# 'window' (window.cl.tmpl), measured on PoCL for a depthwise 3x3 over 128x56x56 in one run:
+# 0.078-0.087 ms with 4 rows a work-item, 0.109 ms with 1 and 0.093 with 8, against 0.19 ms for
+# the vector-column tiles; groups of 8 to 128 items within 10% of each other.
+WINDOW_MAX_RUN = 128  # the longest run one work-item covers whole (8 float16 vectors)
+WINDOW_ROWS = 4  # default rows a work-item owns (the largest divisor of the axis up to this)
+WINDOW_MAX_FMAS = 2048  # straight-line code: rows x taps x vectors at most
+WINDOW_LOCAL = 32
+
+
+@dataclass(frozen=True)
+class VectorPlan:
+    """Columns of a vector-column contraction tile: ``run`` (domain positions, row-major) is
+    the column axes one tile walks as ``tile_n`` consecutive flat positions, ``width`` lanes a
+    vector; ``right`` is the right operand over the flat position ``flat`` when it reads the run
+    contiguously (vector loads), else None (lanes loaded one by one)."""
+
+    run: tuple[int, ...]
+    width: int
+    tile_n: int
+    flat: sympy.Symbol
+    right: Expr | None
+
+
+@dataclass(frozen=True)
+class WindowPlan:
+    """A 'window' kernel's contraction and columns: the run ``columns`` walks as vectors
+    starting at ``starts`` (the last one overlaps its neighbour where the run is no multiple
+    of the width), ``block`` the domain position of the axis whose points one work-item owns
+    several of (None: no axis outside the run), and each output's flat store offset and
+    vector epilogue."""
+
+    contraction: Contraction  # row-less: the left operand has no axis of its own
+    columns: VectorPlan
+    starts: tuple[int, ...]
+    block: int | None
+    epilogue: tuple[tuple[Buffer, sympy.Expr, Expr], ...]
+    # rows of ``block`` a work-item may own: divisors of its extent up to 8 whose copies of the
+    # taps stay within the straight-line code budget
+    row_choices: tuple[int, ...]
+
+    @property
+    def default_rows(self) -> int:
+        return max(r for r in self.row_choices if r <= WINDOW_ROWS)
+
+
+@dataclass(frozen=True)
+class TilePlan:
+    """A 'tiled' kernel's contraction as its template runs it: ``contraction`` with the vector
+    operand on the right (maybe swapped), the column plan (None: the scalar template), the
+    operands reading the reduction through the flat ``kg_k`` where they can, the producer
+    channels one reduction step computes (AGO; 1 otherwise), and whether the reduction loop
+    unrolls completely (a short one over plain operands)."""
+
+    contraction: Contraction
+    columns: VectorPlan | None
+    left: Expr = field(compare=False)
+    right: Expr | None = field(compare=False)
+    producer_group: int = 1
+    unroll_k: bool = False
+
+
+@dataclass(frozen=True)
+class OpenCLSchedule(Schedule):
+    pack_in_tile: bool | None = None  # each column tile's work-item packs its own panel
+    unroll: tuple[int, ...] | None = None  # 'elementwise': domain points a work-item computes
+    window_rows: int | None = None  # 'window': rows of the outer axis a work-item owns
+    plan: TilePlan | WindowPlan | None = field(default=None, repr=False, compare=False,
+                                                metadata=PRIVATE)
+    # serial reduction loops up to this many points unroll completely ('item')
+    unroll_loops: int = field(default=0, metadata=PRIVATE)
+
+    def facts(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        k = self.loop
+        if k.staged:  # each staged producer row once per group point (lower/staging.py)
+            out.update(staged_rows=[st.buffer.name for st in k.staged], producer_redundancy=1.0)
+        if isinstance(self.plan, TilePlan):
+            c, tile_n = self.plan.contraction, self.tile[1] if self.tile else 1
+            if self.pack is not None:  # the vector template: the operand it packs, or not
+                out["right_operand_reads"] = operand_buffers(c.right)
+                if self.pack:
+                    out["packed_operand_reads"] = out["right_operand_reads"]
+            if self.plan.columns is not None and operand_has_reduction(c.right):
+                out["producer_redundancy"] = float(-(-_rows(k, c) // self.tile[0]))
+            else:
+                out["producer_redundancy"] = producer_redundancy(k, tile_n)
+        return out
+
+
+OPTIONS = option_names(OpenCLSchedule)
+DERIVED = ("index_type", "vector_width")
+
+
+def choose(loop: LoopKernel, options: Mapping[str, Any], caps: Capabilities) -> OpenCLSchedule:
+    """The schedule of ``loop``: the options given, checked, and defaults for the rest."""
+    check_options("OpenCL", options, OPTIONS)
+    caps.check(loop)
+    local = options.get("local_size")
+    if local is not None and not (isinstance(local, int) and 1 <= local <= (
+            caps.max_work_group or local)):
+        raise ValueError(f"kernel '{loop.name}': local_size must be an int from 1 to "
+                         f"{caps.max_work_group}, got {local!r}")
+    tile = options.get("tile")
+    if tile is not None and (len(tile) != 2 or min(tile) < 1):
+        raise ValueError(f"kernel '{loop.name}': tile must be (rows, columns), both positive, "
+                         f"got {tile!r}")
+    kind = _kind(loop, options.get("schedule"), tile is not None, caps)
+    base = OpenCLSchedule(kind, "long" if loop.needs_long_index else "int", loop,
+                          local_size=local or DEFAULT_LOCAL)
+    _check_applies(loop, kind, options)
+    if kind == "elementwise":
+        sched = replace(base, unroll=_unroll(loop, options.get("unroll")))
+    elif kind == "window":
+        sched = _window(base, options.get("window_rows"), local)
+    elif kind in STAGED_KINDS:
+        rows = unroll.choose_group_rows(loop, options.get("group_rows"), share=kind == "row")
+        sched = replace(base, group_rows=rows if loop.staged else None)
+        if kind == "row":  # the explicit vector loops' width
+            sched = replace(sched, vector_width=STAGED_ROW_WIDTH if loop.staged
+                            else caps.vector_width)
+    elif kind == "tiled":
+        sched = _tiled(base, tile, local, options.get("pack"), options.get("pack_in_tile"))
+    else:
+        sched = base
+    if kind == "item":
+        # a short 'item' reduction unrolled is straight-line code PoCL vectorises across
+        # work-items (depthwise 3x3, 128x56x56: 0.4-0.6 ms against 4-6 ms with a barrier per tap)
+        sched = replace(sched, unroll_loops=ITEM_UNROLL_MAX)
+    check_derived(sched, options, DERIVED)
+    return sched
+
+
+def _kind(loop: LoopKernel, requested: str | None, tile_explicit: bool,
+          caps: Capabilities) -> str:
+    """The schedule ``requested``, checked, or the default for ``loop``."""
+    if not loop.grouped:
+        if requested not in (None, "elementwise"):
+            raise ValueError(f"kernel '{loop.name}' reduces nothing: it runs the "
+                             f"'elementwise' schedule, not {requested!r}")
+        return "elementwise"
+    if requested is not None:
+        if requested not in KINDS[1:]:
+            raise ValueError(f"schedule must be one of {KINDS[1:]}, got {requested!r}")
+        if loop.staged and requested not in STAGED_KINDS:
+            raise ValueError(f"kernel '{loop.name}' stages a producer row per group point, "
+                             f"which runs on the {STAGED_KINDS} schedules, not {requested!r}")
+        if requested == "row" and not _row_vectorizable(loop):
+            raise ValueError("schedule 'row' needs every hoisted reduction to run over one "
+                             "contiguous float32 axis")
+        if requested == "tiled" and opencl_contraction(loop) is None:
+            raise ValueError("schedule 'tiled' needs a contraction: one sum of a product of "
+                             "operands on disjoint output axes")
+        if requested == "window" and opencl_window(loop) is None:
+            raise ValueError(f"schedule 'window' needs a short sum of products whose one "
+                             f"operand reads a run of at most {WINDOW_MAX_RUN} output columns as "
+                             f"vectors and has no axis of its own (a depthwise conv); kernel "
+                             f"'{loop.name}' has none")
+        return requested
+    if loop.staged:  # a work-item holds the row: one per group point
+        return "row" if caps.simd_within_work_item and _row_vectorizable(loop) else "item"
+    if opencl_window(loop) is not None and not tile_explicit:
+        return "window"
+    if opencl_contraction(loop) is not None:
+        return "tiled"
+    if caps.simd_within_work_item and _row_vectorizable(loop):
+        return "row"
+    longest = max(extent(r) for r in loop.hoisted)
+    few_groups = prod(loop.domain[g][1] for g in loop.group) < GROUP_FEW
+    return "group" if longest >= GROUP_REDUCE_MIN or few_groups else "item"
+
+
+def _row_vectorizable(loop: LoopKernel) -> bool:
+    return all(vector_reduction_ok(r, VECTOR) for r in loop.hoisted)
+
+
+def _check_applies(loop: LoopKernel, kind: str, options: Mapping[str, Any]) -> None:
+    """Options of a schedule other than ``kind`` are refused, naming the schedule they need."""
+    unroll_given = options.get("unroll")
+    if unroll_given is not None and tuple(unroll_given) != unroll.none(loop) and \
+            kind != "elementwise":
+        raise ValueError(f"unroll applies to the 'elementwise' schedule; kernel "
+                         f"'{loop.name}' runs '{kind}'")
+    if options.get("window_rows") is not None and kind != "window":
+        raise ValueError(f"window_rows applies to the 'window' schedule; kernel "
+                         f"'{loop.name}' runs '{kind}'")
+    if options.get("group_rows") not in (None, 1) and kind not in STAGED_KINDS:
+        raise ValueError(f"group_rows applies to the {STAGED_KINDS} schedules; kernel "
+                         f"'{loop.name}' runs '{kind}'")
+
+
+def _unroll(loop: LoopKernel, requested: Any) -> tuple[int, ...]:
+    """Several domain points per work-item where they share loads (``lower/unroll.py``)."""
+    if requested is None:
+        return unroll.plan(loop)
+    unroll.check(loop, tuple(requested))
+    return tuple(requested)
+
+
+def _window(base: OpenCLSchedule, rows: int | None, local: int | None) -> OpenCLSchedule:
+    window = opencl_window(base.loop)
+    assert window is not None
+    if rows is None:
+        rows = window.default_rows
+    elif rows not in window.row_choices:
+        raise ValueError(f"kernel '{base.loop.name}': window_rows must be one of "
+                         f"{window.row_choices} (divisors of the axis, within the code "
+                         f"budget), got {rows}")
+    return replace(base, window_rows=rows, local_size=local or WINDOW_LOCAL,
+                   vector_width=window.columns.width, plan=window)
+
+
+# --- 'tiled' ----------------------------------------------------------------------------------
+
+def _tiled(base: OpenCLSchedule, requested: tuple[int, ...] | None, local: int | None,
+           pack: bool | None, pack_in_tile: bool | None) -> OpenCLSchedule:
+    """The contraction's template, operand order, tile, packing and work-group."""
+    k = base.loop
+    c = opencl_contraction(k)
+    assert c is not None
+    vector_columns = all(b.dtype is DType.float32 for b in k.outputs)  # sums in vectors
+    explicit = requested is not None
+    tile = tuple(requested) if requested is not None else \
+        VECTOR_TILE if vector_columns else SCALAR_TILE
+    # AGO: with a producer reduction inside the left operand and no explicit tile, one column
+    # tile covers every column so no producer element is computed twice
+    full_columns = not explicit and operand_has_reduction(c.left) and \
+        prod(k.domain[i][1] for i in c.cols) <= AGO_MAX_COLUMNS
+    rows: int | None = None
+    plan = None
+    if vector_columns:
+        ago = _ago_vector_plan(k, c, tile, explicit)
+        if ago is not None:
+            c, plan, rows = ago
+        else:
+            plan = vector_plan(k, c, tile, full_columns)
+            if (plan is None or plan.right is None) and not operand_has_reduction(c.left):
+                # the sum is symmetric: vectorise the left operand's run if it has one
+                # (a 1x1 conv reads pixels contiguously but output channels strided)
+                swapped = c.swapped()
+                other = vector_plan(k, swapped, tile, False)
+                if other is not None and other.right is not None:
+                    plan, c = other, swapped
+    if plan is None:  # the scalar template
+        tm = min(tile[0], _rows(k, c))
+        tn = _cols(k, c) if full_columns else min(tile[1], _cols(k, c))
+        left = flat_reduction(c, c.left, _ranges(k))
+        return replace(base, tile=(tm, tn),
+                       local_size=min(local or DEFAULT_LOCAL, SCALAR_MAX_LOCAL),
+                       plan=TilePlan(c, None, left, flat_reduction(c, c.right, _ranges(k))))
+    tm = rows or min(tile[0], _rows(k, c))
+    tiles_r = -(-_rows(k, c) // tm)
+    panel = prod(n for _, n in c.reduce.axes) * plan.tile_n
+    n_run = prod(k.domain[i][1] for i in plan.run)
+    panels = -(-n_run // plan.tile_n) * prod(k.domain[i][1] for i in c.cols if i not in plan.run) \
+        * prod(k.domain[i][1] for i in c.batch)
+    if pack_in_tile and pack is None:  # pack_in_tile says how; pack=False wins over it
+        pack = True
+    packed = _packs_right(k, c, pack, tiles_r, panel * panels)
+    in_tile = packed and (pack_in_tile if pack_in_tile is not None else
+                          panels >= PACK_TILE_MIN_ITEMS and 4 * panel <= PACK_TILE_MAX_BYTES)
+    left = flat_reduction(c, c.left, _ranges(k))
+    right = None if plan.right is None else flat_reduction(c, plan.right, _ranges(k))
+    return replace(base, tile=(tm, plan.tile_n), pack=packed,
+                   pack_in_tile=in_tile if packed else None, vector_width=plan.width,
+                   local_size=local or (PACK_TILE_LOCAL if in_tile else VECTOR_LOCAL),
+                   plan=TilePlan(c, plan, left, right, _producer_group(c, left, right),
+                                 unroll_k=extent(c.reduce) <= ITEM_UNROLL_MAX
+                                 and not operand_has_reduction(c.right)))
+
+
+def _rows(k: LoopKernel, c: Contraction) -> int:
+    return prod(k.domain[i][1] for i in c.rows)
+
+
+def _cols(k: LoopKernel, c: Contraction) -> int:
+    return prod(k.domain[i][1] for i in c.cols)
+
+
+def _ranges(k: LoopKernel) -> dict[sympy.Symbol, int]:
+    """The ranges a printer of ``k`` starts from: every bound symbol and the domain."""
+    return {**k.ranges, **dict(k.domain)}
+
+
+def _ago_vector_plan(k: LoopKernel, c: Contraction, tile: tuple[int, ...], explicit: bool
+                     ) -> tuple[Contraction, VectorPlan, int] | None:
+    """AGO with the producer as the vector operand: when the producer (a reduction in the
+    left operand, e.g. conv3x3 + ReLU before a 1x1 conv) reads a run of its pixels
+    contiguously, swap the operands so each work-item computes the producer for ``width``
+    pixels at once, in one vector accumulator, and feeds every consumer row (output channel)
+    of its tile. The producer is then computed once per row tile; by default one tile spans all
+    rows (up to ``AGO_MAX_ROWS``), so once in all. Returns the swapped contraction, its column
+    plan and the rows per tile."""
+    if not operand_has_reduction(c.left) or operand_has_reduction(c.right):
+        return None
+    swapped = c.swapped()
+    n_rows = _rows(k, swapped)
+    if explicit:
+        rows_cols = (tile[0], tile[1])
+    elif n_rows <= AGO_MAX_ROWS:
+        rows_cols = (n_rows, VECTOR_WIDTHS[0])  # one vector of columns: the sums stay few
+    else:
+        return None
+    plan = vector_plan(k, swapped, rows_cols, False, producer=True)
+    if plan is None or plan.right is None:
+        return None
+    return swapped, plan, min(rows_cols[0], n_rows)
+
+
+def _packs_right(k: LoopKernel, c: Contraction, pack: bool | None, tiles_r: int,
+                 packed: int) -> bool:
+    """Whether the right operand is laid out in panels first (``pack``; by default when
+    ``PACK_MIN_ROW_TILES`` row tiles or more read an operand of at least ``PACK_MIN_BYTES``).
+    Never for an AGO block: its producer is computed within the tiles."""
+    ago = operand_has_reduction(c.left) or operand_has_reduction(c.right)
+    if pack and ago:
+        raise ValueError(f"kernel '{k.name}': pack needs a contraction of plain operands; "
+                         f"this one computes a fused producer (AGO) in its tiles, which a pack "
+                         f"would materialise")
+    if pack is not None or ago:
+        return bool(pack)
+    return tiles_r >= PACK_MIN_ROW_TILES and 4 * packed >= PACK_MIN_BYTES
+
+
+def _producer_group(c: Contraction, left: Expr, right: Expr | None) -> int:
+    """Positions of the reduction one step of the vector template computes: for an AGO
+    producer as the vector operand, its channels, the largest divisor of their count up to
+    ``AGO_PRODUCER_GROUP`` (their sums then share every load of the input window), when both
+    operands (``flat_reduction``'s forms) read the reduction through the flat ``kg_k`` alone;
+    else 1. Where the largest such divisor is below half the group (a prime count of channels
+    above the group), a group from half to all of ``AGO_PRODUCER_GROUP`` that does not divide
+    the count: its last step starts at ``kg_k0``, shifted back to stay whole, and weighs the
+    positions it repeats by zero."""
+    if right is None or not operand_has_reduction(right):
+        return 1
+    axes = {s for s, _ in c.reduce.axes}
+    if FLAT_K not in free_index_symbols(right) or axes & free_index_symbols(left):
+        return 1
+    k_extent = prod(n for _, n in c.reduce.axes)
+    divisor = max(g for g in range(1, AGO_PRODUCER_GROUP + 1) if k_extent % g == 0)
+    if divisor >= AGO_PRODUCER_GROUP // 2 or k_extent <= AGO_PRODUCER_GROUP:
+        return divisor
+    # no divisor that shares loads well (11 or 13 channels): the group whose steps cover
+    # the fewest positions, the last step shifted back over channels already summed
+    return min(range(AGO_PRODUCER_GROUP, AGO_PRODUCER_GROUP // 2 - 1, -1),
+               key=lambda g: -(-k_extent // g) * g)
+
+
+@lru_cache(maxsize=256)  # asked by the tuner's search space and by choose, per emit
+def opencl_contraction(kernel: LoopKernel) -> Contraction | None:
+    """The contraction the 'tiled' schedule runs: ``lower.contraction``'s, or a rowless one
+    (depthwise conv) when its columns load as vectors; the row-less form with lanes loaded one
+    by one would lose to the 'item' and 'row' schedules."""
+    found = contraction(kernel)
+    if found is not None or not all(b.dtype is DType.float32 for b in kernel.outputs):
+        return found
+    rowless = contraction(kernel, rowless=True)
+    if rowless is None or operand_has_reduction(rowless.right):
+        return None
+    plan = vector_plan(kernel, rowless, VECTOR_TILE, False)
+    return rowless if plan is not None and plan.right is not None else None
+
+
+@lru_cache(maxsize=256)
+def opencl_window(kernel: LoopKernel) -> WindowPlan | None:
+    """The 'window' plan when ``kernel`` is a row-less contraction (one operand has no axis of
+    its own: a depthwise conv's weights) whose other operand reads a run of at most
+    ``WINDOW_MAX_RUN`` output columns as vectors, with a vector epilogue, and whose taps times
+    vectors fit the straight-line code budget; else None."""
+    c = opencl_contraction(kernel)
+    if c is None or c.rows or operand_has_reduction(c.left) or operand_has_reduction(c.right):
+        return None
+    plan = vector_plan(kernel, c, (1, WINDOW_MAX_RUN), False)
+    if plan is None or plan.right is None:
+        return None
+    n_run = prod(kernel.domain[i][1] for i in plan.run)
+    epilogue = vector_epilogue(kernel, c, plan)
+    if n_run > WINDOW_MAX_RUN or epilogue is None:
+        return None
+    # two vectors at least where the run allows: a vector as wide as the run has no read
+    # inside it to move a lane over at the padded ends (16 columns: two float8)
+    w = next((w for w in VECTOR_WIDTHS if 2 * w <= n_run), plan.width)
+    plan = replace(plan, width=w)
+    starts = list(range(0, n_run - w + 1, w))
+    if starts[-1] + w < n_run:
+        starts.append(n_run - w)
+    per_row = extent(c.reduce) * len(starts)
+    if per_row > WINDOW_MAX_FMAS:  # a long window: straight-line code
+        return None
+    outer = [i for i in c.cols if i not in plan.run]
+    block = outer[-1] if outer else None
+    n = kernel.domain[block][1] if block is not None else 1
+    rows = tuple(r for r in range(1, min(n, 8) + 1)
+                 if n % r == 0 and r * per_row <= WINDOW_MAX_FMAS)
+    return WindowPlan(c, plan, tuple(starts), block, tuple(epilogue), rows)
+
+
+def vector_epilogue(k: LoopKernel, c: Contraction, plan: VectorPlan
+                    ) -> list[tuple[Buffer, sympy.Expr, Expr]] | None:
+    """(output, flat store offset, flat value) for each output when all store ``width``
+    lanes contiguously and have a vector form, else None."""
+    run = [k.domain[i] for i in plan.run]
+    offset = flatten_offset(k.store_offset, run, plan.flat)
+    if offset is None or offset.coeff(plan.flat) != 1:
+        return None
+    syntax, keep = vector_syntax(plan.width), frozenset({c.reduce})
+    out = []
+    for buf, st in zip(k.outputs, k.stores):
+        value = flatten_axes(st.value, run, plan.flat, keep)
+        if value is None or not vectorizable(value, plan.flat, syntax, keep):
+            return None
+        out.append((buf, offset, value))
+    return out
+
+
+def vector_plan(k: LoopKernel, c: Contraction, tile: tuple[int, ...], full_columns: bool,
+                producer: bool = False) -> VectorPlan | None:
+    """The widest contiguous run of trailing column axes the right operand reads, and the
+    vector width and tile that fit it; None when no run has 4 columns (scalar template).
+    ``full_columns`` (AGO) needs one tile spanning every column; ``producer`` lets the right
+    operand hold a reduction (AGO's producer as the vector operand)."""
+    flat = sympy.Symbol("kg_col")
+    syntax = vector_syntax(VECTOR_WIDTHS[0])
+    cols = list(c.cols)
+    # default: lanes loaded one by one over every column
+    choice: tuple[tuple[int, ...], Expr | None] = (tuple(cols), None)
+    for start in range(len(cols) if not full_columns else 1):
+        run = tuple(cols[start:])
+        merged = flatten_axes(c.right, [k.domain[i] for i in run], flat)
+        if merged is not None and vectorizable(merged, flat, syntax, guarded=True,
+                                               reductions=producer):
+            choice = (run, merged)
+            break
+    run, right = choice
+    n_run = prod(k.domain[i][1] for i in run)
+    if full_columns:
+        width = next((w for w in VECTOR_WIDTHS if n_run % w == 0), 0)
+        return VectorPlan(run, width, n_run, flat, right) if width else None
+    want = max(tile[1], 1)
+    widths = [w for w in VECTOR_WIDTHS if w <= min(want, n_run)]
+    if not widths:
+        return None
+    width = next((w for w in widths if want % w == 0), widths[0])
+    return VectorPlan(run, width, min(want - want % width, n_run - n_run % width), flat, right)
+
+
+# --- what the tuner measures --------------------------------------------------------------------
+
+def search_space(loop: LoopKernel) -> list[Config]:
+    """The tunables worth measuring for ``loop``, the default first."""
+    c = opencl_contraction(loop)
+    if c is not None and not c.rows:  # depthwise: one row, columns in vectors
+        tiles = [Config.of(tile=(1, n)) for n in (32, 16, 48, 64)]
+        window = opencl_window(loop)
+        if window is None:
+            return tiles
+        # the default's window rows first, then the others and a few group sizes
+        rows = sorted(window.row_choices,
+                      key=lambda r: (r > WINDOW_ROWS, -r if r <= WINDOW_ROWS else r))
+        return [Config.of(), *(Config.of(schedule="window", window_rows=r, local_size=ls)
+                               for r in rows[:4] for ls in (8, 32)), *tiles]
+    if c is not None:  # register tiles of the contraction templates
+        # rows x columns; columns in float16 vectors (8 or 4 lanes on short runs)
+        # (6x64: 293 GFLOP/s on im2col's 64x576x3136 GEMM, against 222 for 8x32)
+        tiles = [Config.of(tile=t) for t in ((8, 32), (8, 48), (6, 64), (4, 64), (12, 32),
+                                             (6, 32), (8, 16), (4, 16), (4, 4))]
+        # AGO: the default tile spans the producer once; most others recompute it
+        if operand_has_reduction(c.left) or operand_has_reduction(c.right):
+            return [Config.of(), *tiles]
+        # the right operand read in place, packed by each column tile's item, or packed
+        # by a first kernel: each way for the five likeliest tiles first, so a short
+        # budget still measures every one
+        ways = ({"pack": False}, {"pack": True, "pack_in_tile": True},
+                {"pack": True, "pack_in_tile": False})
+        return [*(Config.of(**t.as_options(), **way) for t in tiles[:5] for way in ways),
+                *(Config.of(**t.as_options(), pack=False) for t in tiles[5:])]
+    if loop.staged:  # a staged row is one work-item's array; queries a work-item share loads
+        return [Config.of(), *(Config.of(schedule="row", group_rows=r)
+                               for r in unroll.group_row_choices(loop)),
+                *(Config.of(schedule="item", local_size=ls) for ls in (256, 64))]
+    kinds: list[str | None] = [None]
+    if loop.hoisted:
+        kinds += ["row", "group", "item"]
+    configs = [Config.of(**({"local_size": ls} | ({"schedule": st} if st else {})))
+               for st in kinds for ls in (256, 64, 1024)]
+    plans = unroll.ranked(loop)
+    if plans:  # the default takes the first; the next two and one point per item too
+        configs += [Config.of(local_size=ls, unroll=p)
+                    for p in (*plans[1:3], unroll.none(loop)) for ls in (256, 1024)]
+    return configs
