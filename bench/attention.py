@@ -1,5 +1,5 @@
 """The attention pattern softmax(Q K * scale) V fused into one kernel (AGO's intensive fusion
-with the score row staged once per query, ``kernelgen/staging.py``) against the same block
+with the score row staged once per query, ``kernelgen/lower/staging.py``) against the same block
 inlined (every reduction recomputes the scores it reads), the three kernels run separately
 (MatMul, scale + Softmax, MatMul) and NumPy, timed round-robin in one run.
 

@@ -19,6 +19,7 @@ from ..dtypes import DType
 from ..errors import UnsupportedError
 from ..ir.expr import PRIMITIVES, Call, walk
 from ..ir.loop import Buffer, LoopKernel
+from . import templates
 
 
 @dataclass(frozen=True)
@@ -194,9 +195,9 @@ class Backend:
         raise NotImplementedError
 
     def template_digest(self) -> str:
-        """A hash of the backend's kernel skeletons: tuned results measured with other
-        templates must not be reused."""
-        raise NotImplementedError
+        """A hash of the backend's kernel skeletons (``<name>/templates/``): tuned results
+        measured with other templates must not be reused."""
+        return templates.digest(self.name)
 
     def search_space(self, loop: LoopKernel) -> list[Config]:
         """The tunables worth measuring for ``loop``, the default first."""

@@ -13,7 +13,7 @@ epilogue (bias, BN, activation, residual...) fused.
   pack is the im2col). NEON packs a block of ``tn``-wide panels (``PACK_BLOCK_BYTES``) by
   vectors along an output row; OpenCL packs one column tile's panel per work-item, which
   then runs every row tile on it (``pack_in_tile``; with few column tiles a first launch
-  packs them all); Triton packs each program's block of output pixels (``pack_rows``), then
+  packs them all); Triton packs each program's block of output pixels (``pack``), then
   sweeps every block of output channels. Where the patches cannot be the packed operand (a
   stride along the row) it is two kernels: a (C·KH·KW) × (OH·OW) patch matrix per image,
   contiguous along output pixels, then a plain GEMM. (An OpenCL work-group packing its panel

@@ -110,13 +110,8 @@ class FusedBlock:
 
 def fuse(*ops: Op, outputs: Iterable[Op] | None = None, force: bool = False,
          conservative_oto_into_heavy: bool = False) -> FusedBlock:
-    """Fuse operators into one kernel-shaped operator.
-
-    ``ops`` may be given in any order; they form chains, diamonds or several independent pieces
-    of the same output shape. Outputs are the operators no other block member consumes, plus any
-    listed in ``outputs``. A red edge (DNNFusion Table 3) raises ``FusionError`` quoting the rule
-    unless ``force``; yellow edges fuse and mark the result ``needs_measurement``.
-    """
+    """The operators ``ops`` fused into one block (``kernelgen.fuse`` documents the rules;
+    it returns the same block as a ``FusedOp`` that emits itself)."""
     block = _check_block(ops)
     edges, block_type = _decide_edges(block, force, conservative_oto_into_heavy)
     consumed = {id(v) for op in block for v in op.inputs}

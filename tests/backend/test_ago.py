@@ -1,7 +1,7 @@
 """AGO's intensive fusion: Conv -> 1x1 Conv, MatMul -> MatMul and the attention pattern
 MatMul -> Softmax -> MatMul as one kernel equal the unfused operators, and the contraction
 templates compute each producer element once by default (redundancy 1.0), as does the attention
-kernel, which stages each score row once per query (``kernelgen/staging.py``)."""
+kernel, which stages each score row once per query (``kernelgen/lower/staging.py``)."""
 from __future__ import annotations
 
 import re

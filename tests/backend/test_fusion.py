@@ -130,7 +130,7 @@ def test_deeply_inlined_reductions() -> None:
 def test_reversed_strided_slice_concatenated_with_itself(backend: str) -> None:
     """Regression (found by Hypothesis on NEON): GCC 12.2 at -O3 with AVX2 masked loads
     if-converted this kernel's guarded reads, with their negative stride, into wrong code
-    (``runtime/neon.py`` now turns that if-conversion off)."""
+    (``backends/neon/runtime.py`` now turns that if-conversion off)."""
     x = kg.tensor("x", (3, 3))
     s = kg.slice(x, [2], [-1000], [-1], [-2])
     ops = [s, kg.concat([s, s], 0)]

@@ -241,7 +241,7 @@ class CEmitter(Emitter):
 
     def stage_rows(self, rows: Sequence[Staged], scope: Scope, vectorize: bool) -> None:
         """Compute staged producer rows of one extent (one per group point of the work-item)
-        into arrays of the group body (``staging.py``), in one loop: with ``vectorize``, as
+        into arrays of the group body (``lower/staging.py``), in one loop: with ``vectorize``, as
         vectors along the row where its reads allow (a score row reads the keys' row
         contiguously), the nested contractions vector accumulators in one loop nest, so the
         rows share its loads (the keys, for several queries)."""

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ...ir.loop import LoopKernel
-from .. import templates
 from ..base import Backend, Capabilities, Config, Runtime, Schedule, Source
 from . import runtime as rt
 from .emit import render
@@ -33,9 +32,6 @@ class Neon(Backend):
 
     def device_identity(self) -> str:
         return rt.toolchain()[1]
-
-    def template_digest(self) -> str:
-        return templates.digest(self.name)
 
     def search_space(self, loop: LoopKernel) -> list[Config]:
         return search_space(loop)

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...ir.loop import LoopKernel
-from .. import templates
 from ..base import Backend, Capabilities, Config, Runtime, Schedule, Source
 from . import runtime as rt
 from .emit import render
@@ -32,9 +31,6 @@ class Triton(Backend):
         import triton
 
         return f"triton {triton.__version__} on {rt.device()}"
-
-    def template_digest(self) -> str:
-        return templates.digest(self.name)
 
     def search_space(self, loop: LoopKernel) -> list[Config]:
         return search_space(loop)
