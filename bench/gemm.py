@@ -52,8 +52,8 @@ def tuned_kernel(n: int, backend: str, a: np.ndarray, b: np.ndarray, want: np.nd
     template reads the stored tiles from the Fast-Run database."""
     fused = kg.fuse(kg.matmul(kg.tensor("a", (n, n)), kg.tensor("b", (n, n))))
     # tune the contraction the default emit runs: on OpenCL at these sizes one kernel that
-    # packs b in panels; a Program would read padded copies of a and b (kernelgen/compile/padding.py)
-    # made by its first stages
+    # packs b in panels; a Program would read padded copies of a and b
+    # (kernelgen/compile/padding.py) made by its first stages
     first = fused.emit(backend, tuning="none")
     stages = first.kernels if isinstance(first, Program) else [first]
     env = first.bind(a, b) if isinstance(first, Program) else {"a": a, "b": b}

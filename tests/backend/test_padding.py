@@ -1,7 +1,7 @@
 """Contraction operands whose rows are a multiple of 4 KiB long (they alias in the L1 cache)
-are read from copies with longer rows on OpenCL (``kernelgen/compile/padding.py``) when the block does
-not pack its right operand in panels: the result equals NumPy's, a constant operand is padded
-when the program is built, other rows, other backends and packed blocks are left alone."""
+are read from copies with longer rows on OpenCL (``kernelgen/compile/padding.py``) when the block
+does not pack its right operand in panels: the result equals NumPy's, a constant operand is
+padded when the program is built, other rows, other backends and packed blocks are left alone."""
 from __future__ import annotations
 
 import numpy as np
