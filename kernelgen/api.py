@@ -15,7 +15,7 @@ from typing import Any
 
 from . import backends
 from .backends import Backend
-from .compile import NO_TUNING, STORED, Stored, TuningPolicy, compile, compile_kernel
+from .compile import NO_TUNING, STORED, TuningPolicy, compile, compile_kernel
 from .exec import Executable, Kernel
 from .fusion import FusedBlock
 from .fusion import fuse as fuse_block
@@ -93,4 +93,4 @@ def tuning_policy(tuning: Tuning = "stored", tuned: bool | None = None) -> Tunin
     return _POLICIES[tuning]
 
 
-__all__ = ["FusedOp", "Stored", "Tuning", "fuse", "tuning_policy"]
+__all__ = ["FusedOp", "Tuning", "fuse", "tuning_policy"]

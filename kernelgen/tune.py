@@ -129,7 +129,7 @@ def tune_algorithm(fused: FusedBlock, backend: str | Backend = backends.DEFAULT,
                    budget_s: float = 120.0, repeat: int = 10,
                    db: FastRunDB | None = None, use_cache: bool = True,
                    tune_tiles: bool = False, progress: Progress | None = None) -> TuneResult:
-    """Measure every convolution algorithm that can run ``fused`` (a ``FusedOp``) on
+    """Measure every convolution algorithm that can run ``fused`` (a ``FusedBlock``) on
     ``backend``, each checked against the interpreter's output, and store the fastest under
     the block's fingerprint and device. ``tune_tiles`` tunes each stage's tiles first;
     otherwise stages use stored tiles or the defaults."""

@@ -118,12 +118,8 @@ class Schedule:
 
     def tunables(self) -> dict[str, Any]:
         """The public decisions, as emit options (JSON-serialisable)."""
-        out = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.metadata.get("tunable", True) and value is not None:
-                out["schedule" if f.name == "kind" else f.name] = value
-        return out
+        values = ((option, getattr(self, name)) for name, option in _public(type(self)))
+        return {option: value for option, value in values if value is not None}
 
     def facts(self) -> dict[str, Any]:
         """What the metadata reports about the decisions besides the tunables (how often a
@@ -131,10 +127,15 @@ class Schedule:
         return {}
 
 
+def _public(schedule: type[Schedule]) -> list[tuple[str, str]]:
+    """(field, option name) of a schedule's public fields: ``kind`` is the ``schedule`` option."""
+    return [(f.name, "schedule" if f.name == "kind" else f.name) for f in fields(schedule)
+            if f.metadata.get("tunable", True)]
+
+
 def option_names(schedule: type[Schedule]) -> frozenset[str]:
     """The emit options a backend whose schedule is ``schedule`` accepts: its public fields."""
-    return frozenset("schedule" if f.name == "kind" else f.name for f in fields(schedule)
-                     if f.metadata.get("tunable", True))
+    return frozenset(option for _, option in _public(schedule))
 
 
 # options of kernelgen 0.1 that the shared vocabulary renamed, for the error message

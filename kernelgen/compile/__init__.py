@@ -6,7 +6,8 @@ that runs.
          heuristic's pick), and its stages (im2col, Winograd: ``winograd.py``)
       -> padding: padded copies of operands whose rows alias in the cache, where the backend
          asks for them and its kernel does not pack
-      -> for each stage: lower -> tuning policy -> backend.emit (schedule, render) -> Kernel
+      -> for each stage: lower -> tuning policy -> backend.choose -> backend.render
+         -> backend.runtime -> Kernel
       -> one Kernel, or a Program of several (``exec``), called alike
 
 Tunables come from a ``TuningPolicy`` passed in (``tuning.py``): the Fast-Run database's

@@ -144,9 +144,10 @@ class WindowPlan:
 class TilePlan:
     """A 'tiled' kernel's contraction as its template runs it: ``contraction`` with the vector
     operand on the right (maybe swapped), the column plan (None: the scalar template), the
-    operands reading the reduction through the flat ``kg_k`` where they can, the producer
-    channels one reduction step computes (AGO; 1 otherwise), and whether the reduction loop
-    unrolls completely (a short one over plain operands)."""
+    vector template's operands reading the reduction through the flat ``kg_k`` where they can
+    (the scalar template's holes derive their own), the producer channels one reduction step
+    computes (AGO; 1 otherwise), and whether the reduction loop unrolls completely (a short one
+    over plain operands)."""
 
     contraction: Contraction
     columns: VectorPlan | None
@@ -340,10 +341,10 @@ def _tiled(base: OpenCLSchedule, requested: tuple[int, ...] | None, local: int |
     if plan is None:  # the scalar template
         tm = min(tile[0], _rows(k, c))
         tn = _cols(k, c) if full_columns else min(tile[1], _cols(k, c))
-        left = flat_reduction(c, c.left, _ranges(k))
+        # the template's holes read the operands themselves (``contraction_holes``)
         return replace(base, tile=(tm, tn),
                        local_size=min(local or DEFAULT_LOCAL, SCALAR_MAX_LOCAL),
-                       plan=TilePlan(c, None, left, flat_reduction(c, c.right, _ranges(k))))
+                       plan=TilePlan(c, None, c.left, c.right))
     tm = rows or min(tile[0], _rows(k, c))
     tiles_r = -(-_rows(k, c) // tm)
     panel = prod(n for _, n in c.reduce.axes) * plan.tile_n

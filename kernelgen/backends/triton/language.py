@@ -36,7 +36,6 @@ INT = {
     "and": "tl.where({0}, {1}, False)", "or": "tl.where({0}, True, {1})", "xor": "({0} != {1})",
     "not": "({0} == 0)",
 }
-IDENTITY = {"sum": "0", "prod": "1"}
 FINISH = {"sum": "tl.sum({v}, axis=0)", "max": "tl.max({v}, axis=0)",
            "min": "tl.min({v}, axis=0)", "prod": "tl.reduce({v}, 0, kg_mul)"}
 
