@@ -5,20 +5,21 @@ this module and ``measure`` never ask which backend they hold. ``Executable`` is
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
 
 from ..backends import Runtime
-from ..errors import ArgumentError
-from ..ir.loop import Buffer, LoopKernel
+from ..ir.loop import LoopKernel
 from ..version import __version__
+from .arguments import bind_inputs, bind_outputs, finish
+from .bounds import check_indices
 
 
 class Executable(Protocol):
-    """What ``compile`` returns, one kernel or several: called on NumPy arrays (the block's
-    inputs, in ``fused.inputs`` order), with ``source`` and JSON ``metadata``."""
+    """What ``compile`` returns, one kernel or several, used alike: called on NumPy arrays (the
+    block's inputs in ``fused.inputs`` order, or by name; ``out=``), launched on device buffers
+    (``launch``), with ``source`` and JSON ``metadata``. Safe to call from several threads."""
 
     backend: str
     metadata: dict[str, Any]
@@ -27,7 +28,8 @@ class Executable(Protocol):
     def name(self) -> str: ...
     @property
     def source(self) -> str: ...
-    def __call__(self, *arrays: Any) -> Any: ...
+    def __call__(self, *arrays: Any, out: Any = None, **named: Any) -> Any: ...
+    def launch(self, *handles: Any, wait: bool = True) -> None: ...
 
 
 class Kernel:
@@ -50,55 +52,25 @@ class Kernel:
     def __repr__(self) -> str:
         return f"<Kernel {self.name} on {self.backend}, schedule {self.metadata['schedule']}>"
 
-    def _check_inputs(self, arrays: Sequence[Any]) -> list[np.ndarray]:
-        params = self.loop.inputs
-        if len(arrays) != len(params):
-            names = ", ".join(b.name for b in params)
-            raise ArgumentError(f"kernel '{self.name}' takes {len(params)} inputs ({names}), "
-                                f"got {len(arrays)}")
-        checked = []
-        for buf, arr in zip(params, arrays):
-            arr = np.asarray(arr)
-            _check_array(self.name, buf, arr, "input")
-            checked.append(np.ascontiguousarray(arr))
-        return checked
-
-    def _outputs(self, out: Any) -> list[np.ndarray]:
-        if out is None:
-            return [np.empty(b.shape, b.dtype.numpy) for b in self.loop.outputs]
-        outs = list(out) if isinstance(out, (tuple, list)) else [out]
-        if len(outs) != len(self.loop.outputs):
-            raise ArgumentError(f"kernel '{self.name}' has {len(self.loop.outputs)} outputs, "
-                                f"got {len(outs)} arrays in out=")
-        for buf, arr in zip(self.loop.outputs, outs):
-            _check_array(self.name, buf, arr, "output")
-            if not arr.flags.c_contiguous:
-                raise ArgumentError(f"kernel '{self.name}': output '{buf.name}' must be "
-                                    f"C-contiguous")
-        return outs
-
-    def __call__(self, *inputs: Any, out: Any = None) -> np.ndarray | tuple[np.ndarray, ...]:
-        """Run on NumPy arrays; ``out`` may pass preallocated output arrays."""
-        arrays = self._check_inputs(inputs)
-        outs = self._outputs(out)
-        self.runtime.run(arrays, outs)
-        return outs[0] if len(outs) == 1 else tuple(outs)
+    def __call__(self, *inputs: Any, out: Any = None, **named: Any
+                 ) -> np.ndarray | tuple[np.ndarray, ...]:
+        """Run on NumPy arrays: the block's inputs in the order they were built (``fused.inputs``,
+        ``metadata["args"]``), by position or by name (``kernel(data=d, indices=i)``). ``out``
+        may pass preallocated output arrays (one, or a tuple); it is returned."""
+        callee = f"kernel '{self.name}'"
+        arrays = bind_inputs(callee, self.loop.inputs, inputs, named)
+        check_indices(self.name, self.loop, arrays)
+        written, returned = bind_outputs(callee, self.loop.outputs, out, arrays)
+        self.runtime.run(arrays, written)
+        return finish(written, returned)
 
     def launch(self, *handles: Any, wait: bool = True) -> None:
         """Run on device buffers (inputs then outputs, from ``runtime.device_array`` /
-        ``device_empty``) without host copies. Benchmarks time this."""
+        ``device_empty``) without host copies. Benchmarks time this. Gather indices are not
+        checked here (they are on the device): an index out of range reads a clamped one."""
         self.runtime.launch(handles)
         if wait:
             self.runtime.sync()
-
-
-def _check_array(kernel: str, buf: Buffer, arr: np.ndarray, role: str) -> None:
-    if arr.shape != buf.shape:
-        raise ArgumentError(f"kernel '{kernel}': {role} '{buf.name}' expected shape {buf.shape}, "
-                            f"got {arr.shape}")
-    if arr.dtype != buf.dtype.numpy:
-        raise ArgumentError(f"kernel '{kernel}': {role} '{buf.name}' expected dtype {buf.dtype}, "
-                            f"got {arr.dtype}")
 
 
 def metadata(loop: LoopKernel, backend: str, launch: dict[str, Any] | None,

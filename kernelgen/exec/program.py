@@ -10,21 +10,27 @@ otherwise be silently ignored).
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from ..backends import Runtime
 from ..backends import get as get_backend
 from ..errors import ArgumentError
+from ..ir.loop import Buffer
 from ..ir.node import Constant, Value
 from ..version import __version__
+from .arguments import bind_inputs, bind_outputs, finish
+from .bounds import check_indices
 from .kernel import Kernel
 
 
 class Program:
-    """Kernels run in order on named buffers. ``program(*arrays)`` takes the arrays of
-    ``inputs`` (those of the fused block it implements) and returns the last stage's output."""
+    """Kernels run in order on named buffers, called like a ``Kernel``: ``program(*arrays)``
+    takes the arrays of ``inputs`` (those of the fused block it implements; by name too, and
+    ``out=``) and returns the last stage's output; ``launch`` runs on device buffers."""
 
     def __init__(self, name: str, backend: str, inputs: Sequence[Value], kernels: Sequence[Kernel],
                  folded: dict[str, np.ndarray], info: dict[str, Any]) -> None:
@@ -37,6 +43,8 @@ class Program:
         needed = {b.name for k in self.kernels for b in k.loop.inputs} - produced
         self.used = tuple(v for v in self.inputs if v.name in needed)
         self.metadata = _metadata(self, info)
+        self._lock = threading.Lock()
+        self._device_folded: dict[str, Any] | None = None
 
     @property
     def name(self) -> str:
@@ -53,47 +61,87 @@ class Program:
         return (f"<Program {self.name} on {self.backend}: {self.metadata['algorithm']}, "
                 f"{len(self.kernels)} kernels>")
 
-    def bind(self, *arrays: Any) -> dict[str, np.ndarray]:
-        """Check ``arrays`` against ``inputs``; return every external buffer by name (folded
-        constants included)."""
-        if len(arrays) != len(self.inputs):
-            names = ", ".join(v.name for v in self.inputs)
-            raise ArgumentError(f"program '{self.name}' takes {len(self.inputs)} inputs "
-                                f"({names}), got {len(arrays)}")
+    @property
+    def runtime(self) -> Runtime:
+        """The backend runtime every stage runs on (device buffers for ``launch``)."""
+        return self.kernels[0].runtime
+
+    @property
+    def output(self) -> Buffer:
+        """The program's result: the last stage's output."""
+        return self.kernels[-1].loop.outputs[0]
+
+    def bind(self, *arrays: Any, **named: Any) -> dict[str, np.ndarray]:
+        """Check ``arrays`` against ``inputs`` (by position, then by name); return every
+        external buffer by name (folded constants included)."""
+        callee = f"program '{self.name}'"
+        checked = bind_inputs(callee, self.inputs, arrays, named)
         env: dict[str, np.ndarray] = dict(self.folded)
-        for value, arr in zip(self.inputs, arrays):
-            arr = np.asarray(arr)
-            if arr.shape != value.shape or arr.dtype != value.dtype.numpy:
-                raise ArgumentError(f"program '{self.name}': input '{value.name}' expected "
-                                    f"{value.dtype}{list(value.shape)}, got "
-                                    f"{arr.dtype}{list(arr.shape)}")
+        for value, arr in zip(self.inputs, checked):
             if isinstance(value, Constant) and value not in self.used and \
                     not np.array_equal(arr, value.value):
                 raise ArgumentError(f"program '{self.name}': constant '{value.name}' was folded "
                                     f"into the program when it was built; pass the same value "
                                     f"or build the program again")
-            env[value.name] = np.ascontiguousarray(arr)
+            env[value.name] = arr
+        for k in self.kernels:  # gathers whose indices the caller passes
+            if all(b.name in env for b in k.loop.inputs):
+                check_indices(k.name, k.loop, [env[b.name] for b in k.loop.inputs])
         return env
 
-    def __call__(self, *arrays: Any) -> np.ndarray:
+    def __call__(self, *arrays: Any, out: Any = None, **named: Any) -> np.ndarray:
         """Run every stage on the device: inputs are copied there once, the stages' results
         stay there for the next stage, and only the last stage's output is copied back. (A host
         round trip per stage made a Winograd F(4x4) 3x3 conv on PoCL, 64 channels at 56x56,
-        take 2.68 ms against 1.74, timed side by side.)"""
-        env = self.bind(*arrays)
-        runtime = self.kernels[0].runtime
-        handles: dict[str, Any] = {}
+        take 2.68 ms against 1.74, timed side by side.) Arguments as for ``Kernel``."""
+        env = self.bind(*arrays, **named)
+        written, returned = bind_outputs(f"program '{self.name}'", [self.output], out,
+                                         list(env.values()))
+        runtime = self.runtime
+        handles = {name: runtime.device_array(env[name]) for name in self._external()
+                   if name not in self.folded}
+        handles.update(self._folded_on_device())
+        self._run(handles)
+        runtime.to_host(handles[self.output.name], written[0])
+        return finish(written, returned)
+
+    def launch(self, *handles: Any, wait: bool = True) -> None:
+        """Run on device buffers: one per input (``inputs`` order; a folded constant's is not
+        read), then the output's, from ``runtime.device_array`` / ``device_empty``. The stages'
+        intermediate buffers are allocated per launch, so concurrent launches share nothing."""
+        if len(handles) != len(self.inputs) + 1:
+            raise ArgumentError(f"program '{self.name}'.launch takes {len(self.inputs) + 1} "
+                                f"device buffers (the inputs, then the output), got "
+                                f"{len(handles)}")
+        named = {v.name: h for v, h in zip(self.inputs, handles)}
+        named[self.output.name] = handles[-1]
+        named.update(self._folded_on_device())
+        self._run(named)
+        if wait:
+            self.runtime.sync()
+
+    def _external(self) -> list[str]:
+        """Buffers the stages read that no stage writes, in first-use order."""
+        produced = {b.name for k in self.kernels for b in k.loop.outputs}
+        names = [b.name for k in self.kernels for b in k.loop.inputs if b.name not in produced]
+        return list(dict.fromkeys(names))
+
+    def _folded_on_device(self) -> dict[str, Any]:
+        """Folded constants as device buffers, uploaded once."""
+        with self._lock:
+            if self._device_folded is None:
+                self._device_folded = {name: self.runtime.device_array(value)
+                                       for name, value in self.folded.items()}
+            return self._device_folded
+
+    def _run(self, handles: dict[str, Any]) -> None:
+        """Enqueue every stage on ``handles`` (external buffers by name), allocating the
+        intermediates (and the output, when it is not there)."""
         for k in self.kernels:
-            for b in k.loop.inputs:
-                if b.name not in handles:
-                    handles[b.name] = runtime.device_array(env[b.name])
             for b in k.loop.outputs:
-                handles[b.name] = runtime.device_empty(b)
+                if b.name not in handles:
+                    handles[b.name] = self.runtime.device_empty(b)
             k.launch(*(handles[b.name] for b in (*k.loop.inputs, *k.loop.outputs)), wait=False)
-        last = self.kernels[-1].loop.outputs[0]
-        out = np.empty(last.shape, last.dtype.numpy)
-        runtime.to_host(handles[last.name], out)
-        return out
 
 
 def _metadata(program: Program, info: dict[str, Any]) -> dict[str, Any]:

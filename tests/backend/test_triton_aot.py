@@ -32,7 +32,34 @@ def _blocks() -> list[tuple[str, kg.FusedOp]]:
     blocks += [(f"attention-{'x'.join(map(str, s))}",
                 kg.fuse(*_scaled_attention(*s)[1], force=True))
                for s in [*ATTENTION_SHAPES, (1, 3, 16, 4096, 8)]]
+    blocks += list(WIDE.items())
     return blocks
+
+
+# contractions whose operands hold more than 2**31 elements (emitted and compiled, not run)
+WIDE = {
+    "wide-matmul-tall": kg.fuse(kg.matmul(kg.tensor("a", (70000, 40000)),
+                                          kg.tensor("b", (40000, 4)))),
+    "wide-matmul-broad": kg.fuse(kg.matmul(kg.tensor("a", (4, 40000)),
+                                           kg.tensor("b", (40000, 70000)))),
+    "wide-conv": kg.fuse(kg.conv(kg.tensor("x", (1, 64, 6000, 6000)),
+                                 kg.tensor("w", (64, 64, 3, 3)), pads=[1] * 4)),
+}
+
+
+@pytest.mark.parametrize("name", WIDE)
+@pytest.mark.parametrize("pack", [False, True])
+def test_wide_contractions_index_in_64_bits(name: str, pack: bool) -> None:
+    """Every offset of a contraction over more than 2**31 elements is computed in int64: the
+    program ids and the tiles' positions are widened before any multiply, and no 32-bit
+    zeros broadcast an offset (40000 * 69999 overflows int32)."""
+    triton = backends.get("triton")
+    schedule = triton.choose(WIDE[name].lower(), {"pack": pack})
+    assert schedule.kind == "tiled" and schedule.index_type == "tl.int64"
+    text = triton.render(schedule).text
+    assert "tl.int32" not in text
+    assert "tl.program_id(0).to(tl.int64)" in text
+    assert "rk = k0 + tl.arange(0, BLOCK_K).to(tl.int64)" in text
 
 
 def test_every_kernel_compiles_for_cuda(tmp_path: Path) -> None:

@@ -101,7 +101,13 @@ def build(source: str, name: str) -> Any:
 class OpenCLRuntime:
     """Runs one generated kernel: builds it at first use, then enqueues it (after its packing
     kernel, when ``launch.pack`` is set). A kernel with ``launch.scratch`` takes a scratch
-    buffer this runtime keeps after its outputs."""
+    buffer this runtime keeps after its outputs.
+
+    Safe to call from several threads: a ``cl.Kernel``'s arguments are state shared by every
+    caller (``clSetKernelArg`` then ``clEnqueueNDRangeKernel`` is not atomic), and the packing
+    launch and the kernel share the scratch panels, so one lock covers setting the arguments
+    and enqueueing both launches. The queue is in order, so another caller's pack cannot run
+    between this caller's pack and the kernel that reads it."""
 
     def __init__(self, source: str, name: str, launch: Any, n_inputs: int = 0) -> None:
         self.source, self.name, self.geometry = source, name, launch
@@ -109,17 +115,19 @@ class OpenCLRuntime:
         self._kernel: Any = None
         self._pack: Any = None
         self._scratch: Any = None
-        self._event: Any = None
+        self._lock = threading.Lock()
 
     def _compiled(self) -> Any:
+        """The kernel (and its packing kernel and scratch), built once; call with the lock."""
         if self._kernel is None:
-            self._kernel = build(self.source, self.name)
+            kernel = build(self.source, self.name)
             if self.geometry.pack is not None:
                 self._pack = build(self.source, f"{self.name}_pack")
             if self.geometry.scratch:
                 cl = _import_cl()
                 self._scratch = cl.Buffer(device().context, cl.mem_flags.READ_WRITE,
                                           4 * self.geometry.scratch)
+            self._kernel = kernel
         return self._kernel
 
     def device_array(self, array: np.ndarray) -> Any:
@@ -135,18 +143,18 @@ class OpenCLRuntime:
 
     def launch(self, handles: Sequence[Any]) -> None:
         cl = _import_cl()
-        kernel = self._compiled()
         queue = device().queue
-        if self._pack is not None:
-            pack = self.geometry.pack
-            self._pack.set_args(*handles[:self.n_inputs], self._scratch)
-            cl.enqueue_nd_range_kernel(queue, self._pack, pack.global_size, pack.local_size)
-        if self._scratch is not None:
-            handles = [*handles, self._scratch]
-        kernel.set_args(*handles)
-        self._event = cl.enqueue_nd_range_kernel(queue, kernel,
-                                                 self.geometry.global_size,
-                                                 self.geometry.local_size)
+        with self._lock:
+            kernel = self._compiled()
+            if self._pack is not None:
+                pack = self.geometry.pack
+                self._pack.set_args(*handles[:self.n_inputs], self._scratch)
+                cl.enqueue_nd_range_kernel(queue, self._pack, pack.global_size, pack.local_size)
+            if self._scratch is not None:
+                handles = [*handles, self._scratch]
+            kernel.set_args(*handles)
+            cl.enqueue_nd_range_kernel(queue, kernel, self.geometry.global_size,
+                                       self.geometry.local_size)
 
     def sync(self) -> None:
         device().queue.finish()
