@@ -67,12 +67,13 @@ from .ops import cast_op as cast
 from .ops import slice_op as slice
 from .ops.registry import *  # noqa: F401,F403 - the generated snake_case constructors
 from .ops.registry import CONSTRUCTORS, GENERATED, snake
+from .options import CacheWarning
 from .tune import Measure
 from .version import __version__
 
 __all__ = [
     *GENERATED, "ArgumentError", "AttributeError_", "AxisError", "Backend", "BroadcastError",
-    "CONSTRUCTORS", "Capabilities", "Constant", "DType", "DtypeError", "Executable",
+    "CONSTRUCTORS", "CacheWarning", "Capabilities", "Constant", "DType", "DtypeError", "Executable",
     "FusedBlock", "FusedOp", "FusionError", "Kernel", "KernelgenError", "MathProperties",
     "Measure", "Measurement", "NO_TUNING", "Op", "Placeholder", "Program", "STORED", "ShapeError",
     "Stored", "UnsupportedError", "Value", "__version__", "average_pool", "batch_normalization",

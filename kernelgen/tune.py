@@ -22,8 +22,9 @@ import numpy as np
 from . import backends
 from .backends import Backend, Config
 from .compile import NO_TUNING, STORED, TuningPolicy, compile, compile_loop
+from .compile.tuning import valid_options
 from .compile.conv_algorithms import applicable
-from .fastrun import FastRunDB, algorithm_key, tuning_key
+from .fastrun import FastRunDB, algorithm_key, stored_config, tuning_key
 from .fusion import FusedBlock
 from .ir.interp import interpret
 from .ir.loop import Buffer, LoopKernel
@@ -89,13 +90,19 @@ def tune(loop: LoopKernel, backend: str | Backend = backends.DEFAULT,
     ``reference`` is the expected output on ``inputs`` when the caller has an independent one
     cheaper than the loop-IR interpreter (NumPy's matmul for a large GEMM). ``key`` replaces
     the database key (default ``tuning_key``). With a database, a stored result is returned
-    without measuring (``from_cache``).
+    without measuring (``from_cache``) when it is still valid: one of ``configs`` when they are
+    given, else options the backend accepts; an invalid one is measured again and replaced.
     """
     be = backends.get(backend)
     db = db if db is not None else FastRunDB()
     key = key or tuning_key(loop, be)
-    if use_cache and (hit := db.get(key)) is not None:
-        return TuneResult(Config.of(**hit["value"]), hit["ms"], [], from_cache=True)
+    configs = list(configs) if configs is not None else None  # read twice: the hit, the search
+    hit = db.get(key) if use_cache else None
+    stored = stored_config(hit)
+    if hit is not None and stored is not None and (
+            stored in configs if configs is not None
+            else valid_options(loop, be, stored.as_options(), "measuring again")):
+        return TuneResult(stored, hit["ms"], [], from_cache=True)
     build = build or (lambda config: compile_loop(loop, be, tuning=NO_TUNING,
                                                   **config.as_options()))
     if reference is not None and inputs is None:

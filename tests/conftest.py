@@ -5,13 +5,20 @@ import time, before any test touches OpenCL (docs/toolchain.md, OpenCL).
 """
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-_cache = os.environ.get("KERNELGEN_TEST_CACHE") or tempfile.mkdtemp(prefix="kernelgen-test-")
+_cache = os.environ.get("KERNELGEN_TEST_CACHE")
+if not _cache:
+    # ours: removed when the process exits (after the session, the subprocesses it started,
+    # and whatever PoCL writes late); a KERNELGEN_TEST_CACHE given to us is kept
+    _cache = tempfile.mkdtemp(prefix="kernelgen-test-")
+    atexit.register(shutil.rmtree, _cache, ignore_errors=True)
 os.environ.setdefault("XDG_CACHE_HOME", _cache)
 os.environ.setdefault("POCL_CACHE_DIR", str(Path(_cache) / "pocl"))
 # Triton runs on CPU tensors through its interpreter in this process; the ahead-of-time CUDA

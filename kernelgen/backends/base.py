@@ -144,14 +144,49 @@ RENAMED = {"reduce_strategy": "schedule", "tile_m": "tile", "tile_n": "tile",
            "pack_rows": "pack"}
 
 
-def check_options(backend: str, options: Mapping[str, Any], allowed: frozenset[str]) -> None:
+def check_options(backend: str, options: Mapping[str, Any], allowed: frozenset[str],
+                  schedule: type[Schedule] | None = None) -> None:
     """Raise ``TypeError`` naming every option ``backend`` does not take (and the new name of a
-    renamed one)."""
+    renamed one), and, given the backend's ``schedule`` record, ``ValueError`` naming an option
+    whose value is not of its field's kind (``tile=(4.5, 8)`` would print broken code)."""
     unknown = sorted(set(options) - allowed)
     if unknown:
         hints = "".join(f"; '{k}' is now '{RENAMED[k]}'" for k in unknown if k in RENAMED)
         raise TypeError(f"unknown {backend} emit options {unknown}{hints}; expected "
                         f"{sorted(allowed)}")
+    kinds = {option: _kind(str(f.type)) for f in fields(schedule or Schedule)
+             for name, option in _public(schedule or Schedule) if f.name == name}
+    for option, value in options.items():
+        kind = kinds.get(option)
+        if value is None or kind is None or _is_kind(value, kind):
+            continue
+        raise ValueError(f"{backend} emit option {option}={value!r}: expected {_KIND_WORDS[kind]}")
+
+
+# the kinds of option value a schedule field's annotation admits
+_KIND_WORDS = {"ints": "a tuple of positive integers", "int": "a positive integer",
+               "bool": "True or False", "str": "a string"}
+
+
+def _kind(annotation: str) -> str | None:
+    for kind, marker in (("ints", "tuple[int"), ("bool", "bool"), ("int", "int"), ("str", "str")):
+        if annotation.startswith(marker):
+            return kind
+    return None
+
+
+def _is_kind(value: Any, kind: str) -> bool:
+    def positive_int(v: Any) -> bool:
+        return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) \
+            and bool(v >= 1)
+    if kind == "ints":
+        return isinstance(value, (tuple, list)) and len(value) > 0 and \
+            all(positive_int(v) for v in value)
+    if kind == "int":
+        return positive_int(value)
+    if kind == "bool":
+        return isinstance(value, (bool, np.bool_))
+    return isinstance(value, str)
 
 
 def check_derived(schedule: Schedule, options: Mapping[str, Any], derived: Sequence[str]) -> None:

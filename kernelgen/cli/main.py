@@ -14,10 +14,13 @@ from ..compile import unfused
 from ..errors import KernelgenError
 from ..graph.chain import split_blocks
 from ..measure import bench, pipeline_io
+from ..version import __version__
 from .chain import DEFAULT_CHAIN, load_chain
 
 
 def run(path: str, force: bool, repeat: int, backend: str = backends.DEFAULT) -> int:
+    """Fuse the chain, show the mapping types, the fusion decisions and the generated source,
+    check the fused kernel against the unfused ones and time both."""
     chain = load_chain(path)
     print(f"chain: {path}\n  {chain.description}\n")
     print("operators and mapping types:")
@@ -63,23 +66,43 @@ def run(path: str, force: bool, repeat: int, backend: str = backends.DEFAULT) ->
     return 0 if err < 1e-4 else 1
 
 
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return n
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv`` and run; the exit status: 0 ok, 1 the fused result differs from the
+    unfused one, 2 bad input (a usage error, a chain file that cannot be used)."""
     parser = argparse.ArgumentParser(prog="kernelgen", description=__doc__)
-    sub = parser.add_subparsers(dest="command")
-    p_run = sub.add_parser("run", help="fuse and run a chain file (default: the bundled one)")
-    p_run.add_argument("chain", nargs="?", default=str(DEFAULT_CHAIN))
-    p_run.add_argument("--force", action="store_true", help="fuse red pairs too")
-    p_run.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--version", action="version", version=f"kernelgen {__version__}")
+    sub = parser.add_subparsers(dest="command", title="commands")
+    p_run = sub.add_parser("run", help="fuse and run a chain file (default: the bundled one)",
+                           description=run.__doc__)
+    p_run.add_argument("chain", nargs="?", default=str(DEFAULT_CHAIN),
+                       help="a JSON chain file: {\"inputs\": {name: {\"shape\": [...], "
+                            "\"dtype\": ...}}, \"ops\": [{\"op\": ONNX type, \"inputs\": "
+                            "[names], \"attrs\": {...}, \"name\": ...}]} (default: the "
+                            "bundled attention-score epilogue)")
+    p_run.add_argument("--force", action="store_true",
+                       help="fuse pairs that DNNFusion's table refuses (red) too")
+    p_run.add_argument("--repeat", type=_positive, default=20, metavar="N",
+                       help="timed runs per measurement; the median is shown (default: 20)")
     p_run.add_argument("--backend", default=backends.DEFAULT, choices=backends.names(),
-                       help="triton needs a CUDA GPU or TRITON_INTERPRET=1 (slow)")
+                       help=f"where the kernels run (default: {backends.DEFAULT}); triton "
+                            "needs a CUDA GPU or TRITON_INTERPRET=1 (slow)")
     args = parser.parse_args(argv)
     try:
         if args.command in (None, "run"):
             return run(getattr(args, "chain", str(DEFAULT_CHAIN)), getattr(args, "force", False),
                        getattr(args, "repeat", 20), getattr(args, "backend", backends.DEFAULT))
     except KernelgenError as exc:
-        print(f"kernelgen: {exc}", file=sys.stderr)
+        print(f"kernelgen: error: {exc}", file=sys.stderr)
         return 2
     parser.print_help()
     return 2
-

@@ -1,7 +1,11 @@
 """Where a kernel's tunables and a convolution block's algorithm come from, passed to the
 driver as a policy: the results stored in the Fast-Run database (``Stored``, the default), none
 (``NO_TUNING``: the backends' defaults, the same source on every machine), or measured now on a
-miss (``kernelgen.tune.Measure``, above the driver). Explicit options always win."""
+miss (``kernelgen.tune.Measure``, above the driver). Explicit options always win.
+
+A stored entry is data from disk, not a decision: one the backend's ``choose`` (or the
+convolution's applicability check) refuses is ignored with a ``CacheWarning``, and the
+defaults apply, so a bad database never stops ``emit``."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,6 +15,8 @@ from ..backends import Backend
 from ..fastrun import FastRunDB, stored_algorithm, stored_options
 from ..fusion import FusedBlock
 from ..ir.loop import LoopKernel
+from ..options import warn_cache
+from .conv_algorithms import applicable
 
 
 class TuningPolicy(Protocol):
@@ -50,10 +56,45 @@ class Stored:
     name: str = "stored"
 
     def options(self, loop: LoopKernel, backend: Backend) -> dict[str, Any]:
-        return stored_options(loop, backend, self.db)
+        options = stored_options(loop, backend, self.db)
+        return options if valid_options(loop, backend, options) else {}
 
     def algorithm(self, block: FusedBlock, backend: Backend) -> str | None:
-        return stored_algorithm(block, backend, self.db)
+        algorithm = stored_algorithm(block, backend, self.db)
+        if algorithm is None:
+            return None
+        why = applicable(block).get(algorithm, "not a known algorithm")
+        if why is not None:
+            warn_cache(f"ignored the convolution algorithm {algorithm!r} stored for block "
+                       f"'{block.name}' on {backend.name} ({why}); using the heuristic's pick")
+            return None
+        return algorithm
+
+
+def valid_options(loop: LoopKernel, backend: Backend, options: dict[str, Any],
+                  instead: str = "using the defaults") -> bool:
+    """Whether ``backend`` can generate ``loop`` with ``options`` (stored ones); if not, one
+    ``CacheWarning`` says why they are ignored and what is done ``instead``. Rendered too: a
+    value of the wrong type can pass ``choose`` and fail in the printer."""
+    if not options:
+        return True
+    try:
+        if not all(_plain(v) for v in options.values()):
+            raise TypeError("tunables are ints, booleans, names or tuples of them")
+        backend.render(backend.choose(loop, options))
+    except Exception as exc:  # noqa: BLE001 - data from disk: whatever it breaks, the defaults
+        # apply (a backend that fails on its defaults too still raises, from compile_loop)
+        warn_cache(f"ignored the tunables {options} stored for kernel '{loop.name}' on "
+                   f"{backend.name} ({type(exc).__name__}: {exc}); {instead}")
+        return False
+    return True
+
+
+def _plain(value: Any) -> bool:
+    """No tunable is a float: a stored 4.5 is damage, not a tile size."""
+    if isinstance(value, tuple):
+        return all(_plain(v) for v in value)
+    return isinstance(value, (bool, int, str))
 
 
 NO_TUNING = NoTuning()

@@ -20,9 +20,10 @@ from ..errors import ArgumentError
 class Param(Protocol):
     """What a call checks an array against: a kernel's ``Buffer`` or a block's ``Value``."""
 
-    name: str
-    dtype: DType
-
+    @property
+    def name(self) -> str: ...
+    @property
+    def dtype(self) -> DType: ...
     @property
     def shape(self) -> tuple[int, ...]: ...
 

@@ -40,14 +40,27 @@ def stored_options(loop: LoopKernel, backend: str | Backend, db: FastRunDB | Non
     if len(backends.get(backend).search_space(loop)) < 2:
         return {}
     hit = (db if db is not None else FastRunDB()).get(tuning_key(loop, backend))
-    return Config.of(**hit["value"]).as_options() if hit is not None else {}
+    config = stored_config(hit)
+    return config.as_options() if config is not None else {}
 
 
 def stored_algorithm(block: FusedBlock, backend: str | Backend, db: FastRunDB | None = None
                      ) -> str | None:
     """The convolution algorithm measured fastest for this block and device, if any."""
     hit = (db if db is not None else FastRunDB()).get(algorithm_key(block, backend))
-    return str(hit["value"]["algorithm"]) if hit is not None else None
+    config = stored_config(hit)
+    algorithm = config.as_options().get("algorithm") if config is not None else None
+    return algorithm if isinstance(algorithm, str) else None
+
+
+def stored_config(hit: dict[str, Any] | None) -> Config | None:
+    """A database hit's value as a ``Config``; None for a miss or a value that is not a mapping
+    of option names (a damaged row reads as missing). Whether the options suit the kernel is the
+    backend's ``choose`` to say (``compile.tuning``)."""
+    value = hit["value"] if hit is not None else None
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        return None
+    return Config.of(**value)
 
 
 def config_from_metadata(metadata: dict[str, Any]) -> Config:

@@ -5,6 +5,7 @@ runs, overlapping inputs handled), ``launch`` on device buffers, for a ``Kernel`
 launches more than once per call (a packing launch, a padded Program, Winograd, im2col)."""
 from __future__ import annotations
 
+import re
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -228,3 +229,18 @@ def test_threads_launch_one_kernel_on_device_buffers(backend: str) -> None:
         runtime.to_host(out, got)
         return got, (a.astype(np.float64) @ b).astype(np.float32)
     _hammer(call, calls=3 if backend == "triton" else 6)
+
+
+_WRONG_KINDS = [("tile", (4.5, 8)), ("tile", "ab"), ("tile", (4, None)), ("tile", (0, 8)),
+                ("pack", "yes"), ("schedule", 3), ("local_size", 0)]
+
+
+@pytest.mark.parametrize("backend,option,value", [
+    (b, option, value) for b in EMITTED for option, value in _WRONG_KINDS
+    if option != "local_size" or b == "opencl"])  # the others have no local_size
+def test_emit_options_of_the_wrong_kind_are_refused(backend: str, option: str,
+                                                    value: Any) -> None:
+    """Checked before anything is printed: a float tile once printed C that did not build."""
+    require(backend)
+    with pytest.raises(ValueError, match=re.escape(f"{option}={value!r}: expected")):
+        _matmul(5, 7, 3).emit(backend, tuning="none", **{option: value})

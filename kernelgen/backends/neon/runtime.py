@@ -25,17 +25,25 @@ import numpy as np
 
 from ...errors import KernelgenError, UnsupportedError
 from ...options import cache_dir as kernelgen_cache_dir
+from ...options import writable_cache_dir
 from .language import NeonSource, header
 
 _lock = threading.Lock()
 _libraries: dict[Path, ctypes.CDLL] = {}
+_damaged: set[Path] = set()  # cached files that did not load and could not be removed
 
 
 def cache_dir() -> Path:
-    """Where built libraries are kept (``kernelgen/neon`` under the cache directory)."""
-    path = kernelgen_cache_dir("neon")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    """Where built libraries are written (``kernelgen/neon`` under the cache directory, or,
+    when that cannot be written, a private directory for this process: ``options``)."""
+    return writable_cache_dir("neon")
+
+
+def _library(key: str) -> Path:
+    """The library built under ``key``: in the cache directory, even a read-only one, if it
+    is there; else where ``build`` writes it."""
+    path = kernelgen_cache_dir("neon") / f"{key}.so"
+    return path if path not in _damaged and path.is_file() else cache_dir() / f"{key}.so"
 
 
 def simde_include() -> str | None:
@@ -94,7 +102,7 @@ def library_key(code: str) -> str:
 def build(units: Sequence[tuple[str, str]], common: str) -> None:
     """Compile ``units`` ((key, code) pairs whose keys are missing from the cache) into one
     library and publish it under every key. ``common`` is the translation unit's text."""
-    missing = [key for key, _ in units if not (cache_dir() / f"{key}.so").exists()]
+    missing = [key for key, _ in units if not _library(key).exists()]
     if not missing:
         return
     flags, _ = toolchain()
@@ -117,7 +125,7 @@ def build(units: Sequence[tuple[str, str]], common: str) -> None:
 def load(key: str, function: str, n_args: int, rebuild: Any) -> Any:
     """The C function ``function`` from the library cached under ``key``; ``rebuild()`` runs
     first if the file is missing, and again once if it does not load (a damaged file)."""
-    path = cache_dir() / f"{key}.so"
+    path = _library(key)
     with _lock:
         lib = _libraries.get(path)
     if lib is None:
@@ -126,8 +134,12 @@ def load(key: str, function: str, n_args: int, rebuild: Any) -> Any:
         try:
             lib = ctypes.CDLL(str(path))
         except OSError:
-            path.unlink(missing_ok=True)
+            try:
+                path.unlink(missing_ok=True)
+            except OSError:  # a read-only cache: build a fresh copy where we can write
+                _damaged.add(path)
             rebuild()
+            path = _library(key)
             lib = ctypes.CDLL(str(path))
         with _lock:
             _libraries[path] = lib

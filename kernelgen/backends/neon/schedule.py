@@ -92,7 +92,7 @@ DERIVED = ("index_type", "vector_width")
 
 def choose(loop: LoopKernel, options: Mapping[str, Any], caps: Capabilities) -> NeonSchedule:
     """The schedule of ``loop``: the options given, checked, and defaults for the rest."""
-    check_options("NEON", options, OPTIONS)
+    check_options("NEON", options, OPTIONS, NeonSchedule)
     caps.check(loop)
     requested = options.get("schedule")
     if requested is not None and requested not in KINDS:

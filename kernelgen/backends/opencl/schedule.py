@@ -191,7 +191,7 @@ DERIVED = ("index_type", "vector_width")
 
 def choose(loop: LoopKernel, options: Mapping[str, Any], caps: Capabilities) -> OpenCLSchedule:
     """The schedule of ``loop``: the options given, checked, and defaults for the rest."""
-    check_options("OpenCL", options, OPTIONS)
+    check_options("OpenCL", options, OPTIONS, OpenCLSchedule)
     caps.check(loop)
     local = options.get("local_size")
     if local is not None and not (isinstance(local, int) and 1 <= local <= (

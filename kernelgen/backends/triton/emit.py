@@ -60,6 +60,16 @@ class TritonPrinter(Emitter):
     def index_t(self) -> str:
         return "tl.int64" if self.wide else "tl.int32"
 
+    def program_id(self, axis: int) -> str:
+        """The program's index along ``axis``, widened where offsets need 64 bits."""
+        return f"tl.program_id({axis})" + (".to(tl.int64)" if self.wide else "")
+
+    def positions(self, start: str, block: str) -> str:
+        """``block`` consecutive positions from ``start``, in the index type: a position times
+        a stride (a contraction operand's row) may pass 2**31 where a buffer does."""
+        lanes = f"tl.arange(0, {block})" + (".to(tl.int64)" if self.wide else "")
+        return f"{start} + {lanes}"
+
     def index_and(self, parts: list[str]) -> str:
         out = parts[0]
         for p in parts[1:]:
@@ -108,7 +118,7 @@ class TritonPrinter(Emitter):
             free_index_symbols(v) & self.lane_symbols for _, _, v in node.data)
         # a block mask needs a block of pointers; 2-D tiles may vary along one axis only
         if varies and (not offset_varies or "," in str(self.lanes)):
-            offset = f"{offset} + tl.zeros([{self.lanes}], tl.int32)"
+            offset = f"{offset} + tl.zeros([{self.lanes}], {self.index_t})"
         pointer = f"{self.arg_names[node.buffer]} + ({offset})"
         masks = [m for m in (self.mask if varies else None, guard) if m]
         if masks:
@@ -139,8 +149,8 @@ class TritonPrinter(Emitter):
         return str(2**bits - 1) if largest else str(-(2**bits))
 
     def combine(self, kind: str, dtype: DType, a: str, b: str) -> str:
-        return {"sum": "({a} + {b})", "prod": "({a} * {b})", "max": "tl.maximum({a}, {b})",
-                "min": "tl.minimum({a}, {b})"}[kind].format(a=a, b=b)
+        return {"sum": "({a} + {b})", "prod": "({a} * {b})", "max": "kg_max({a}, {b})",
+                "min": "kg_min({a}, {b})"}[kind].format(a=a, b=b)
 
     def declare_acc(self, scope: Scope, name: str, node: Reduce) -> None:
         shape = f"[{self.lanes}]" if self.lanes else "[]"
@@ -165,7 +175,8 @@ class TritonPrinter(Emitter):
                                          body=text)
         digest = hashlib.sha256(function_code.encode()).hexdigest()[:12]
         function = f"kg_{py_name(k.name)}_{digest}"
-        doc = "\n".join(f"#   {self.arg_names[b.name]}: {role} '{b.name}' {b.dtype}{list(b.shape)}"
+        # the name as a literal (repr): a newline in it would end the comment
+        doc = "\n".join(f"#   {self.arg_names[b.name]}: {role} {b.name!r} {b.dtype}{list(b.shape)}"
                         for role, bufs in (("input", k.inputs), ("output", k.outputs))
                         for b in bufs)
         if self.scratch:
@@ -189,9 +200,8 @@ class TritonPrinter(Emitter):
     def _elementwise(self, body: Scope) -> tuple[dict[str, int], tuple[int, ...]]:
         k = self.kernel
         n = k.numel
-        pid = "tl.program_id(0)" + (".to(tl.int64)" if self.wide else "")
         if k.domain:
-            body.add(f"offs = {pid} * BLOCK + tl.arange(0, BLOCK)")
+            body.add(f"offs = {self.program_id(0)} * BLOCK + tl.arange(0, BLOCK)")
             body.add(f"live = offs < {n}")
             self._enter_lanes("BLOCK", "live", list(k.domain))
             self.decompose("offs", list(k.domain), body)
@@ -204,8 +214,7 @@ class TritonPrinter(Emitter):
         k = self.kernel
         group = [k.domain[g] for g in k.group]
         if group:
-            self.decompose("tl.program_id(0)" + (".to(tl.int64)" if self.wide else ""),
-                           group, body)
+            self.decompose(self.program_id(0), group, body)
         order = hoist_order(k.staged, k.hoisted)
         for pos, st in enumerate(k.staged):  # each after the hoisted reductions it reads
             for r in order[pos]:
@@ -241,20 +250,19 @@ class TritonPrinter(Emitter):
         cols = [k.domain[i] for i in c.cols]
         batch = [k.domain[i] for i in c.batch]
         if batch:
-            self.decompose("tl.program_id(2)" + (".to(tl.int64)" if self.wide else ""),
-                           batch, body)
+            self.decompose(self.program_id(2), batch, body)
         n_rows, n_cols = prod(n for _, n in rows), prod(n for _, n in cols)
         n_k = prod(n for _, n in c.reduce.axes)
         assert self.sched.tile is not None
         bm, bn, bk = self.sched.tile
         grid: tuple[int, ...] = (-(-n_rows // bm), 1 if self.sched.pack else -(-n_cols // bn))
         grid += (prod(n for _, n in batch),) if batch else ()
-        body.add("rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)")
+        body.add(f"rm = {self.positions(f'{self.program_id(0)} * BLOCK_M', 'BLOCK_M')}")
         sweep = body
         if self.sched.pack:
             k_pad = -(-n_k // bk) * bk  # whole BLOCK_K steps: the panel's loads need no mask
             self.scratch = prod(grid) * bm * k_pad
-            program = "tl.program_id(0)" + (".to(tl.int64)" if self.wide else "")
+            program = self.program_id(0)
             if batch:
                 program = f"(tl.program_id(2) * {grid[0]} + {program})"
             body.add(f"panel = scratch + {program} * {bm * k_pad}  # [{k_pad}][BLOCK_M]")
@@ -262,7 +270,7 @@ class TritonPrinter(Emitter):
                      "tl.arange(0, BLOCK_M)[:, None]")
             body.add(f"for k0 in range(0, {n_k}, BLOCK_K):")
             pack = body.child()
-            pack.add("rk = k0 + tl.arange(0, BLOCK_K)")
+            pack.add(f"rk = {self.positions('k0', 'BLOCK_K')}")
             self._operand_tile(pack, "a", "rm[:, None]", "rk[None, :]", n_rows, rows, n_k,
                                c.left, "BLOCK_M, BLOCK_K")
             pack.add("tl.store(panel + k0 * BLOCK_M + slots, a_tile)")
@@ -270,13 +278,13 @@ class TritonPrinter(Emitter):
             body.add("tl.debug_barrier()  # the program's panel stores before its loads")
             body.add(f"for n0 in range(0, {n_cols}, BLOCK_N):")
             sweep = body.child()
-            sweep.add("rn = n0 + tl.arange(0, BLOCK_N)")
+            sweep.add(f"rn = {self.positions('n0', 'BLOCK_N')}")
         else:
-            body.add("rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)")
+            body.add(f"rn = {self.positions(f'{self.program_id(1)} * BLOCK_N', 'BLOCK_N')}")
         sweep.add("acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)")
         sweep.add(f"for k0 in range(0, {n_k}, BLOCK_K):")
         loop = sweep.child()
-        loop.add("rk = k0 + tl.arange(0, BLOCK_K)")
+        loop.add(f"rk = {self.positions('k0', 'BLOCK_K')}")
         if self.sched.pack:
             loop.add("a_tile = tl.load(panel + k0 * BLOCK_M + slots)")
         else:
@@ -327,7 +335,7 @@ class TritonPrinter(Emitter):
         base, pos = self.fresh("base"), self.fresh("p")
         scope.add(f"for {base} in range(0, {count}, {block}):")
         inner = scope.child()
-        inner.add(f"{pos} = {base} + tl.arange(0, {block})")
+        inner.add(f"{pos} = {self.positions(base, block)}")
         inner.add(f"{pos}_live = {pos} < {count}")
         self._enter_lanes(block, f"{pos}_live", axes)
         self.decompose(pos, axes, inner)
@@ -431,7 +439,7 @@ class TritonPrinter(Emitter):
     def _stores(self, scope: Scope) -> None:
         offset = self.index(self.kernel.store_offset)
         if "," in str(self.lanes):  # a 2-D tile: the offset may vary along one axis only
-            offset = f"{offset} + tl.zeros([{self.lanes}], tl.int32)"
+            offset = f"{offset} + tl.zeros([{self.lanes}], {self.index_t})"
         for buf, st in zip(self.kernel.outputs, self.kernel.stores):
             value = self.expr(st.value, scope)
             if buf.dtype is DType.float16:

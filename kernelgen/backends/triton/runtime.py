@@ -21,7 +21,7 @@ import numpy as np
 
 from ...errors import UnsupportedError
 from ...ir.loop import LoopKernel
-from ...options import cache_dir
+from ...options import writable_cache_dir
 from .language import TritonSource
 
 _lock = threading.Lock()
@@ -54,10 +54,9 @@ def device() -> str:
 
 
 def module_dir() -> Path:
-    """Where generated modules are written (``kernelgen/triton`` under the cache directory)."""
-    path = cache_dir("triton")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    """Where generated modules are written (``kernelgen/triton`` under the cache directory, or,
+    when that cannot be written, a private directory for this process: ``options``)."""
+    return writable_cache_dir("triton")
 
 
 def load_module(name: str, text: str) -> ModuleType:
@@ -80,16 +79,22 @@ def load_module(name: str, text: str) -> ModuleType:
         return module
 
 
+# Triton's interpreter keeps the running kernel's state in module globals (the grid, the
+# program ids), so two threads interpreting at once corrupt each other's launch; on a GPU,
+# launches from several threads are safe.
+_interpreter_lock = threading.Lock()
+
+
 class TritonRuntime:
-    """Launches one generated Triton kernel over its grid (with the scratch buffer it keeps,
-    when the kernel packs panels into one)."""
+    """Launches one generated Triton kernel over its grid (with a scratch buffer of its own per
+    launch, when the kernel packs panels into one: launches from several threads, on any
+    stream, never share panels; the caching allocator makes it cheap)."""
 
     def __init__(self, source: TritonSource, loop: LoopKernel) -> None:
         self.source, self.loop = source, loop
         self.grid = source.grid
         self.constexprs = dict(source.constexprs)
         self._fn: Any = None
-        self._scratch: Any = None
 
     def _kernel(self) -> Any:
         if self._fn is None:
@@ -107,12 +112,17 @@ class TritonRuntime:
                            device=device())
 
     def launch(self, handles: Sequence[Any]) -> None:
-        if self.source.scratch and self._scratch is None:
+        scratch = []
+        if self.source.scratch:
             torch = _torch()
-            self._scratch = torch.empty(self.source.scratch, dtype=torch.float32,
-                                        device=device())
-        scratch = [self._scratch] if self.source.scratch else []
-        self._kernel()[self.grid](*handles, *scratch, **self.constexprs)
+            scratch.append(torch.empty(self.source.scratch, dtype=torch.float32,
+                                       device=device()))
+        kernel = self._kernel()
+        if interpreted():
+            with _interpreter_lock:
+                kernel[self.grid](*handles, *scratch, **self.constexprs)
+        else:
+            kernel[self.grid](*handles, *scratch, **self.constexprs)
 
     def sync(self) -> None:
         torch = _torch()

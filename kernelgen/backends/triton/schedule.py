@@ -3,9 +3,9 @@
 - ``elementwise``: each program handles ``block`` consecutive domain points (masked at the
   ragged end); domain indices come from the flat position by ``//`` and ``%``.
 - ``row``: one program per group point; each hoisted reduction runs over its extent in blocks of
-  ``block_r`` lanes (masked lanes hold the combiner's identity) and finishes with ``tl.sum``/
-  ``tl.max``/``tl.min``/``tl.reduce``; then the group's elements go out in blocks of
-  ``block_e``. A single-kernel softmax is one such program per row. A staged producer row
+  ``block_r`` lanes (masked lanes hold the combiner's identity) and finishes with ``tl.sum`` or
+  ``tl.reduce`` (NaN-propagating max and min, products); then the group's elements go out in
+  blocks of ``block_e``. A single-kernel softmax is one such program per row. A staged producer row
   (``lower/staging.py``: attention's score row) is one block of the program, the row padded to
   a power of two; every reduction over it reads the block whole, and one computed per element
   (the output's sum over the keys) runs as a ``[row, block_e]`` tile reduced along the row.
@@ -62,7 +62,7 @@ DERIVED = ("index_type",)
 
 def choose(loop: LoopKernel, options: Mapping[str, Any], caps: Capabilities) -> TritonSchedule:
     """The schedule of ``loop``: the options given, checked, and defaults for the rest."""
-    check_options("Triton", options, OPTIONS)
+    check_options("Triton", options, OPTIONS, TritonSchedule)
     caps.check(loop)
     requested = options.get("schedule")
     if requested is not None and requested not in KINDS:
