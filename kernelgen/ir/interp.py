@@ -16,7 +16,8 @@ import sympy
 from ..dtypes import DType
 from ..errors import ArgumentError
 from ..mapping_types import evaluate
-from .expr import Call, Cast, Const, Expr, IndexCond, Load, Reduce, Select
+from .expr import Call, Cast, Const, Expr, IndexCond, Load, Reduce, Select, walk
+from .indexing import raw_index
 from .loop import LoopKernel, inline_staged
 
 
@@ -59,8 +60,31 @@ def _np(dtype: DType) -> np.dtype:
 def interpret(kernel: LoopKernel, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
     """Run ``kernel`` on NumPy arrays; returns one array per output. Staged rows are
     evaluated where they are read (``loop.inline_staged``): the same values, computed the plain
-    way."""
+    way. A gathered index outside [-n, n-1] raises ``ArgumentError``."""
     kernel = inline_staged(kernel)
+    ev = _evaluator(kernel, inputs)
+    full = tuple(e for _, e in kernel.domain) + (1,) * (ev.ndim - len(kernel.domain))
+    outs = []
+    for buf, st in zip(kernel.outputs, kernel.stores):
+        value = np.broadcast_to(np.asarray(ev.value(st.value)), full)
+        outs.append(value.reshape(buf.shape).astype(buf.dtype.numpy))
+    return tuple(outs)
+
+
+def check_indices(kernel: LoopKernel, *inputs: np.ndarray) -> None:
+    """Raise ``ArgumentError`` where a gathered index of ``kernel`` on ``inputs`` lies outside
+    its axis; evaluates the index expressions only (what the host-side check falls back on when
+    an index is computed, not read from an input)."""
+    kernel = inline_staged(kernel)
+    ev = _evaluator(kernel, inputs)
+    for root in kernel.roots():
+        for node in walk(root):
+            if isinstance(node, Load):
+                for _, n, v in node.data:
+                    ev.index(v, n)
+
+
+def _evaluator(kernel: LoopKernel, inputs: tuple[np.ndarray, ...]) -> _Evaluator:
     if len(inputs) != len(kernel.inputs):
         raise ArgumentError(f"{kernel.name}: expected {len(kernel.inputs)} inputs "
                             f"({', '.join(b.name for b in kernel.inputs)}), got {len(inputs)}")
@@ -78,13 +102,7 @@ def interpret(kernel: LoopKernel, *inputs: np.ndarray) -> tuple[np.ndarray, ...]
         shape = [1] * ndim
         shape[pos] = extents[s]
         env[s] = np.arange(extents[s], dtype=np.int64).reshape(shape)
-    ev = _Evaluator(buffers, env, axis_of, extents, ndim)
-    full = tuple(e for _, e in kernel.domain) + (1,) * (ndim - len(kernel.domain))
-    outs = []
-    for buf, st in zip(kernel.outputs, kernel.stores):
-        value = np.broadcast_to(np.asarray(ev.value(st.value)), full)
-        outs.append(value.reshape(buf.shape).astype(buf.dtype.numpy))
-    return tuple(outs)
+    return _Evaluator(kernel.name, buffers, env, axis_of, extents, ndim)
 
 
 def _axes(kernel: LoopKernel) -> tuple[dict[sympy.Symbol, int], dict[sympy.Symbol, int]]:
@@ -124,10 +142,10 @@ def _axes(kernel: LoopKernel) -> tuple[dict[sympy.Symbol, int], dict[sympy.Symbo
 
 
 class _Evaluator:
-    def __init__(self, buffers: dict[str, np.ndarray], env: dict[sympy.Symbol, Any],
+    def __init__(self, name: str, buffers: dict[str, np.ndarray], env: dict[sympy.Symbol, Any],
                  axis_of: dict[sympy.Symbol, int], extents: dict[sympy.Symbol, int], ndim: int
                  ) -> None:
-        self.buffers, self.env, self.axis_of = buffers, env, axis_of
+        self.name, self.buffers, self.env, self.axis_of = name, buffers, env, axis_of
         self.extents, self.ndim = extents, ndim
         self.memo: dict[Expr, Any] = {}
 
@@ -138,6 +156,20 @@ class _Evaluator:
         self.memo[node] = out
         return out
 
+    def index(self, value: Expr, n: int) -> Any:
+        """A data binding's value, a position in [0, n-1]; the caller's index (inside
+        ``indexing.clamp_index``) must lie in [-n, n-1], any other binding in [0, n-1]."""
+        raw = raw_index(value, n)
+        checked, low = (value, 0) if raw is None else (raw, -n)
+        got = np.asarray(self.value(checked))
+        bad = got[(got < low) | (got > n - 1)]
+        if bad.size:
+            names = sorted({x.buffer for x in walk(checked) if isinstance(x, Load)})
+            source = ", ".join(f"'{x}'" for x in names) or "a constant"
+            raise ArgumentError(f"kernel '{self.name}': index input {source} holds {bad.flat[0]}, "
+                                f"outside [{low}, {n - 1}] (a gathered axis of size {n})")
+        return np.asarray(self.value(value)).astype(np.int64)
+
     def _compute(self, node: Expr) -> Any:
         dt = _np(node.dtype)
         if isinstance(node, Const):
@@ -146,7 +178,7 @@ class _Evaluator:
             return np.asarray(evaluate(node.cond, self.env), dtype=bool)
         if isinstance(node, Load):
             env = dict(self.env)
-            env.update({s: np.asarray(self.value(v)).astype(np.int64) for s, _, v in node.data})
+            env.update({s: self.index(v, n) for s, n, v in node.data})
             offset = np.asarray(evaluate(node.offset, env), dtype=np.int64)
             guard = np.asarray(evaluate(node.guard, env), dtype=bool)
             flat = self.buffers[node.buffer]

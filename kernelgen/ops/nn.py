@@ -17,8 +17,8 @@ from ..ir.expr import Expr, IndexCond, Read, call, cast, const, reduce, select
 from ..ir.node import Op, Value
 from ..mapping_types import FloorDiv, fresh_reduce_symbol, out_symbols
 from ..shapes import prod
-from .common import (broadcast_exprs, broadcast_read, broadcast_shape, check_value, make_op,
-                     normalize_axis, require_dtype, same_dtype)
+from .common import (broadcast_exprs, broadcast_read, broadcast_shape, check_value, int_attr,
+                     int_list, make_op, normalize_axis, require_dtype, same_dtype)
 from .reduce import reduce_op
 
 Shape = tuple[int, ...]
@@ -36,8 +36,7 @@ def matmul(a: Value, b: Value) -> Op:
     if b_shape[-2] != k:
         raise ShapeError("MatMul", b.name, f"size {k} (the last axis of '{a.name}')",
                          b.shape, b.rank - 2 if b.rank > 1 else 0)
-    batch = broadcast_shape("MatMul", [Value("a", a_shape[:-2], a.dtype),
-                                       Value("b", b_shape[:-2], b.dtype)])
+    batch = _matmul_batch(a, b, a_shape[:-2], b_shape[:-2])
     full = batch + (a_shape[-2], b_shape[-1])
     shape = tuple(n for i, n in enumerate(full)
                   if not (a.rank == 1 and i == len(full) - 2)
@@ -58,6 +57,20 @@ def matmul(a: Value, b: Value) -> Op:
     body = reduce("sum", call("mul", Read(a.dtype, 0, tuple(a_idx)),
                               Read(b.dtype, 1, tuple(b_idx))), ((r, k),))
     return make_op("MatMul", [a, b], shape, a.dtype, body)
+
+
+def _matmul_batch(a: Value, b: Value, a_batch: Shape, b_batch: Shape) -> Shape:
+    """The broadcast batch shape; a clash names the user's tensors and their whole shapes."""
+    out: list[int] = []
+    for back in range(max(len(a_batch), len(b_batch)), 0, -1):
+        na = a_batch[-back] if len(a_batch) >= back else 1
+        nb = b_batch[-back] if len(b_batch) >= back else 1
+        if 1 not in (na, nb) and na != nb:
+            raise ShapeError("MatMul", b.name, f"batch axes (all but the last two) that "
+                             f"broadcast with '{a.name}' {a.shape} (equal or 1, aligned from "
+                             f"the right)", b.shape, len(b_batch) - back)
+        out.append(nb if na == 1 else na)
+    return tuple(out)
 
 
 def _batch_index(in_batch: Shape, batch: Shape, o: list[sympy.Expr]) -> list[sympy.Expr]:
@@ -105,8 +118,9 @@ def _window(op: str, x: Value, kernel: Sequence[int], strides: Sequence[int] | N
     """Output sizes, strides, begin pads and dilations of a sliding window over x's spatial axes
     (ONNX's formulas, auto_pad included)."""
     nd = x.rank - 2
-    strides = list(strides or [1] * nd)
-    dilations = list(dilations or [1] * nd)
+    kernel = int_list(op, "kernel_shape", kernel, 1)
+    strides = int_list(op, "strides", [1] * nd if strides is None else strides, 1)
+    dilations = int_list(op, "dilations", [1] * nd if dilations is None else dilations, 1)
     if len(kernel) != nd or len(strides) != nd or len(dilations) != nd:
         raise AttributeError_(op, "kernel_shape/strides/dilations", f"{nd} values each",
                               (list(kernel), strides, dilations))
@@ -121,7 +135,7 @@ def _window(op: str, x: Value, kernel: Sequence[int], strides: Sequence[int] | N
         pads = [0] * (2 * nd)
     elif auto_pad != "NOTSET":
         raise AttributeError_(op, "auto_pad", "NOTSET, SAME_UPPER, SAME_LOWER or VALID", auto_pad)
-    pads = list(pads or [0] * (2 * nd))
+    pads = int_list(op, "pads", [0] * (2 * nd) if pads is None else pads)
     if len(pads) != 2 * nd:
         raise AttributeError_(op, "pads", f"{2 * nd} values", pads)
     out = []
@@ -162,7 +176,9 @@ def conv(x: Value, w: Value, b: Value | None = None, auto_pad: str = "NOTSET",
                          "(N, C, spatial...)", w.shape)
     n, c = x.shape[:2]
     m, cg = w.shape[:2]
-    kernel = list(kernel_shape or w.shape[2:])
+    group = int_attr("Conv", "group", group, 1)
+    kernel = int_list("Conv", "kernel_shape", w.shape[2:] if kernel_shape is None
+                      else kernel_shape, 1)
     if list(w.shape[2:]) != kernel:
         raise AttributeError_("Conv", "kernel_shape", f"the weights' {list(w.shape[2:])}", kernel)
     if c % group or m % group or cg != c // group:
@@ -204,7 +220,7 @@ def _pool(kind: str, x: Value, kernel_shape: Sequence[int], auto_pad: str, ceil_
     require_dtype(kind, x, FLOATS, "a float dtype")
     if x.rank < 3:
         raise ShapeError(kind, x.name, "(N, C, spatial...)", x.shape)
-    kernel = list(kernel_shape)
+    kernel = int_list(kind, "kernel_shape", kernel_shape, 1)
     out, strides_, begin, dil = _window(kind, x, kernel, strides, pads, dilations, auto_pad,
                                         ceil_mode)
     shape = (*x.shape[:2], *out)
@@ -215,6 +231,9 @@ def _pool(kind: str, x: Value, kernel_shape: Sequence[int], auto_pad: str, ceil_
     axes = tuple(zip(rk, kernel))
     valid = IndexCond(DType.bool, inside)
     if kind == "MaxPool":
+        # A NaN in the window gives NaN, as ReduceMax, NumPy and PyTorch do. ONNX leaves it
+        # open: its reference evaluator drops NaN, and onnxruntime 1.32 answers by position
+        # (2x2 windows [1,NaN,3,4] -> 4, [1,3,4,NaN] -> NaN, [-inf,NaN,-inf,-inf] -> -3.4e38).
         body = reduce("max", select(valid, read, const(float("-inf"), x.dtype)), axes)
     else:
         total = reduce("sum", read, axes)

@@ -11,13 +11,14 @@ import sympy
 
 from ..dtypes import INTS, DType
 from ..errors import AttributeError_, ShapeError
-from ..ir.expr import Expr, IndexCond, Read, call, const, select
+from ..ir.expr import Expr, IndexCond, Read, const, select
+from ..ir.indexing import clamp_index
 from ..ir.node import Op, Value
 from ..mapping_types import (FloorDiv, FloorMod, evaluate, fresh_reduce_symbol, out_symbols,
                              simplify_index)
 from ..shapes import prod, row_major_strides
-from .common import (broadcast_exprs, broadcast_shape, check_value, make_op, normalize_axes,
-                     normalize_axis, require_dtype, same_dtype)
+from .common import (broadcast_exprs, broadcast_shape, check_value, int_attr, int_list, make_op,
+                     normalize_axes, normalize_axis, require_dtype, same_dtype)
 
 Shape = tuple[int, ...]
 
@@ -55,8 +56,8 @@ def transpose(x: Value, perm: Sequence[int] | None = None) -> Op:
 def reshape(x: Value, shape: Sequence[int], allowzero: int = 0) -> Op:
     """ONNX Reshape: one -1 is inferred; 0 copies the input dimension unless ``allowzero``."""
     x = check_value("Reshape", x, "data")
-    dims = [x.shape[i] if d == 0 and not allowzero and i < x.rank else int(d)
-            for i, d in enumerate(shape)]
+    dims = [x.shape[i] if d == 0 and not allowzero and i < x.rank else d
+            for i, d in enumerate(int_list("Reshape", "shape", shape))]
     if dims.count(-1) > 1 or any(d < -1 or d == 0 for d in dims):
         raise AttributeError_("Reshape", "shape", "positive sizes, at most one -1", list(shape))
     if -1 in dims:
@@ -71,6 +72,7 @@ def reshape(x: Value, shape: Sequence[int], allowzero: int = 0) -> Op:
 def flatten(x: Value, axis: int = 1) -> Op:
     """ONNX Flatten to 2-D: ``(prod(shape[:axis]), prod(shape[axis:]))``."""
     x = check_value("Flatten", x, "input")
+    axis = int_attr("Flatten", "axis", axis)
     if not -x.rank <= axis <= x.rank:
         raise ShapeError("Flatten", x.name, f"-{x.rank} <= axis <= {x.rank}", str(axis))
     axis %= x.rank + 1 if axis < 0 else x.rank + 1
@@ -104,8 +106,9 @@ def slice_op(x: Value, starts: Sequence[int], ends: Sequence[int],
              axes: Sequence[int] | None = None, steps: Sequence[int] | None = None) -> Op:
     """ONNX Slice with clamped starts/ends and any non-zero steps, negative included."""
     x = check_value("Slice", x, "data")
+    starts, ends = int_list("Slice", "starts", starts), int_list("Slice", "ends", ends)
     axes = list(range(len(starts))) if axes is None else list(axes)
-    steps = [1] * len(starts) if steps is None else list(steps)
+    steps = [1] * len(starts) if steps is None else int_list("Slice", "steps", steps)
     if not len(starts) == len(ends) == len(axes) == len(steps):
         raise AttributeError_("Slice", "starts/ends/axes/steps", "lists of equal length",
                               (list(starts), list(ends), axes, steps))
@@ -116,7 +119,7 @@ def slice_op(x: Value, starts: Sequence[int], ends: Sequence[int],
     for a, start, end, step in zip(norm, starts, ends, steps):
         if step == 0:
             raise AttributeError_("Slice", "steps", "non-zero steps", steps)
-        begin, stop, step = slice(int(start), int(end), int(step)).indices(x.shape[a])
+        begin, stop, step = slice(start, end, step).indices(x.shape[a])
         shape[a] = len(range(begin, stop, step))
         if shape[a] == 0:
             raise ShapeError("Slice", x.name, "a non-empty slice (empty tensors are not supported)",
@@ -128,6 +131,10 @@ def slice_op(x: Value, starts: Sequence[int], ends: Sequence[int],
 
 def concat(values: Sequence[Value], axis: int) -> Op:
     """ONNX Concat: each output element comes from exactly one input (a guarded read)."""
+    if isinstance(values, Value) or not isinstance(values, Sequence) or not values:
+        raise ShapeError("Concat", None, "a non-empty list of input tensors (concat([a, b], "
+                         "axis))", repr(values) if not isinstance(values, Value)
+                         else f"the tensor '{values.name}'")
     values = [check_value("Concat", v, f"inputs[{k}]") for k, v in enumerate(values)]
     first = values[0]
     same_dtype("Concat", values)
@@ -161,11 +168,17 @@ def split(x: Value, split: Sequence[int] | None = None, axis: int = 0,
     axis = normalize_axis("Split", x, axis)
     n = x.shape[axis]
     if split is None:
-        if not num_outputs:
+        if num_outputs is None:
             raise AttributeError_("Split", "num_outputs", "a positive count when 'split' is absent",
                                   num_outputs)
-        chunk = -(-n // num_outputs)
-        split = [min(chunk, n - k * chunk) for k in range(num_outputs)]
+        count = int_attr("Split", "num_outputs", num_outputs, 1)
+        chunk = -(-n // count)  # ONNX: pieces of ceil(n / count), the last one smaller
+        split = [min(chunk, n - k * chunk) for k in range(count)]
+        if split[-1] < 1:
+            raise AttributeError_("Split", "num_outputs", f"a count that splits axis {axis} of "
+                                  f"'{x.name}' (size {n}) into non-empty pieces of "
+                                  f"ceil({n}/count) (at most {n})", num_outputs)
+    split = int_list("Split", "split", split)
     if sum(split) != n or any(s < 1 for s in split):
         raise AttributeError_("Split", "split", f"positive sizes summing to {n} (axis {axis})",
                               list(split))
@@ -181,7 +194,7 @@ def split(x: Value, split: Sequence[int] | None = None, axis: int = 0,
 def expand(x: Value, shape: Sequence[int]) -> Op:
     """ONNX Expand: broadcast ``x`` against ``shape``."""
     x = check_value("Expand", x, "input")
-    target = Value("shape", tuple(int(s) for s in shape), x.dtype)
+    target = Value("shape", tuple(int_list("Expand", "shape", shape, 1)), x.dtype)
     out = broadcast_shape("Expand", [x, target])
     return _move("Expand", x, out, broadcast_exprs(x.shape, out), {"shape": list(shape)})
 
@@ -190,6 +203,7 @@ def pad(x: Value, pads: Sequence[int], constant_value: float = 0.0, mode: str = 
         axes: Sequence[int] | None = None) -> Op:
     """ONNX Pad, modes 'constant' and 'edge'; negative pads crop."""
     x = check_value("Pad", x, "data")
+    pads = int_list("Pad", "pads", pads)
     axes = list(range(x.rank)) if axes is None else list(normalize_axes("Pad", x, axes))
     if len(pads) != 2 * len(axes):
         raise AttributeError_("Pad", "pads", f"{2 * len(axes)} values (begins then ends)",
@@ -230,18 +244,18 @@ def gather(data: Value, indices: Value, axis: int = 0) -> Op:
     o = out_symbols(len(shape))
     n = data.shape[axis]
     raw = Read(indices.dtype, 1, tuple(o[axis:axis + q]))
-    wrapped = select(call("lt", raw, const(0, indices.dtype)),
-                     call("add", raw, const(n, indices.dtype)), raw)
     v = fresh_reduce_symbol("g")
     exprs = (*o[:axis], v, *o[axis + q:])
-    body = Read(data.dtype, 0, tuple(exprs), sympy.true, ((v, n, wrapped),))
+    # wrapped once and clamped: generated code never reads outside ``data``; the interpreter
+    # and the call-time check (exec/bounds.py) report an index outside [-n, n-1]
+    body = Read(data.dtype, 0, tuple(exprs), sympy.true, ((v, n, clamp_index(raw, n)),))
     return make_op("Gather", [data, indices], shape, data.dtype, body, {"axis": axis})
 
 
 def depth_to_space(x: Value, blocksize: int, mode: str = "DCR") -> Op:
     """ONNX DepthToSpace on NCHW, modes DCR and CRD."""
     x = check_value("DepthToSpace", x, "input")
-    b = int(blocksize)
+    b = int_attr("DepthToSpace", "blocksize", blocksize, 1)
     if x.rank != 4 or x.shape[1] % (b * b):
         raise ShapeError("DepthToSpace", x.name, f"NCHW with C divisible by {b * b}", x.shape, 1)
     if mode not in ("DCR", "CRD"):
@@ -258,7 +272,7 @@ def depth_to_space(x: Value, blocksize: int, mode: str = "DCR") -> Op:
 def space_to_depth(x: Value, blocksize: int) -> Op:
     """ONNX SpaceToDepth on NCHW (inverse of DepthToSpace in DCR mode)."""
     x = check_value("SpaceToDepth", x, "input")
-    b = int(blocksize)
+    b = int_attr("SpaceToDepth", "blocksize", blocksize, 1)
     if x.rank != 4 or x.shape[2] % b or x.shape[3] % b:
         raise ShapeError("SpaceToDepth", x.name, f"NCHW with H and W divisible by {b}", x.shape)
     n, c, h, w = x.shape
@@ -294,7 +308,7 @@ def resize(x: Value, scales: Sequence[float] | None = None, sizes: Sequence[int]
                               f"exactly one of them, with {x.rank} values",
                               (scales, sizes))
     if sizes is not None:
-        out = tuple(int(s) for s in sizes)
+        out = tuple(int_list("Resize", "sizes", sizes))
         scale = [Fraction(m, n) for m, n in zip(out, x.shape)]
     else:
         scale = [Fraction(float(s)).limit_denominator(1 << 12) for s in scales]  # type: ignore[union-attr]

@@ -53,12 +53,17 @@ class CEmitter(Emitter):
     int_formats: Mapping[str, str] = {}
     float_suffix = {DType.float32: "f", DType.float16: "f", DType.float64: ""}
     vector: VectorSyntax | None = None
+    # the language's built-ins (names, name prefixes) a parameter named by its tensor must not hide
+    reserved_names: frozenset[str] = frozenset()
+    reserved_prefixes: tuple[str, ...] = ()
     # whether the vector loop over a group's elements may load through a guard linear in its
     # axis (a padded window: one vector where the guard passes, edges lane by lane)
     guarded_element_vectors = False
     reduce_combine = {
         ("sum", "any"): "{a} + {b}", ("prod", "any"): "{a} * {b}",
-        ("max", "float"): "fmax({a}, {b})", ("min", "float"): "fmin({a}, {b})",
+        # NaN propagates (NumPy's max, ONNX ReduceMax, MaxPool): fmax/fmin would drop it
+        ("max", "float"): "((({a} > {b}) | isnan({a})) ? {a} : {b})",
+        ("min", "float"): "((({a} < {b}) | isnan({a})) ? {a} : {b})",
         ("max", "int"): "max({a}, {b})", ("min", "int"): "min({a}, {b})",
     }
 
@@ -67,7 +72,9 @@ class CEmitter(Emitter):
         for b in kernel.inputs + kernel.outputs:
             if b.dtype not in self.scalar_types:
                 raise UnsupportedError(self.backend, f"dtype {b.dtype}", f"buffer '{b.name}'")
-        self.arg_names = {b.name: _c_ident(b.name) for b in kernel.inputs + kernel.outputs}
+        names = [b.name for b in kernel.inputs + kernel.outputs]
+        self.arg_names = dict(zip(names, c_idents(names, self.reserved_names,
+                                                  self.reserved_prefixes)))
         for k, st in enumerate(kernel.staged):  # an array of the group body, read like a buffer
             self.buffers[st.buffer.name] = st.buffer
             # no tensor's identifier starts with kg_ without ending in _ (_c_ident)
@@ -439,9 +446,31 @@ _RESERVED = frozenset({
     "break", "continue", "goto", "default", "auto", "extern", "register", "volatile"})
 
 
-def _c_ident(name: str) -> str:
-    ident = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
+def c_idents(names: Sequence[str], reserved: frozenset[str] = frozenset(),
+             prefixes: tuple[str, ...] = ()) -> list[str]:
+    """Distinct C identifiers for the tensor names ``names``, readable where the name is one
+    already (``x`` stays ``x``). A name that is not an ASCII identifier is spelt with ``_``; a
+    keyword, a built-in of the language (``reserved``, ``prefixes``), a name starting with ``_``
+    or ``kg_`` or shaped like the emitter's temporaries gets a trailing ``_``; two names that
+    come out the same get more."""
+    taken: set[str] = set()
+    out = []
+    for name in names:
+        ident = _c_ident(name, reserved, prefixes)
+        while ident in taken:
+            ident += "_"  # 'a-b' and 'a_b'; a trailing _ keeps it clear of kg_/temporaries
+        taken.add(ident)
+        out.append(ident)
+    return out
+
+
+def _c_ident(name: str, reserved: frozenset[str], prefixes: tuple[str, ...]) -> str:
+    # ASCII only: not every OpenCL compiler takes UTF-8 identifiers
+    ident = "".join(ch if ch.isascii() and (ch.isalnum() or ch == "_") else "_" for ch in name)
     ident = ident if ident and not ident[0].isdigit() else f"v_{ident}"
-    if ident in _RESERVED or ident.startswith("kg_") or re.fullmatch(r"[a-z]+\d+", ident):
+    if ident.startswith("_"):
+        ident = "v" + ident  # __x and _X are reserved to the implementation
+    if (ident in _RESERVED or ident in reserved or ident.startswith(prefixes)
+            or ident.lower().startswith("kg_") or re.fullmatch(r"[a-z]+\d+", ident)):
         ident += "_"  # t1, o0, acc3 ... are the emitter's own temporaries
     return ident

@@ -1,7 +1,7 @@
 """The NEON printer: a schedule (``schedule.py``) printed as one C function with ARM NEON
 intrinsics. It decides nothing: every choice is a field of the ``NeonSchedule`` it is given.
 The innermost contiguous axis runs as ``float32x4_t`` loops with scalar tails; reductions use
-``vaddvq_f32``/``vmaxnmvq_f32`` for the horizontal step; OpenMP runs the parallel axes."""
+``vaddvq_f32``/``kg_vmaxvq_f32`` for the horizontal step; OpenMP runs the parallel axes."""
 from __future__ import annotations
 
 import hashlib
@@ -53,7 +53,7 @@ class NeonPrinter(ContractionEmitter):
             counts[role] += 1
 
     def combine(self, kind: str, dtype: DType, a: str, b: str) -> str:
-        if kind in ("max", "min"):  # fmaxf / fmax / integer ternary, by dtype
+        if kind in ("max", "min"):  # NaN-propagating float or integer ternary, by dtype
             table = self.float_formats if dtype.is_float else self.int_formats
             fmt = table[kind]
             fmt = fmt[dtype.compute] if isinstance(fmt, dict) else fmt
@@ -124,7 +124,8 @@ class NeonPrinter(ContractionEmitter):
     def _finish(self, code: str) -> NeonSource:
         """Name the function by a hash of its code, document its parameters, pick helpers."""
         k = self.kernel
-        doc = "\n".join(f"//   {self.arg_names[b.name]}: {role} '{b.name}' {b.dtype}{list(b.shape)}"
+        # the name as a literal (repr): a newline in it would end the comment
+        doc = "\n".join(f"//   {self.arg_names[b.name]}: {role} {b.name!r} {b.dtype}{list(b.shape)}"
                         for role, bufs in (("input", k.inputs), ("output", k.outputs))
                         for b in bufs)
         digest = hashlib.sha256(code.encode()).hexdigest()[:12]

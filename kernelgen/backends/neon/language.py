@@ -32,8 +32,9 @@ FLOAT: dict[str, Any] = {
     "neg": "-{0}",
     **{f: {dt: f"{n}({{0}})" for dt, n in _per_dtype(f).items()} for f in _UNARY_F},
     "abs": {dt: f"{n}({{0}})" for dt, n in _per_dtype("fabs").items()},
-    "max": {dt: f"{n}({{0}}, {{1}})" for dt, n in _per_dtype("fmax").items()},
-    "min": {dt: f"{n}({{0}}, {{1}})" for dt, n in _per_dtype("fmin").items()},
+    # NaN propagates, as in NumPy's maximum and ONNX Max, Relu, Clip (fmax would drop it)
+    "max": "((({0} > {1}) | isnan({0})) ? {0} : {1})",
+    "min": "((({0} < {1}) | isnan({0})) ? {0} : {1})",
     "pow": {dt: f"{n}({{0}}, {{1}})" for dt, n in _per_dtype("pow").items()},
     "fmod": {dt: f"{n}({{0}}, {{1}})" for dt, n in _per_dtype("fmod").items()},
     "rsqrt": {DType.float32: "1.0f / sqrtf({0})", DType.float64: "1.0 / sqrt({0})"},
@@ -58,7 +59,8 @@ VECTOR = VectorSyntax(
     functions={
         "add": "vaddq_f32({0}, {1})", "sub": "vsubq_f32({0}, {1})", "mul": "vmulq_f32({0}, {1})",
         "div": "vdivq_f32({0}, {1})", "neg": "vnegq_f32({0})", "abs": "vabsq_f32({0})",
-        "max": "vmaxnmq_f32({0}, {1})", "min": "vminnmq_f32({0}, {1})",
+        # vmaxq (FMAX), not vmaxnmq (FMAXNM): NaN propagates, on AArch64 and in SIMDe alike
+        "max": "vmaxq_f32({0}, {1})", "min": "vminq_f32({0}, {1})",
         "sqrt": "vsqrtq_f32({0})", "rsqrt": "vdivq_f32(vdupq_n_f32(1.0f), vsqrtq_f32({0}))",
         "exp": "kg_vexpq_f32({0})", "floor": "vrndmq_f32({0})", "ceil": "vrndpq_f32({0})",
         "rint": "vrndnq_f32({0})", "pow": "kg_v_powf({0}, {1})", "fmod": "kg_v_fmodf({0}, {1})",
@@ -77,9 +79,9 @@ VECTOR = VectorSyntax(
                 "<=": "vcleq_s32({0}, vdupq_n_s32(0))", "<": "vcltq_s32({0}, vdupq_n_s32(0))"},
     mask_and="vandq_u32({0}, {1})", mask_load="vld1q_u32((const uint32_t*){ptr} + {off})",
     combine={"sum": "vaddq_f32({a}, {b})", "prod": "vmulq_f32({a}, {b})",
-             "max": "vmaxnmq_f32({a}, {b})", "min": "vminnmq_f32({a}, {b})"},
-    horizontal={"sum": "vaddvq_f32({v})", "max": "vmaxnmvq_f32({v})",
-                "min": "vminnmvq_f32({v})", "prod": "kg_vmulvq_f32({v})"},
+             "max": "vmaxq_f32({a}, {b})", "min": "vminq_f32({a}, {b})"},
+    horizontal={"sum": "vaddvq_f32({v})", "max": "kg_vmaxvq_f32({v})",
+                "min": "kg_vminvq_f32({v})", "prod": "kg_vmulvq_f32({v})"},
 )
 SCALAR_TYPES = {DType.float32: "float", DType.float64: "double", DType.int32: "int32_t",
                 DType.int64: "int64_t", DType.bool: "bool", DType.float16: "float"}
@@ -125,6 +127,9 @@ def helpers() -> dict[str, str]:
     for f in _LANEWISE:
         out[f"kg_v_{f}f"] = templates.render("neon", "lanewise.c", name=f"kg_v_{f}f", fn=f"{f}f")
     out["kg_v_signf"] = templates.render("neon", "vsign.c")
+    for f in ("max", "min"):
+        out[f"kg_v{f}vq_f32"] = templates.render("neon", "vextremum.c", name=f"kg_v{f}vq_f32",
+                                                 native=f"v{f}vq_f32", pairwise=f"v{f}q_f32")
     out["kg_vlanes_s32"] = templates.render("neon", "vlanes.c")
     for f in ("pow", "fmod"):
         out[f"kg_v_{f}f"] = templates.render("neon", "lanewise2.c", name=f"kg_v_{f}f",

@@ -16,10 +16,17 @@ _MATH = ("exp", "expm1", "log", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "
 _COMPARE = {"lt": "{0} < {1}", "le": "{0} <= {1}", "gt": "{0} > {1}", "ge": "{0} >= {1}",
             "eq": "{0} == {1}", "ne": "{0} != {1}"}
 _LOGIC = {"and": "{0} && {1}", "or": "{0} || {1}", "xor": "{0} != {1}", "not": "!{0}"}
+# Max and Min propagate NaN, as NumPy's maximum/minimum, ONNX Max/Min and ReduceMax do (fmax and
+# fmin drop it: relu(NaN) would be 0). One compare more than fmax's test; '?:' takes a scalar's
+# condition or a vector's lane masks alike, so scalars, vectors and the .lo/.hi halving share it.
+MAX_NAN = "((({0} > {1}) | isnan({0})) ? {0} : {1})"
+MIN_NAN = "((({0} < {1}) | isnan({0})) ? {0} : {1})"
 FLOAT = {
     "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / {1}",
-    "neg": "-{0}", "abs": "fabs({0})", "max": "fmax({0}, {1})", "min": "fmin({0}, {1})",
-    "pow": "pow({0}, {1})", "fmod": "fmod({0}, {1})", "sign": "sign({0})",
+    "neg": "-{0}", "abs": "fabs({0})", "max": MAX_NAN, "min": MIN_NAN,
+    "pow": "pow({0}, {1})", "fmod": "fmod({0}, {1})",
+    # sign() of OpenCL C gives 0 for NaN; NumPy and ONNX give NaN (the input itself)
+    "sign": "({0} > 0 ? 1 : ({0} < 0 ? -1 : {0}))",
     "isnan": "isnan({0})", "isinf": "isinf({0})",
     **{f: f"{f}({{0}})" for f in _MATH}, **_COMPARE,
 }
@@ -41,11 +48,47 @@ VECTOR = VectorSyntax(
     store="vstore8({v}, 0, {ptr} + {off});", broadcast="((float8)({0}))",
     broadcast_mask="((int8)(-({0})))", select="select({2}, {1}, {0})",
     functions={**{k: v for k, v in FLOAT.items() if k != "sign"}, **_VECTOR_LOGIC},
-    combine={"sum": "{a} + {b}", "prod": "{a} * {b}", "max": "fmax({a}, {b})",
-             "min": "fmin({a}, {b})"},
+    combine={"sum": "{a} + {b}", "prod": "{a} * {b}",
+             "max": MAX_NAN.format("{a}", "{b}"), "min": MIN_NAN.format("{a}", "{b}")},
     horizontal={"sum": "", "prod": "", "max": "", "min": ""},  # halving with .lo/.hi
 )
 BARRIER = "barrier(CLK_LOCAL_MEM_FENCE);"
+# OpenCL C's keywords, built-in functions and macros (OpenCL C 1.2 and 2.0, section 6): a kernel
+# parameter named like one would hide it (tensors named 'fmax', 'exp' or 'get_global_id' broke
+# the build), so the printer renames such tensors' parameters (c/emitter.py, c_idents)
+RESERVED_NAMES = frozenset((
+    # keywords and types beyond C's
+    "kernel", "global", "local", "constant", "private", "generic", "read_only", "write_only",
+    "read_write", "uniform", "pipe", "complex", "imaginary", "typedef", "enum", "half", "size_t",
+    "ptrdiff_t", "intptr_t", "uintptr_t", "image1d_t", "image2d_t", "image3d_t",
+    "image1d_array_t", "image1d_buffer_t", "image2d_array_t", "sampler_t", "event_t", "true",
+    "false", "NULL", "NAN", "INFINITY", "MAXFLOAT", "HUGE_VAL", "HUGE_VALF",
+    # math
+    "acos", "acosh", "acospi", "asin", "asinh", "asinpi", "atan", "atan2", "atanh", "atanpi",
+    "atan2pi", "cbrt", "ceil", "copysign", "cos", "cosh", "cospi", "erfc", "erf", "exp", "exp2",
+    "exp10", "expm1", "fabs", "fdim", "floor", "fma", "fmax", "fmin", "fmod", "fract", "frexp",
+    "hypot", "ilogb", "ldexp", "lgamma", "lgamma_r", "log", "log2", "log10", "log1p", "logb",
+    "mad", "maxmag", "minmag", "modf", "nan", "nextafter", "pow", "pown", "powr", "remainder",
+    "remquo", "rint", "rootn", "round", "rsqrt", "sin", "sincos", "sinh", "sinpi", "sqrt", "tan",
+    "tanh", "tanpi", "tgamma", "trunc",
+    # integer, common, geometric, relational
+    "abs", "abs_diff", "add_sat", "hadd", "rhadd", "clamp", "clz", "ctz", "mad_hi", "mad_sat",
+    "max", "min", "mul_hi", "rotate", "sub_sat", "upsample", "popcount", "mad24", "mul24",
+    "degrees", "mix", "radians", "step", "smoothstep", "sign", "cross", "dot", "distance",
+    "length", "normalize", "isequal", "isnotequal", "isgreater", "isgreaterequal", "isless",
+    "islessequal", "islessgreater", "isfinite", "isinf", "isnan", "isnormal", "isordered",
+    "isunordered", "signbit", "any", "all", "bitselect", "select", "shuffle", "shuffle2",
+    # synchronisation, memory, output
+    "barrier", "mem_fence", "read_mem_fence", "write_mem_fence", "wait_group_events", "prefetch",
+    "printf", "vec_step", "ndrange_1D", "ndrange_2D", "ndrange_3D", "enqueue_kernel",
+))
+# families of built-ins (get_global_id, convert_float8_rte, vload_half, atomic_add, CLK_*,
+# FLT_MAX, M_PI ...)
+RESERVED_PREFIXES = (
+    "get_", "convert_", "as_", "vload", "vstore", "atomic_", "atom_", "native_", "half_",
+    "read_image", "write_image", "async_", "work_group_", "sub_group_", "CL_", "CLK_", "FLT_",
+    "DBL_", "HALF_", "M_", "FP_", "CHAR_", "SCHAR_", "UCHAR_", "SHRT_", "USHRT_", "INT_", "UINT_",
+    "LONG_", "ULONG_")
 
 
 @cache

@@ -17,8 +17,8 @@ SIGNATURE = {DType.float32: "*fp32", DType.float16: "*fp16", DType.float64: "*fp
              DType.int32: "*i32", DType.int64: "*i64", DType.bool: "*i1"}
 FLOAT = {
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
-    "neg": "(-{0})", "abs": "tl.abs({0})", "max": "tl.maximum({0}, {1})",
-    "min": "tl.minimum({0}, {1})",
+    "neg": "(-{0})", "abs": "tl.abs({0})", "max": "kg_max({0}, {1})",
+    "min": "kg_min({0}, {1})",
     **{f: f"tl.{f}({{0}})" for f in ("exp", "log", "sqrt", "rsqrt", "sin", "cos", "erf",
                                      "floor", "ceil")},
     **{f: f"kg_{f}({{0}})" for f in ("tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
@@ -36,8 +36,9 @@ INT = {
     "and": "tl.where({0}, {1}, False)", "or": "tl.where({0}, True, {1})", "xor": "({0} != {1})",
     "not": "({0} == 0)",
 }
-FINISH = {"sum": "tl.sum({v}, axis=0)", "max": "tl.max({v}, axis=0)",
-           "min": "tl.min({v}, axis=0)", "prod": "tl.reduce({v}, 0, kg_mul)"}
+# tl.max and tl.min drop NaN; kg_max and kg_min propagate it
+FINISH = {"sum": "tl.sum({v}, axis=0)", "max": "tl.reduce({v}, 0, kg_max)",
+          "min": "tl.reduce({v}, 0, kg_min)", "prod": "tl.reduce({v}, 0, kg_mul)"}
 
 
 @dataclass(frozen=True)
