@@ -6,6 +6,8 @@ import enum
 
 import numpy as np
 
+from .errors import DtypeError
+
 
 class DType(enum.Enum):
     """Element types. f16 is a storage type: arithmetic on it runs in f32 (see ``compute``)."""
@@ -42,15 +44,17 @@ class DType(enum.Enum):
         return DType.float32 if self is DType.float16 else self
 
 
-def as_dtype(value: DType | str | np.dtype | type) -> DType:
-    """Accept 'float32', np.float32, np.dtype('float32') or a DType."""
+def as_dtype(value: DType | str | np.dtype | type, op: str = "dtype",
+             input: str | None = None) -> DType:
+    """Accept 'float32', np.float32, np.dtype('float32') or a DType; anything else raises
+    ``DtypeError`` naming ``op`` and the tensor ``input`` it was meant for."""
     if isinstance(value, DType):
         return value
     try:
         return DType(np.dtype(value).name)
     except (TypeError, ValueError):
         names = ", ".join(d.value for d in DType)
-        raise TypeError(f"unsupported dtype {value!r}; kernelgen supports {names}") from None
+        raise DtypeError(op, input, f"one kernelgen supports ({names})", repr(value)) from None
 
 
 FLOATS = frozenset({DType.float32, DType.float16, DType.float64})

@@ -19,6 +19,7 @@ import numpy as np
 
 from .errors import ArgumentError
 from .exec import Kernel, Program
+from .exec.arguments import bind_inputs
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,14 @@ def pipeline_io(kernels: Sequence[Kernel]) -> tuple[list[Any], list[Any]]:
 def _chain(kernels: Any) -> list[Kernel]:
     if isinstance(kernels, Program):
         return list(kernels.kernels)
-    return [kernels] if isinstance(kernels, Kernel) else list(kernels)
+    if isinstance(kernels, Kernel):
+        return [kernels]
+    if isinstance(kernels, (list, tuple)) and kernels and \
+            all(isinstance(k, Kernel) for k in kernels):
+        return list(kernels)
+    raise ArgumentError(f"bench takes a kernel or Program (what FusedOp.emit returns) or a "
+                        f"list of kernels, then its input arrays; got {type(kernels).__name__} "
+                        f"{kernels!r:.60}")
 
 
 def runner(kernels: Kernel | Sequence[Kernel] | Program, *inputs: np.ndarray
@@ -74,17 +82,14 @@ def runner(kernels: Kernel | Sequence[Kernel] | Program, *inputs: np.ndarray
     ins, _ = pipeline_io(chain)
     if isinstance(kernels, Program):
         env = kernels.bind(*inputs)
-        inputs = tuple(env[b.name] for b in ins)
-    if len(inputs) != len(ins):
-        raise ArgumentError(f"bench: the kernels take {len(ins)} inputs "
-                            f"({', '.join(b.name for b in ins)}), got {len(inputs)}")
+        arrays = [env[b.name] for b in ins]
+    else:  # checked as a call checks them: count, shape, dtype (never converted); C order made
+        callee = (f"bench: kernel '{chain[0].name}'" if len(chain) == 1 else
+                  f"bench: the chain {', '.join(repr(k.name) for k in chain)}")
+        arrays = bind_inputs(callee, ins, inputs, {})
     runtime = chain[0].runtime
     handles: dict[str, Any] = {}
-    for buf, arr in zip(ins, inputs):
-        arr = np.ascontiguousarray(arr, dtype=buf.dtype.numpy)
-        if arr.shape != buf.shape:
-            raise ArgumentError(f"bench: input '{buf.name}' expected shape {buf.shape}, "
-                                f"got {arr.shape}")
+    for buf, arr in zip(ins, arrays):
         handles[buf.name] = runtime.device_array(arr)
     for k in chain:
         for b in k.loop.outputs:

@@ -1,6 +1,7 @@
 """Row-major shape arithmetic shared by operators, the loop IR and the emitters."""
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Sequence
 
 
@@ -19,3 +20,17 @@ def row_major_strides(shape: Sequence[int]) -> list[int]:
         strides.append(acc)
         acc *= int(n)
     return strides[::-1]
+
+
+def as_int(value: object) -> int | None:
+    """``value`` as a Python int when it is an integer (an int, a NumPy integer), else None.
+
+    A float is refused even when integral (4.0), as NumPy's shapes and Python's indexing refuse
+    it: a size must not be valid or not by the luck of arithmetic (``n / 2``). A bool is refused
+    too: ``True`` as a size is a mistake, not 1."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        return None

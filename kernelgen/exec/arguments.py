@@ -50,7 +50,7 @@ def bind_inputs(callee: str, params: Sequence[Param], positional: Sequence[Any],
         given = len(positional) + len(named)
         raise ArgumentError(f"{callee} takes {len(params)} inputs ({', '.join(names)}), got "
                             f"{given}; missing {', '.join(missing)}")
-    return [np.ascontiguousarray(_checked(callee, p, v, "input")) for p, v in zip(params, slots)]
+    return [_contiguous(_checked(callee, p, v, "input")) for p, v in zip(params, slots)]
 
 
 def bind_outputs(callee: str, params: Sequence[Param], out: Any,
@@ -104,6 +104,11 @@ def _checked(callee: str, param: Param, value: Any, role: str) -> np.ndarray:
         raise ArgumentError(f"{callee}: {role} '{param.name}' expected dtype {param.dtype}, "
                             f"got {arr.dtype}")
     return arr
+
+
+def _contiguous(arr: np.ndarray) -> np.ndarray:
+    """``arr`` in C order, keeping its shape (``np.ascontiguousarray`` makes a 0-d array 1-d)."""
+    return arr if arr.flags.c_contiguous else np.ascontiguousarray(arr).reshape(arr.shape)
 
 
 class _Missing:

@@ -9,7 +9,7 @@ block stay ``Read`` leaves, now numbered by the fused operator's own inputs.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -22,6 +22,9 @@ from ..ir.node import _DIRECTNESS, Op, Value, _reads_with_axes
 from ..mapping_types import (Colour, FusionRule, IndexMap, MappingType, fresh_reduce_symbol,
                              fusion_rule, out_symbols, simplify_index)
 from ..mapping_types.index_map import simplify_guard
+
+
+_MAX_NAME = 64
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,12 @@ class FusedBlock:
 
     @property
     def name(self) -> str:
-        return "fused_" + "_".join(op.kind.lower() for op in self.ops)
+        """``fused_`` and the operators' kinds; a long block's name is cut short (PoCL aborts
+        the process on a kernel name that overflows its cache path)."""
+        name = "fused_" + "_".join(op.kind.lower() for op in self.ops)
+        if len(name) <= _MAX_NAME:
+            return name
+        return f"{name[:_MAX_NAME - 12].rsplit('_', 1)[0]}_and_{len(self.ops)}_ops"
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -111,7 +119,10 @@ class FusedBlock:
 def fuse(*ops: Op, outputs: Iterable[Op] | None = None, force: bool = False,
          conservative_oto_into_heavy: bool = False) -> FusedBlock:
     """The operators ``ops`` fused into one block (``kernelgen.fuse`` documents the rules;
-    it returns the same block as a ``FusedOp`` that emits itself)."""
+    it returns the same block as a ``FusedOp`` that emits itself). The block's inputs, which a
+    kernel takes in order, are those of its operators as written: operator by operator
+    (producers first), each operator's inputs in argument order. Distinct tensors must have
+    distinct names (kernel arguments are named after them)."""
     block = _check_block(ops)
     edges, block_type = _decide_edges(block, force, conservative_oto_into_heavy)
     consumed = {id(v) for op in block for v in op.inputs}
@@ -128,17 +139,30 @@ def fuse(*ops: Op, outputs: Iterable[Op] | None = None, force: bool = False,
                 f"outputs of one fused kernel must share a shape: '{outs[0].name}' is {shape}, "
                 f"'{op.name}' is {op.shape}; fuse them separately")
     inliner = _Inliner(block, shape)
-    bodies = [FusedOutput(op.name, op.shape, op.dtype, inliner.output_body(op)) for op in outs]
-    return FusedBlock(block, inliner.inputs, bodies, edges, block_type, inliner.ranges)
+    try:
+        bodies = [FusedOutput(op.name, op.shape, op.dtype, inliner.output_body(op))
+                  for op in outs]
+    except RecursionError:  # inlining recurses once per operator along a chain
+        raise FusionError(f"the block's chains of operators are too deep to inline as one "
+                          f"kernel ({len(block)} operators); fuse it in shorter pieces") from None
+    inputs, bodies = _in_written_order(block, inliner.inputs, bodies)
+    _check_names(inputs, outs)
+    return FusedBlock(block, inputs, bodies, edges, block_type, inliner.ranges)
 
 
 def _check_block(ops: Sequence[Op]) -> list[Op]:
     if not ops:
         raise FusionError("fuse() needs at least one operator")
     for op in ops:
+        if isinstance(op, (list, tuple)):
+            raise FusionError(f"fuse() takes operators as separate arguments, got a "
+                              f"{type(op).__name__}; unpack it: fuse(*ops)")
+        if isinstance(op, Value) and not isinstance(op, Op):
+            raise FusionError(f"fuse() takes operators; '{op.name}' is an input tensor "
+                              f"({type(op).__name__}), not an operator")
         if not isinstance(op, Op):
-            raise FusionError(f"fuse() takes operators; '{getattr(op, 'name', op)}' is an input "
-                              f"tensor ({type(op).__name__})")
+            raise FusionError(f"fuse() takes operators (what kg.add, kg.conv, ... return), got "
+                              f"{type(op).__name__} {op!r:.40}")
     unique: list[Op] = []
     for op in ops:
         if not any(op is u for u in unique):
@@ -168,6 +192,55 @@ def _check_block(ops: Sequence[Op]) -> list[Op]:
                     f"operators (it feeds '{op.name}' and depends on the block); include it or "
                     f"split the block")
     return order
+
+
+def _in_written_order(block: list[Op], inputs: list[Value], outputs: list[FusedOutput]
+                      ) -> tuple[list[Value], list[FusedOutput]]:
+    """The block's inputs in the order the user wrote them: operator by operator (producers
+    first, as ``fuse`` was given them), each operator's inputs in its argument order, so that
+    ``kernel(*arrays)`` takes ``gather(data, indices)``'s arrays as (data, indices). The inliner
+    meets them in another order (a Gather's indices before its data); the bodies' ``Read``
+    slots are renumbered to match."""
+    rank: dict[int, int] = {}
+    for op in block:
+        for v in op.inputs:
+            rank.setdefault(id(v), len(rank))
+    order = sorted(range(len(inputs)), key=lambda k: rank[id(inputs[k])])
+    if order == list(range(len(inputs))):
+        return inputs, outputs
+    slot = {old: new for new, old in enumerate(order)}
+
+    def renumber(node: Expr, recurse: Any) -> Expr | None:
+        if isinstance(node, Read):
+            data = tuple((s, n, recurse(v)) for s, n, v in node.data)
+            return replace(node, slot=slot[node.slot], data=data)
+        return None
+
+    bodies = [replace(o, body=transform(o.body, renumber)) for o in outputs]
+    return [inputs[k] for k in order], bodies
+
+
+def _check_names(inputs: list[Value], outputs: list[Op]) -> None:
+    """Kernel parameters and metadata name buffers by their tensors' names: two distinct tensors
+    with one name would be one parameter (the interpreter read x - x as 0)."""
+    seen: dict[str, Value] = {}
+    for value in [*inputs, *outputs]:
+        first = seen.setdefault(value.name, value)
+        if first is value:
+            continue
+        if isinstance(first, Op):
+            kind = value.kind if isinstance(value, Op) else type(value).__name__
+            raise FusionError(f"two outputs of one fused block are both named '{value.name}' "
+                              f"({first.kind}, {kind}); rename one")
+        if isinstance(value, Op):
+            raise FusionError(
+                f"input tensor '{value.name}' has the name of the block's output '{value.name}' "
+                f"({value.kind}); kernel arguments are named after their tensors, so rename the "
+                f"input tensor")
+        raise FusionError(
+            f"two distinct input tensors of one fused block are both named '{value.name}'; "
+            f"kernel arguments are named after their tensors, so rename one "
+            f"(e.g. kg.tensor('{value.name}_1', ...))")
 
 
 def _reaches(value: Value, members: set[int], seen: set[int] | None = None) -> bool:

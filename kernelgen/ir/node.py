@@ -14,7 +14,7 @@ import sympy
 from ..dtypes import DType, as_dtype
 from ..errors import ShapeError
 from ..mapping_types import IndexMap, MappingType, classify
-from ..shapes import prod
+from ..shapes import as_int, prod
 from .expr import Expr, Read, Reduce
 
 Shape = tuple[int, ...]
@@ -164,13 +164,26 @@ def constant(name: str, value: Any) -> Constant:
     array = np.ascontiguousarray(value)
     if array.ndim == 0 or 0 in array.shape:
         raise ShapeError("constant", name, "a non-empty array of rank >= 1", array.shape)
-    return Constant(name, tuple(array.shape), as_dtype(array.dtype), array)
+    return Constant(name, tuple(array.shape), as_dtype(array.dtype, "constant", name), array)
 
 
 def tensor(name: str, shape: tuple[int, ...] | list[int], dtype: DType | str = "float32") -> Value:
     """A symbolic input tensor."""
-    shape = tuple(int(s) for s in shape)
-    for axis, s in enumerate(shape):
-        if s < 1:
-            raise ShapeError("tensor", name, "every dimension >= 1", shape, axis)
-    return Placeholder(name, shape, as_dtype(dtype))
+    if not isinstance(name, str):
+        raise TypeError(f"tensor: the name must be a str, got {type(name).__name__} {name!r}")
+    try:
+        given = tuple(shape) if not isinstance(shape, str) else None
+    except TypeError:
+        given = None
+    if given is None:
+        raise ShapeError("tensor", name, "a shape: a tuple or list of int sizes", repr(shape))
+    sizes: list[int] = []
+    for axis, s in enumerate(given):
+        n = as_int(s)
+        if n is None:  # 2.5 was truncated to 2
+            raise ShapeError("tensor", name, "int sizes (not floats, bools or strings)",
+                             repr(given), axis)
+        if n < 1:
+            raise ShapeError("tensor", name, "every dimension >= 1", given, axis)
+        sizes.append(n)
+    return Placeholder(name, tuple(sizes), as_dtype(dtype, "tensor", name))

@@ -1,7 +1,7 @@
 """Shared pieces of operator construction: axis checks, broadcasting maps, the Op factory."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import sympy
@@ -11,6 +11,7 @@ from ..errors import AttributeError_, AxisError, BroadcastError, DtypeError, Ker
 from ..ir.expr import Expr, Read
 from ..ir.node import MathProperties, Op, Value, new_name
 from ..mapping_types import out_symbols
+from ..shapes import as_int
 
 Shape = tuple[int, ...]
 
@@ -22,17 +23,49 @@ def check_value(op: str, value: object, input: str) -> Value:
     return value
 
 
-def normalize_axis(op: str, value: Value, axis: int, rank: int | None = None) -> int:
+def int_attr(op: str, attribute: str, value: object, minimum: int | None = None) -> int:
+    """``value`` as an int (an int or a NumPy integer; a float, even 4.0, or a bool raises
+    ``AttributeError_``, see ``shapes.as_int``), at least ``minimum`` when given."""
+    n = as_int(value)
+    if n is None:
+        expected = "an integer" if minimum is None else f"an integer >= {minimum}"
+        raise AttributeError_(op, attribute, expected, value)
+    if minimum is not None and n < minimum:
+        raise AttributeError_(op, attribute, f"an integer >= {minimum}", value)
+    return n
+
+
+def int_list(op: str, attribute: str, values: object, minimum: int | None = None) -> list[int]:
+    """``values`` (a list or tuple of integers) as ints, each at least ``minimum`` when given;
+    anything else raises ``AttributeError_`` naming ``attribute`` with the whole value."""
+    expected = "a list of integers" + ("" if minimum is None else f" >= {minimum}")
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise AttributeError_(op, attribute, expected, values)
+    given = list(values)
+    out: list[int] = []
+    for v in given:
+        n = as_int(v)
+        if n is None or (minimum is not None and n < minimum):
+            raise AttributeError_(op, attribute, expected, given)
+        out.append(n)
+    return out
+
+
+def normalize_axis(op: str, value: Value, axis: int, rank: int | None = None,
+                   attribute: str = "axis") -> int:
+    """``axis`` in [0, rank): a non-integer raises AttributeError_, one out of range AxisError."""
     rank = value.rank if rank is None else rank
-    if not -rank <= axis < rank:
-        raise AxisError(op, value.name, axis, rank)
-    return axis % rank
+    n = int_attr(op, attribute, axis)
+    if not -rank <= n < rank:
+        raise AxisError(op, value.name, n, rank)
+    return n % rank
 
 
 def normalize_axes(op: str, value: Value, axes: Sequence[int], rank: int | None = None,
                    attribute: str = "axes") -> tuple[int, ...]:
     """Axes in [0, rank); an axis out of range raises AxisError, a repeated one AttributeError_."""
-    normalized = tuple(normalize_axis(op, value, a, rank) for a in axes)
+    int_list(op, attribute, axes)
+    normalized = tuple(normalize_axis(op, value, a, rank, attribute) for a in axes)
     if len(set(normalized)) != len(normalized):
         raise AttributeError_(op, attribute, "distinct axes", list(axes))
     return normalized

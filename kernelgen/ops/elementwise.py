@@ -221,6 +221,6 @@ def clip(x: Value, min: float | Value | None = None, max: float | Value | None =
 
 def cast_op(x: Value, to: DType | str) -> Op:
     """ONNX Cast between float32/float16/float64/int32/int64/bool."""
-    to = as_dtype(to)
+    to = as_dtype(to, "Cast (attribute 'to')", getattr(x, "name", None))
     body = cast(broadcast_read(0, x, x.shape), to)
     return make_op("Cast", [x], x.shape, to, body, {"to": str(to)})

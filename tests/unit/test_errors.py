@@ -301,3 +301,154 @@ def test_unknown_backend_lists_the_known_ones():
     loop = kg.fuse(kg.relu(kg.tensor("x", (3,)))).lower()
     err = _raises(kg.UnsupportedError, kg.compile_loop, loop, "vulkan")
     assert "opencl" in str(err) and "neon" in str(err) and "triton" in str(err)
+
+
+# --- integer attributes and sizes (probe D11, D12) -----------------------------------------
+
+_X, _W = ((1, 3, 8, 8), (4, 3, 3, 3))
+
+
+@pytest.mark.parametrize(("attribute", "value"), [
+    ("group", 0), ("group", 1.5), ("strides", [0, 0]), ("strides", [1, -1]),
+    ("dilations", [0, 0]), ("dilations", [1, 1.5]), ("pads", [0, 0, 0, 0.5])])
+def test_conv_attributes_must_be_positive_integers(attribute, value):
+    err = _raises(kg.AttributeError_, kg.conv, kg.tensor("x", _X), kg.tensor("w", _W),
+                  **{attribute: value})
+    assert err.op == "Conv" and err.attribute == attribute
+    msg = str(err)
+    assert f"'{attribute}'" in msg and "integer" in msg and str(value) in msg
+    if attribute != "pads":  # negative pads crop, so only integrality is asked of them
+        assert ">= 1" in msg
+
+
+@pytest.mark.parametrize("pool", [kg.max_pool, kg.average_pool])
+@pytest.mark.parametrize(("attribute", "value"), [("strides", [0, 0]), ("dilations", [0, 1]),
+                                                  ("kernel_shape", [2.0, 2])])
+def test_pool_windows_must_be_positive_integers(pool, attribute, value):
+    kwargs = {"kernel_shape": [2, 2], attribute: value}
+    err = _raises(kg.AttributeError_, pool, kg.tensor("x", _X), **kwargs)
+    assert err.op in ("MaxPool", "AveragePool") and err.attribute == attribute
+    assert err.op in str(err) and f"'{attribute}'" in str(err)
+
+
+@pytest.mark.parametrize("size", [2.5, 4.0, True, "3", None])
+def test_tensor_sizes_must_be_integers(size):
+    err = _raises(kg.ShapeError, kg.tensor, "x", (size, 4))
+    assert err.op == "tensor" and err.input == "x" and err.axis == 0
+    assert "int sizes" in str(err) and repr(size) in str(err)
+
+
+def test_numpy_integer_sizes_and_attributes_are_accepted():
+    x = kg.tensor("x", (np.int64(3), np.int32(4)))
+    assert x.shape == (3, 4) and all(type(n) is int for n in x.shape)
+    assert kg.reshape(x, (np.int64(4), 3)).shape == (4, 3)
+    assert kg.slice(x, [np.int64(1)], [3], [0]).shape == (2, 4)
+    assert kg.softmax(x, axis=np.int64(1)).shape == (3, 4)
+
+
+@pytest.mark.parametrize(("attribute", "kwargs"), [
+    ("starts", {"starts": [1.5], "ends": [3]}), ("ends", {"starts": [0], "ends": [2.0]}),
+    ("steps", {"starts": [0], "ends": [3], "steps": [1.0]})])
+def test_slice_bounds_must_be_integers(attribute, kwargs):
+    err = _raises(kg.AttributeError_, kg.slice, kg.tensor("x", (6, 4)), axes=[0], **kwargs)
+    assert err.op == "Slice" and err.attribute == attribute
+
+
+def test_reshape_sizes_must_be_integers():
+    err = _raises(kg.AttributeError_, kg.reshape, kg.tensor("x", (3, 4)), (4.0, 3))
+    assert err.op == "Reshape" and err.attribute == "shape" and "integers" in str(err)
+
+
+@pytest.mark.parametrize("axis", ["1", 1.0, True])
+def test_non_integer_axes_are_refused(axis):
+    err = _raises(kg.AttributeError_, kg.softmax, kg.tensor("x", (3, 4)), axis=axis)
+    assert err.op == "Softmax" and err.attribute == "axis" and "integer" in str(err)
+    err = _raises(kg.AttributeError_, kg.reduce_sum, kg.tensor("x", (3, 4)), [axis])
+    assert err.op == "ReduceSum" and err.attribute == "axes"
+
+
+# --- messages (probe D16) ------------------------------------------------------------------
+
+def test_concat_of_nothing():
+    err = _raises(kg.ShapeError, kg.concat, [], axis=0)
+    assert err.op == "Concat" and "non-empty list" in str(err)
+
+
+def test_matmul_batch_mismatch_names_the_users_tensors_and_shapes():
+    err = _raises(kg.ShapeError, kg.matmul, kg.tensor("left", (2, 3, 4)),
+                  kg.tensor("right", (3, 4, 6)))
+    assert err.op == "MatMul" and err.input == "right" and err.axis == 0
+    msg = str(err)
+    assert "'left' (2, 3, 4)" in msg and "(3, 4, 6)" in msg and "batch" in msg
+
+
+def test_fuse_of_a_list_says_to_unpack_it():
+    err = _raises(kg.FusionError, kg.fuse, [kg.relu(kg.tensor("x", (3,)))])
+    assert "separate arguments" in str(err) and "fuse(*ops)" in str(err)
+    err = _raises(kg.FusionError, kg.fuse, 3)
+    assert "int" in str(err) and "input tensor" not in str(err)
+
+
+def test_split_into_too_many_pieces_reports_num_outputs():
+    err = _raises(kg.AttributeError_, kg.split, kg.tensor("s", (3, 4)), num_outputs=5)
+    assert err.attribute == "num_outputs" and err.got == 5
+    assert "'s'" in str(err) and "size 3" in str(err)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "complex64", "bfloat16", "uint8"])
+def test_unsupported_dtypes_are_dtype_errors_naming_the_tensor(dtype):
+    err = _raises(kg.DtypeError, kg.tensor, "weights", (3,), dtype)
+    assert isinstance(err, TypeError) and err.input == "weights"
+    assert dtype in str(err) and "float32" in str(err)
+
+
+def test_unsupported_constant_and_cast_dtypes():
+    err = _raises(kg.DtypeError, kg.constant, "c", np.ones(3, "int8"))
+    assert err.input == "c" and "int8" in str(err)
+    err = _raises(kg.DtypeError, kg.cast, kg.tensor("x", (3,)), to="int8")
+    assert err.input == "x" and "Cast" in str(err) and "'to'" in str(err)
+
+
+# --- names (probe D7) ----------------------------------------------------------------------
+
+def test_distinct_inputs_with_one_name_are_refused():
+    err = _raises(kg.FusionError, kg.fuse, kg.sub(kg.tensor("x", (3,)), kg.tensor("x", (3,))))
+    assert "'x'" in str(err) and "rename" in str(err)
+    x = kg.tensor("x", (3,))
+    assert len(kg.fuse(kg.sub(x, x)).inputs) == 1  # one tensor used twice is one input
+
+
+def test_an_input_named_like_the_blocks_output_is_refused():
+    x = kg.tensor("x", (3,))
+    r = kg.relu(x)
+    clash = kg.tensor(r.name, (3,))
+    err = _raises(kg.FusionError, kg.fuse, r, kg.add(clash, x))
+    assert f"'{r.name}'" in str(err) and "rename" in str(err)
+
+
+def test_two_outputs_named_alike_are_refused():
+    x = kg.tensor("x", (3,))
+    a, b = kg.relu(x), kg.exp(x)
+    b.name = a.name
+    err = _raises(kg.FusionError, kg.fuse, a, b)
+    assert f"'{a.name}'" in str(err) and "Relu" in str(err) and "Exp" in str(err)
+
+
+# --- bench (probe D13) ---------------------------------------------------------------------
+
+def test_bench_checks_dtypes_before_the_device(kernel, monkeypatch):
+    def no_device(*args, **kwargs):
+        raise kernel.DeviceUsed
+
+    monkeypatch.setattr(kernel.runtime, "device_array", no_device)
+    a, = _arrays((4, 8))
+    b, = _arrays((8,), dtype=np.float16)
+    err = _raises(kg.ArgumentError, kg.bench, kernel, a, b)
+    msg = str(err)
+    assert kernel.name in msg and "'b'" in msg and "float32" in msg and "float16" in msg
+
+
+@pytest.mark.parametrize("thing", [lambda x: x, [], "kernel", None])
+def test_bench_takes_kernels(thing):
+    err = _raises(kg.ArgumentError, kg.bench, thing, np.zeros(3, "f4"))
+    assert "bench takes a kernel" in str(err)

@@ -19,8 +19,8 @@ from ..base import Capabilities
 from ..c.contraction import FLAT_K, ContractionEmitter
 from ..c.vector import VectorPrinter, read_together, split_guard
 from ..printer import Scope
-from .language import (BARRIER, BUFFER_TYPES, FLOAT, INT, SCALAR_TYPES, VECTOR, Launch,
-                       OpenCLSource, vector_syntax)
+from .language import (BARRIER, BUFFER_TYPES, FLOAT, INT, RESERVED_NAMES, RESERVED_PREFIXES,
+                       SCALAR_TYPES, VECTOR, Launch, OpenCLSource, vector_syntax)
 from .schedule import (PACK_LOCAL, UNROLLED_LANES, OpenCLSchedule, TilePlan, WindowPlan,
                        vector_epilogue)
 
@@ -41,6 +41,7 @@ class OpenCLPrinter(ContractionEmitter):
     vector = VECTOR
     input_qualifier, output_qualifier = "__global const ", "__global "
     unroll_pragma = '_Pragma("unroll")'
+    reserved_names, reserved_prefixes = RESERVED_NAMES, RESERVED_PREFIXES
 
     def __init__(self, schedule: OpenCLSchedule, caps: Capabilities) -> None:
         super().__init__(schedule.loop, caps)

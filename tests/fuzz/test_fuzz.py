@@ -1,0 +1,69 @@
+"""The differential fuzzer's CI slice: random fused blocks (elementwise with broadcasting,
+Reorganize/Shuffle, reductions, contractions, windows, gathers) on awkward shapes, with NaN,
++-Inf, -0, subnormals, huge and tiny values, on every backend against ONNX's reference
+(``judge.py`` says how values are judged). A failure prints Hypothesis's shrunk example and a
+self-contained reproducer. The long run is ``tests/fuzz/run.py`` (its docstring has the
+commands); ``test_fuzz_long`` runs it under pytest when KERNELGEN_FUZZ_CASES is set."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import BACKENDS, require
+from hypothesis import HealthCheck, given, reject, settings
+
+sys.path.insert(0, str(Path(__file__).parent))
+from generate import Block, blocks  # noqa: E402
+from judge import Unjudgeable, check, prepare  # noqa: E402
+from repro import reproducer  # noqa: E402
+
+# examples per backend: about 3 minutes in all on 2 cores (NEON builds C through SIMDe, the
+# Triton interpreter runs every program in Python, so their blocks are fewer and smaller)
+EXAMPLES = {"interp": 150, "opencl": 60, "neon": 25, "triton": 60}
+MAX_NUMEL = {"interp": 600, "opencl": 600, "neon": 600, "triton": 60}
+TRITON_FLOPS = 5_000
+
+
+def check_block(block: Block, backend: str) -> None:
+    try:
+        case = prepare(block)
+    except Unjudgeable:
+        reject()
+    if backend == "triton" and case.flops() > TRITON_FLOPS:
+        reject()
+    problem = check(case, backend)
+    if problem is not None:
+        raise AssertionError(f"{problem.kind} on {backend}; reproducer:\n"
+                             + reproducer(case, backend, problem.text))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fuzz(backend: str) -> None:
+    require(backend)
+
+    @settings(max_examples=EXAMPLES[backend], derandomize=True, database=None, deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(block=blocks(MAX_NUMEL[backend]))
+    def fuzz(block: Block) -> None:
+        check_block(block, backend)
+
+    fuzz()
+
+
+@pytest.mark.fuzz_long
+@pytest.mark.skipif(not os.environ.get("KERNELGEN_FUZZ_CASES"),
+                    reason="the long fuzz run: set KERNELGEN_FUZZ_CASES (and optionally "
+                           "KERNELGEN_FUZZ_SEED, KERNELGEN_FUZZ_BACKENDS)")
+def test_fuzz_long() -> None:
+    from run import as_json, fuzz
+    backends = os.environ.get("KERNELGEN_FUZZ_BACKENDS", ",".join(BACKENDS)).split(",")
+    for b in backends:
+        require(b)
+    summary = fuzz(int(os.environ["KERNELGEN_FUZZ_CASES"]),
+                   int(os.environ.get("KERNELGEN_FUZZ_SEED", "0")), backends)
+    data = as_json(summary)
+    assert not data["signatures"], "\n\n".join(
+        f"{sig} ({e['count']} cases, known: {e['known']})\n{e['reproducer']}"
+        for sig, e in data["signatures"].items())
