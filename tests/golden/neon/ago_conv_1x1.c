@@ -41,7 +41,7 @@ static inline int32x4_t kg_vlanes_s32(int32_t first, int32_t step)
 // (each packs its row of every panel in the block, reading runs of the input), then over tiles.
 #include <stdlib.h>
 #define kg_min(a, b) ((a) < (b) ? (a) : (b))
-void kg_fused_conv_relu_conv_45def0c38e69(const float* restrict in0,
+void kg_fused_conv_relu_conv_1f200864b544(const float* restrict in0,
         const float* restrict in1,
         const float* restrict in2,
         float* restrict out0)
@@ -110,19 +110,19 @@ void kg_fused_conv_relu_conv_45def0c38e69(const float* restrict in0,
                                 }
                             }
                         }
-                        const float32x4_t v27 = vmaxnmq_f32(vacc8, vdupq_n_f32(0.0f));
+                        const float32x4_t v27 = vmaxq_f32(vacc8, vdupq_n_f32(0.0f));
                         vst1q_f32(kg_b + kg_jv, v27);
-                        const float32x4_t v28 = vmaxnmq_f32(vacc9, vdupq_n_f32(0.0f));
+                        const float32x4_t v28 = vmaxq_f32(vacc9, vdupq_n_f32(0.0f));
                         vst1q_f32(kg_b + kg_jv + 8, v28);
-                        const float32x4_t v29 = vmaxnmq_f32(vacc10, vdupq_n_f32(0.0f));
+                        const float32x4_t v29 = vmaxq_f32(vacc10, vdupq_n_f32(0.0f));
                         vst1q_f32(kg_b + kg_jv + 16, v29);
-                        const float32x4_t v30 = vmaxnmq_f32(vacc11, vdupq_n_f32(0.0f));
+                        const float32x4_t v30 = vmaxq_f32(vacc11, vdupq_n_f32(0.0f));
                         vst1q_f32(kg_b + kg_jv + 24, v30);
-                        const float32x4_t v31 = vmaxnmq_f32(vacc12, vdupq_n_f32(0.0f));
+                        const float32x4_t v31 = vmaxq_f32(vacc12, vdupq_n_f32(0.0f));
                         vst1q_f32(kg_b + kg_jv + 32, v31);
-                        const float32x4_t v32 = vmaxnmq_f32(vacc13, vdupq_n_f32(0.0f));
+                        const float32x4_t v32 = vmaxq_f32(vacc13, vdupq_n_f32(0.0f));
                         vst1q_f32(kg_b + kg_jv + 40, v32);
-                        const float32x4_t v33 = vmaxnmq_f32(vacc14, vdupq_n_f32(0.0f));
+                        const float32x4_t v33 = vmaxq_f32(vacc14, vdupq_n_f32(0.0f));
                         vst1q_f32(kg_b + kg_jv + 48, v33);
                     } else {
                         for (int kg_j = kg_jv; kg_j < kg_jv + 4; ++kg_j) {
@@ -165,19 +165,19 @@ void kg_fused_conv_relu_conv_45def0c38e69(const float* restrict in0,
                                     }
                                 }
                             }
-                            const float t62 = fmaxf(acc36, 0.0f);
+                            const float t62 = (((acc36 > 0.0f) | isnan(acc36)) ? acc36 : 0.0f);
                             kg_b[kg_j] = t62;
-                            const float t63 = fmaxf(acc37, 0.0f);
+                            const float t63 = (((acc37 > 0.0f) | isnan(acc37)) ? acc37 : 0.0f);
                             kg_b[8 + kg_j] = t63;
-                            const float t64 = fmaxf(acc38, 0.0f);
+                            const float t64 = (((acc38 > 0.0f) | isnan(acc38)) ? acc38 : 0.0f);
                             kg_b[16 + kg_j] = t64;
-                            const float t65 = fmaxf(acc39, 0.0f);
+                            const float t65 = (((acc39 > 0.0f) | isnan(acc39)) ? acc39 : 0.0f);
                             kg_b[24 + kg_j] = t65;
-                            const float t66 = fmaxf(acc40, 0.0f);
+                            const float t66 = (((acc40 > 0.0f) | isnan(acc40)) ? acc40 : 0.0f);
                             kg_b[32 + kg_j] = t66;
-                            const float t67 = fmaxf(acc41, 0.0f);
+                            const float t67 = (((acc41 > 0.0f) | isnan(acc41)) ? acc41 : 0.0f);
                             kg_b[40 + kg_j] = t67;
-                            const float t68 = fmaxf(acc42, 0.0f);
+                            const float t68 = (((acc42 > 0.0f) | isnan(acc42)) ? acc42 : 0.0f);
                             kg_b[48 + kg_j] = t68;
                         }
                     }

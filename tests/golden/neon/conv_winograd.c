@@ -168,7 +168,7 @@ void kg_fused_winogradgemm_656554a4a2a4(const float* restrict in0,
 // fused_conv_relu
 //   in0: input 'winogradgemm_#2' float32[4, 4, 6, 1, 4, 4]
 //   out0: output 'y' float32[1, 6, 8, 8]
-void kg_fused_conv_relu_cd982265fdc7(const float* restrict in0,
+void kg_fused_conv_relu_c8c7b5e1a547(const float* restrict in0,
         float* restrict out0)
 {
     for (int g1 = 0; g1 < 48; ++g1) {
@@ -210,7 +210,7 @@ void kg_fused_conv_relu_cd982265fdc7(const float* restrict in0,
             const float t36 = t26 - t35;
             const float t37 = t26 + t35;
             const float t38 = t4 ? t36 : t37;
-            const float t39 = fmaxf(t38, 0.0f);
+            const float t39 = (((t38 > 0.0f) | isnan(t38)) ? t38 : 0.0f);
             out0[64 * o0 + 8 * o1 + o2] = t39;
         }
     }

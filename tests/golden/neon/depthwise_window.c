@@ -55,7 +55,7 @@ static inline int32x4_t kg_vlanes_s32(int32_t first, int32_t step)
 //   in0: input 'x' float32[1, 4, 13, 16]
 //   in1: input 'w' float32[4, 1, 3, 3]
 //   out0: output 'y' float32[1, 4, 13, 16]
-void kg_fused_relu_conv_sigmoid_48b8224c4233(const float* restrict in0,
+void kg_fused_relu_conv_sigmoid_de981d855f43(const float* restrict in0,
         const float* restrict in1,
         float* restrict out0)
 {
@@ -82,7 +82,7 @@ void kg_fused_relu_conv_sigmoid_48b8224c4233(const float* restrict in0,
                                 v9 = vld1q_f32(lanes10 + 0);
                             }
                         }
-                        const float32x4_t v11 = vmaxnmq_f32(v9, vdupq_n_f32(0.0f));
+                        const float32x4_t v11 = vmaxq_f32(v9, vdupq_n_f32(0.0f));
                         const float32x4_t v12 = vbslq_f32(v8, v11, vdupq_n_f32(0.0f));
                         const float t13 = in1[3 * r6 + 9 * r5 + 9 * o0 + r7];
                         vacc4 = vfmaq_f32(vacc4, v12, vdupq_n_f32(t13));

@@ -15,24 +15,26 @@
 #define KG_FLOORMOD(a, b) ((((a) % (b)) + (b)) % (b))
 
 // fused_gather_relu
-//   in0: input 'i' int64[7]
-//   in1: input 'd' float32[10, 6]
+//   in0: input 'd' float32[10, 6]
+//   in1: input 'i' int64[7]
 //   out0: output 'y' float32[7, 6]
-void kg_fused_gather_relu_70322f3373a3(const int64_t* restrict in0,
-        const float* restrict in1,
+void kg_fused_gather_relu_6683dd51a9cb(const float* restrict in0,
+        const int64_t* restrict in1,
         float* restrict out0)
 {
     for (int g1 = 0; g1 < 7; ++g1) {
         const int o0 = g1;
         for (int o1 = 0; o1 < 6; ++o1) {
-            const int64_t t4 = in0[o0];
+            const int64_t t4 = in1[o0];
             const bool t5 = t4 < 0L;
             const int64_t t6 = t4 + 10L;
             const int64_t t7 = t5 ? t6 : t4;
-            const int ix3 = (int)(t7);
-            const float t8 = in1[6 * ix3 + o1];
-            const float t9 = fmaxf(t8, 0.0f);
-            out0[6 * o0 + o1] = t9;
+            const int64_t t8 = (t7 > 0L ? t7 : 0L);
+            const int64_t t9 = (t8 < 9L ? t8 : 9L);
+            const int ix3 = (int)(t9);
+            const float t10 = in0[6 * ix3 + o1];
+            const float t11 = (((t10 > 0.0f) | isnan(t10)) ? t10 : 0.0f);
+            out0[6 * o0 + o1] = t11;
         }
     }
 }

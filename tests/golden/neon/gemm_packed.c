@@ -33,7 +33,7 @@
 // (each packs its row of every panel in the block, reading runs of the input), then over tiles.
 #include <stdlib.h>
 #define kg_min(a, b) ((a) < (b) ? (a) : (b))
-void kg_fused_gemm_relu_739db7199bb1(const float* restrict in0,
+void kg_fused_gemm_relu_1db6a547b850(const float* restrict in0,
         const float* restrict in1,
         const float* restrict in2,
         float* restrict out0)
@@ -106,7 +106,7 @@ void kg_fused_gemm_relu_739db7199bb1(const float* restrict in0,
                     const int o1 = kg_col;
                     const float t10 = in2[o1];
                     const float t11 = kg_acc_at + t10;
-                    const float t12 = fmaxf(t11, 0.0f);
+                    const float t12 = (((t11 > 0.0f) | isnan(t11)) ? t11 : 0.0f);
                     out0[9 * o0 + o1] = t12;
                 }
             }

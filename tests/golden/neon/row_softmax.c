@@ -43,10 +43,23 @@ static inline float32x4_t kg_vexpq_f32(float32x4_t x)
     return vbslq_f32(vceqq_f32(x, x), y, x);
 }
 
+// vmaxvq_f32 across the lanes, NaN when a lane is NaN (ONNX ReduceMax, MaxPool): AArch64's
+// instruction propagates NaN, SIMDe's version skips it, so other targets fold lanes pairwise
+// with vmaxq_f32, which propagates NaN in both.
+static inline float kg_vmaxvq_f32(float32x4_t v)
+{
+#if defined(__aarch64__)
+    return vmaxvq_f32(v);
+#else
+    const float32x4_t h = vmaxq_f32(v, vextq_f32(v, v, 2));
+    return vgetq_lane_f32(vmaxq_f32(h, vextq_f32(h, h, 1)), 0);
+#endif
+}
+
 // fused_softmax
 //   in0: input 'x' float32[64, 1000]
 //   out0: output 'y' float32[64, 1000]
-void kg_fused_softmax_7b5e312a73a1(const float* restrict in0,
+void kg_fused_softmax_aaa6eb765442(const float* restrict in0,
         float* restrict out0)
 {
     #pragma omp parallel for schedule(static)
@@ -56,9 +69,9 @@ void kg_fused_softmax_7b5e312a73a1(const float* restrict in0,
         int i5 = 0;
         for (; i5 + 4 <= 1000; i5 += 4) {
             const float32x4_t v6 = vld1q_f32(in0 + 1000 * o0 + i5);
-            vacc3 = vmaxnmq_f32(vacc3, v6);
+            vacc3 = vmaxq_f32(vacc3, v6);
         }
-        float acc4 = vmaxnmvq_f32(vacc3);
+        float acc4 = kg_vmaxvq_f32(vacc3);
         float32x4_t vacc7 = vdupq_n_f32(0.0f);
         int i9 = 0;
         for (; i9 + 4 <= 1000; i9 += 4) {

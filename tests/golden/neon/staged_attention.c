@@ -43,12 +43,25 @@ static inline float32x4_t kg_vexpq_f32(float32x4_t x)
     return vbslq_f32(vceqq_f32(x, x), y, x);
 }
 
+// vmaxvq_f32 across the lanes, NaN when a lane is NaN (ONNX ReduceMax, MaxPool): AArch64's
+// instruction propagates NaN, SIMDe's version skips it, so other targets fold lanes pairwise
+// with vmaxq_f32, which propagates NaN in both.
+static inline float kg_vmaxvq_f32(float32x4_t v)
+{
+#if defined(__aarch64__)
+    return vmaxvq_f32(v);
+#else
+    const float32x4_t h = vmaxq_f32(v, vextq_f32(v, v, 2));
+    return vgetq_lane_f32(vmaxq_f32(h, vextq_f32(h, h, 1)), 0);
+#endif
+}
+
 // fused_matmul_softmax_matmul
 //   in0: input 'q' float32[16, 8]
 //   in1: input 'k' float32[8, 10]
 //   in2: input 'v' float32[10, 4]
 //   out0: output 'y' float32[16, 4]
-void kg_fused_matmul_softmax_matmul_26b6a62f3505(const float* restrict in0,
+void kg_fused_matmul_softmax_matmul_9188fb631010(const float* restrict in0,
         const float* restrict in1,
         const float* restrict in2,
         float* restrict out0)
@@ -90,12 +103,12 @@ void kg_fused_matmul_softmax_matmul_26b6a62f3505(const float* restrict in0,
         int i21 = 0;
         for (; i21 + 4 <= 10; i21 += 4) {
             const float32x4_t v22 = vld1q_f32(kg_stage0_0 + i21);
-            vacc19 = vmaxnmq_f32(vacc19, v22);
+            vacc19 = vmaxq_f32(vacc19, v22);
         }
-        float acc20 = vmaxnmvq_f32(vacc19);
+        float acc20 = kg_vmaxvq_f32(vacc19);
         for (; i21 < 10; ++i21) {
             const float t23 = kg_stage0_0[i21];
-            acc20 = fmaxf(acc20, t23);
+            acc20 = (((acc20 > t23) | isnan(acc20)) ? acc20 : t23);
         }
         float32x4_t vacc24 = vdupq_n_f32(0.0f);
         int i26 = 0;
@@ -116,12 +129,12 @@ void kg_fused_matmul_softmax_matmul_26b6a62f3505(const float* restrict in0,
         int i35 = 0;
         for (; i35 + 4 <= 10; i35 += 4) {
             const float32x4_t v36 = vld1q_f32(kg_stage0_1 + i35);
-            vacc33 = vmaxnmq_f32(vacc33, v36);
+            vacc33 = vmaxq_f32(vacc33, v36);
         }
-        float acc34 = vmaxnmvq_f32(vacc33);
+        float acc34 = kg_vmaxvq_f32(vacc33);
         for (; i35 < 10; ++i35) {
             const float t37 = kg_stage0_1[i35];
-            acc34 = fmaxf(acc34, t37);
+            acc34 = (((acc34 > t37) | isnan(acc34)) ? acc34 : t37);
         }
         float32x4_t vacc38 = vdupq_n_f32(0.0f);
         int i40 = 0;

@@ -3,8 +3,8 @@
 #define KG_FLOORDIV(a, b) (((a) - (((a) % (b) + (b)) % (b))) / (b))
 #define KG_FLOORMOD(a, b) ((((a) % (b)) + (b)) % (b))
 
-__kernel void fused_gather_relu(__global const long* restrict i,
-        __global const float* restrict d,
+__kernel void fused_gather_relu(__global const float* restrict d,
+        __global const long* restrict i,
         __global float* restrict y)
 {
     const int o1 = (int)get_global_id(0);
@@ -13,8 +13,10 @@ __kernel void fused_gather_relu(__global const long* restrict i,
     const bool t3 = t2 < 0L;
     const long t4 = t2 + 10L;
     const long t5 = t3 ? t4 : t2;
-    const int ix1 = (int)(t5);
-    const float t6 = d[6 * ix1 + o1];
-    const float t7 = fmax(t6, 0.0f);
-    y[6 * o0 + o1] = t7;
+    const long t6 = max(t5, 0L);
+    const long t7 = min(t6, 9L);
+    const int ix1 = (int)(t7);
+    const float t8 = d[6 * ix1 + o1];
+    const float t9 = (((t8 > 0.0f) | isnan(t8)) ? t8 : 0.0f);
+    y[6 * o0 + o1] = t9;
 }

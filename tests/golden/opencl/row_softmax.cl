@@ -13,11 +13,11 @@ __kernel void fused_softmax(__global const float* restrict x,
     int i3 = 0;
     for (; i3 + 8 <= 1000; i3 += 8) {
         const float8 v4 = vload8(0, x + 1000 * o0 + i3);
-        vacc1 = fmax(vacc1, v4);
+        vacc1 = (((vacc1 > v4) | isnan(vacc1)) ? vacc1 : v4);
     }
-    const float4 h5 = fmax(vacc1.lo, vacc1.hi);
-    const float2 h6 = fmax(h5.lo, h5.hi);
-    const float h7 = fmax(h6.lo, h6.hi);
+    const float4 h5 = (((vacc1.lo > vacc1.hi) | isnan(vacc1.lo)) ? vacc1.lo : vacc1.hi);
+    const float2 h6 = (((h5.lo > h5.hi) | isnan(h5.lo)) ? h5.lo : h5.hi);
+    const float h7 = (((h6.lo > h6.hi) | isnan(h6.lo)) ? h6.lo : h6.hi);
     float acc2 = h7;
     float8 vacc8 = ((float8)(0.0f));
     int i10 = 0;

@@ -29,7 +29,7 @@ __kernel void fused_matmul_softmax_matmul(__global const float* restrict q,
     _Pragma("unroll")
     for (int r8 = 0; r8 < 10; ++r8) {
         const float t9 = kg_stage0[r8];
-        acc7 = fmax(acc7, t9);
+        acc7 = (((acc7 > t9) | isnan(acc7)) ? acc7 : t9);
     }
     float acc10 = 0.0f;
     _Pragma("unroll")

@@ -4,13 +4,19 @@ import triton
 import triton.language as tl
 
 
+@triton.jit
+def kg_max(a, b):
+    # NaN propagates (NumPy's maximum, ONNX Max, ReduceMax, MaxPool); tl.maximum drops it
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
 # Parameters:
 #   in0: input 'x' float32[1, 5, 9, 11]
 #   in1: input 'w1' float32[7, 5, 3, 3]
 #   in2: input 'w2' float32[6, 7, 1, 1]
 #   out0: output 'y' float32[1, 6, 9, 11]
 @triton.jit
-def kg_fused_conv_relu_conv_2dc63a16e306(in0,
+def kg_fused_conv_relu_conv_433d2ade1158(in0,
         in1,
         in2,
         out0,
@@ -39,7 +45,7 @@ def kg_fused_conv_relu_conv_2dc63a16e306(in0,
                     t19 = tl.load(in1 + (3 * r15 + 45 * r5 + 9 * r14 + r16 + tl.zeros([BLOCK_M, BLOCK_K], tl.int32)), mask=a_live, other=0)
                     t20 = (t18 * t19)
                     acc13 = (acc13 + t20)
-        t21 = tl.maximum(acc13, 0.0)
+        t21 = kg_max(acc13, 0.0)
         a_tile = tl.where(a_live, t21, 0.0)
         bo22 = rn[None, :]
         bk23 = rk[:, None]

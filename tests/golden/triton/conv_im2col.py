@@ -4,13 +4,19 @@ import triton
 import triton.language as tl
 
 
+@triton.jit
+def kg_max(a, b):
+    # NaN propagates (NumPy's maximum, ONNX Max, ReduceMax, MaxPool); tl.maximum drops it
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
 # Parameters:
 #   in0: input 'x' float32[1, 5, 9, 11]
 #   in1: input 'w' float32[7, 5, 3, 3]
 #   out0: output 'y' float32[1, 7, 9, 11]
 #   scratch: float32[8192], the packed panels
 @triton.jit
-def kg_fused_conv_relu_0ee1dc685821(in0,
+def kg_fused_conv_relu_75e5621db984(in0,
         in1,
         out0,
         scratch,
@@ -57,5 +63,5 @@ def kg_fused_conv_relu_0ee1dc685821(in0,
         o1 = om // 11
         o2 = om % 11
         o0 = on
-        t29 = tl.maximum(acc, 0.0)
+        t29 = kg_max(acc, 0.0)
         tl.store(out0 + (11 * o1 + 99 * o0 + o2 + tl.zeros([BLOCK_M, BLOCK_N], tl.int32)), t29, mask=out_live)

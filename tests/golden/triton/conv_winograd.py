@@ -101,11 +101,17 @@ import triton
 import triton.language as tl
 
 
+@triton.jit
+def kg_max(a, b):
+    # NaN propagates (NumPy's maximum, ONNX Max, ReduceMax, MaxPool); tl.maximum drops it
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
 # Parameters:
 #   in0: input 'winogradgemm_#2' float32[4, 4, 6, 1, 4, 4]
 #   out0: output 'y' float32[1, 6, 8, 8]
 @triton.jit
-def kg_fused_conv_relu_507c434dc6f5(in0, out0, BLOCK: tl.constexpr):
+def kg_fused_conv_relu_4722febe00e1(in0, out0, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     live = offs < 384
     o0 = offs // 64
@@ -146,5 +152,5 @@ def kg_fused_conv_relu_507c434dc6f5(in0, out0, BLOCK: tl.constexpr):
     t36 = (t26 - t35)
     t37 = (t26 + t35)
     t38 = tl.where(t4, t36, t37)
-    t39 = tl.maximum(t38, 0.0)
+    t39 = kg_max(t38, 0.0)
     tl.store(out0 + (64 * o0 + 8 * o1 + o2), t39, mask=live)

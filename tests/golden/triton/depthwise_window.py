@@ -4,12 +4,18 @@ import triton
 import triton.language as tl
 
 
+@triton.jit
+def kg_max(a, b):
+    # NaN propagates (NumPy's maximum, ONNX Max, ReduceMax, MaxPool); tl.maximum drops it
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
 # Parameters:
 #   in0: input 'x' float32[1, 4, 13, 16]
 #   in1: input 'w' float32[4, 1, 3, 3]
 #   out0: output 'y' float32[1, 4, 13, 16]
 @triton.jit
-def kg_fused_relu_conv_sigmoid_8b40348b4c51(in0, in1, out0, BLOCK_R: tl.constexpr, BLOCK_E: tl.constexpr):
+def kg_fused_relu_conv_sigmoid_e65aaea6607b(in0, in1, out0, BLOCK_R: tl.constexpr, BLOCK_E: tl.constexpr):
     o0 = tl.program_id(0) // 208
     o1 = (tl.program_id(0) // 16) % 13
     o2 = tl.program_id(0) % 16
@@ -22,7 +28,7 @@ def kg_fused_relu_conv_sigmoid_8b40348b4c51(in0, in1, out0, BLOCK_R: tl.constexp
         r9 = p6 % 3
         t10 = tl.where(tl.where(tl.where((r8 + o1 >= 1), (r9 + o2 >= 1), False), (r8 + o1 < 14), False), (r9 + o2 < 17), False)
         t11 = tl.load(in0 + (16 * r8 + 16 * o1 + 208 * r7 + 208 * o0 + r9 + o2 - 17), mask=tl.where(p6_live, t10, False), other=0)
-        t12 = tl.maximum(t11, 0.0)
+        t12 = kg_max(t11, 0.0)
         t13 = tl.where(t10, t12, 0.0)
         t14 = tl.load(in1 + (3 * r8 + 9 * r7 + 9 * o0 + r9), mask=p6_live, other=0)
         t15 = (t13 * t14)

@@ -4,21 +4,33 @@ import triton
 import triton.language as tl
 
 
+@triton.jit
+def kg_max(a, b):
+    # NaN propagates (NumPy's maximum, ONNX Max, ReduceMax, MaxPool); tl.maximum drops it
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+@triton.jit
+def kg_min(a, b):
+    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
 # Parameters:
-#   in0: input 'i' int64[7]
-#   in1: input 'd' float32[10, 6]
+#   in0: input 'd' float32[10, 6]
+#   in1: input 'i' int64[7]
 #   out0: output 'y' float32[7, 6]
 @triton.jit
-def kg_fused_gather_relu_4683069a753b(in0, in1, out0, BLOCK: tl.constexpr):
+def kg_fused_gather_relu_fcbeafc43a03(in0, in1, out0, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     live = offs < 42
     o0 = offs // 6
     o1 = offs % 6
-    t4 = tl.load(in0 + (o0), mask=live, other=0)
+    t4 = tl.load(in1 + (o0), mask=live, other=0)
     t5 = (t4 < 0)
     t6 = (t4 + 10)
     t7 = tl.where(t5, t6, t4)
-    ix3 = t7.to(tl.int32)
-    t8 = tl.load(in1 + (6 * ix3 + o1), mask=live, other=0)
-    t9 = tl.maximum(t8, 0.0)
-    tl.store(out0 + (6 * o0 + o1), t9, mask=live)
+    t8 = kg_max(t7, 0)
+    t9 = kg_min(t8, 9)
+    ix3 = t9.to(tl.int32)
+    t10 = tl.load(in0 + (6 * ix3 + o1), mask=live, other=0)
+    t11 = kg_max(t10, 0.0)
+    tl.store(out0 + (6 * o0 + o1), t11, mask=live)

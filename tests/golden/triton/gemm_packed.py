@@ -4,6 +4,12 @@ import triton
 import triton.language as tl
 
 
+@triton.jit
+def kg_max(a, b):
+    # NaN propagates (NumPy's maximum, ONNX Max, ReduceMax, MaxPool); tl.maximum drops it
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
 # Parameters:
 #   in0: input 'a' float32[33, 17]
 #   in1: input 'b' float32[17, 9]
@@ -11,7 +17,7 @@ import triton.language as tl
 #   out0: output 'y' float32[33, 9]
 #   scratch: float32[2048], the packed panels
 @triton.jit
-def kg_fused_gemm_relu_0a8e8651ad91(in0,
+def kg_fused_gemm_relu_c59bbe954138(in0,
         in1,
         in2,
         out0,
@@ -54,5 +60,5 @@ def kg_fused_gemm_relu_0a8e8651ad91(in0,
         o1 = on
         t17 = tl.load(in2 + (o1 + tl.zeros([BLOCK_M, BLOCK_N], tl.int32)), mask=out_live, other=0)
         t18 = (acc + t17)
-        t19 = tl.maximum(t18, 0.0)
+        t19 = kg_max(t18, 0.0)
         tl.store(out0 + (9 * o0 + o1 + tl.zeros([BLOCK_M, BLOCK_N], tl.int32)), t19, mask=out_live)

@@ -4,11 +4,17 @@ import triton
 import triton.language as tl
 
 
+@triton.jit
+def kg_max(a, b):
+    # NaN propagates (NumPy's maximum, ONNX Max, ReduceMax, MaxPool); tl.maximum drops it
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
 # Parameters:
 #   in0: input 'x' float32[64, 1000]
 #   out0: output 'y' float32[64, 1000]
 @triton.jit
-def kg_fused_softmax_b3119272f8ab(in0, out0, BLOCK_R: tl.constexpr, BLOCK_E: tl.constexpr):
+def kg_fused_softmax_a01c3258e7c2(in0, out0, BLOCK_R: tl.constexpr, BLOCK_E: tl.constexpr):
     o0 = tl.program_id(0)
     vacc2 = tl.full([BLOCK_R], float("-inf"), tl.float32)
     for base3 in range(0, 1000, BLOCK_R):
@@ -16,8 +22,8 @@ def kg_fused_softmax_b3119272f8ab(in0, out0, BLOCK_R: tl.constexpr, BLOCK_E: tl.
         p4_live = p4 < 1000
         r5 = p4
         t6 = tl.load(in0 + (1000 * o0 + r5), mask=p4_live, other=0)
-        vacc2 = tl.maximum(vacc2, tl.where(p4_live, t6, float("-inf")))
-    red7 = tl.max(vacc2, axis=0)
+        vacc2 = kg_max(vacc2, tl.where(p4_live, t6, float("-inf")))
+    red7 = tl.reduce(vacc2, 0, kg_max)
     vacc8 = tl.full([BLOCK_R], 0.0, tl.float32)
     for base9 in range(0, 1000, BLOCK_R):
         p10 = base9 + tl.arange(0, BLOCK_R)

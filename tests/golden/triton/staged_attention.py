@@ -4,13 +4,19 @@ import triton
 import triton.language as tl
 
 
+@triton.jit
+def kg_max(a, b):
+    # NaN propagates (NumPy's maximum, ONNX Max, ReduceMax, MaxPool); tl.maximum drops it
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
 # Parameters:
 #   in0: input 'q' float32[16, 8]
 #   in1: input 'k' float32[8, 10]
 #   in2: input 'v' float32[10, 4]
 #   out0: output 'y' float32[16, 4]
 @triton.jit
-def kg_fused_matmul_softmax_matmul_2dd0ca07aa55(in0,
+def kg_fused_matmul_softmax_matmul_214299c5784a(in0,
         in1,
         in2,
         out0,
@@ -29,7 +35,7 @@ def kg_fused_matmul_softmax_matmul_2dd0ca07aa55(in0,
     j9 = tl.arange(0, 16)
     live10 = j9 < 10
     t11 = stage8
-    red12 = tl.max(tl.where(live10, t11, float("-inf")), axis=0)
+    red12 = tl.reduce(tl.where(live10, t11, float("-inf")), 0, kg_max)
     j13 = tl.arange(0, 16)
     live14 = j13 < 10
     t15 = stage8
