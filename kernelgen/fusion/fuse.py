@@ -120,9 +120,9 @@ def fuse(*ops: Op, outputs: Iterable[Op] | None = None, force: bool = False,
          conservative_oto_into_heavy: bool = False) -> FusedBlock:
     """The operators ``ops`` fused into one block (``kernelgen.fuse`` documents the rules;
     it returns the same block as a ``FusedOp`` that emits itself). The block's inputs, which a
-    kernel takes in order, are those of its operators as written: operator by operator
-    (producers first), each operator's inputs in argument order. Distinct tensors must have
-    distinct names (kernel arguments are named after them)."""
+    kernel takes in order, are those of its outputs' expressions read left to right, each
+    operator's arguments in order. Distinct tensors must have distinct names (kernel arguments
+    are named after them)."""
     block = _check_block(ops)
     edges, block_type = _decide_edges(block, force, conservative_oto_into_heavy)
     consumed = {id(v) for op in block for v in op.inputs}
@@ -145,7 +145,7 @@ def fuse(*ops: Op, outputs: Iterable[Op] | None = None, force: bool = False,
     except RecursionError:  # inlining recurses once per operator along a chain
         raise FusionError(f"the block's chains of operators are too deep to inline as one "
                           f"kernel ({len(block)} operators); fuse it in shorter pieces") from None
-    inputs, bodies = _in_written_order(block, inliner.inputs, bodies)
+    inputs, bodies = _in_written_order(block, outs, inliner.inputs, bodies)
     _check_names(inputs, outs)
     return FusedBlock(block, inputs, bodies, edges, block_type, inliner.ranges)
 
@@ -194,18 +194,24 @@ def _check_block(ops: Sequence[Op]) -> list[Op]:
     return order
 
 
-def _in_written_order(block: list[Op], inputs: list[Value], outputs: list[FusedOutput]
-                      ) -> tuple[list[Value], list[FusedOutput]]:
-    """The block's inputs in the order the user wrote them: operator by operator (producers
-    first, as ``fuse`` was given them), each operator's inputs in its argument order, so that
-    ``kernel(*arrays)`` takes ``gather(data, indices)``'s arrays as (data, indices). The inliner
-    meets them in another order (a Gather's indices before its data); the bodies' ``Read``
-    slots are renumbered to match."""
+def _in_written_order(block: list[Op], outs: list[Op], inputs: list[Value],
+                      outputs: list[FusedOutput]) -> tuple[list[Value], list[FusedOutput]]:
+    """The block's inputs in the order the user wrote them: the outputs' expressions read left
+    to right, each operator's arguments in order, a fused producer's inputs where it stands
+    (``matmul(a, relu(b)) + bias`` takes a, b, bias; ``gather(data, indices)`` takes data, then
+    indices). The inliner meets them in another order (a Gather's indices before its data);
+    the bodies' ``Read`` slots are renumbered to match."""
+    members = {id(op) for op in block}
     rank: dict[int, int] = {}
-    for op in block:
-        for v in op.inputs:
-            rank.setdefault(id(v), len(rank))
-    order = sorted(range(len(inputs)), key=lambda k: rank[id(inputs[k])])
+    stack: list[Value] = list(reversed(outs))
+    while stack:  # depth first, arguments in order (iterative: chains can be long)
+        value = stack.pop()
+        if id(value) not in members:
+            rank.setdefault(id(value), len(rank))
+        elif isinstance(value, Op) and id(value) not in rank:
+            rank[id(value)] = -1  # a member, expanded once
+            stack.extend(reversed(value.inputs))
+    order = sorted(range(len(inputs)), key=lambda k: rank.get(id(inputs[k]), len(rank) + k))
     if order == list(range(len(inputs))):
         return inputs, outputs
     slot = {old: new for new, old in enumerate(order)}

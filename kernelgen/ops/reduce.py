@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 import sympy
 
 from ..dtypes import FLOATS, NUMERIC, DType
-from ..ir.expr import Expr, Read, call, const, reduce
+from ..ir.expr import Expr, Read, call, const, reduce, select
 from ..ir.node import Op, Value
 from ..mapping_types import fresh_reduce_symbol, out_symbols
 from .common import check_value, make_op, normalize_axes, normalize_axis, require_dtype
@@ -40,8 +40,11 @@ def _lse(x: Value, axes: tuple[int, ...], keepdims: bool) -> tuple[E, tuple[int,
     r1, ax1, shape = _reduced_read(x, axes, keepdims)
     r2, ax2, _ = _reduced_read(x, axes, keepdims)
     peak = reduce("max", r1, ax1)
-    total = reduce("sum", call("exp", call("sub", r2, peak)), ax2)
-    return call("add", peak, call("log", total)), shape
+    # shift by the max only when it is finite: an infinite max would give exp(inf - inf) = NaN
+    # where the answer is +Inf (a +Inf in the row) or -Inf (all -Inf); unshifted, exp gives both
+    shift = select(call("isinf", peak), const(0, x.dtype), peak)
+    total = reduce("sum", call("exp", call("sub", r2, shift)), ax2)
+    return call("add", shift, call("log", total)), shape
 
 
 _SIMPLE: dict[str, tuple[frozenset[DType], str, Callable[[E], E], Callable[[E, int], E]]] = {

@@ -40,12 +40,16 @@ def test_gather_in_a_chain_keeps_the_written_order(backend: str) -> None:
     assert_close(got, np.exp(np.take(np.maximum(data, 0), idx, axis=1)))
 
 
-def test_inputs_follow_the_operators_then_their_arguments() -> None:
-    """The documented order: operators as fuse got them (producers first), each operator's
-    inputs in its argument order."""
+def test_inputs_follow_the_expression_as_written() -> None:
+    """The documented order: the output's expression read left to right, each operator's
+    arguments in order, whatever order fuse got the operators in."""
     x, y, z = T("x", (4,)), T("y", (4,)), T("z", (4,))
     r = kg.relu(y)
-    assert [v.name for v in kg.fuse(kg.add(x, r), r).inputs] == ["y", "x"]
+    assert [v.name for v in kg.fuse(kg.add(x, r), r).inputs] == ["x", "y"]
+    assert [v.name for v in kg.fuse(r, kg.add(r, x)).inputs] == ["y", "x"]
+    mm = kg.matmul(T("a", (4, 4)), kg.relu(T("b", (4, 4))))
+    biased = kg.add(mm, T("bias", (4,)))
+    assert [v.name for v in kg.fuse(mm.inputs[1], mm, biased).inputs] == ["a", "b", "bias"]
     assert [v.name for v in kg.fuse(kg.where(T("c", (4,), "bool"), z, x)).inputs] == \
         ["c", "z", "x"]
 
