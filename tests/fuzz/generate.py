@@ -199,8 +199,11 @@ def draw_unary(d: Drawer, v: str) -> str:
     if fn == "clip":
         lo = d.choice([None, -1.0, 0.0, 0.5]) if str(x.dtype) in FLOAT else d.choice([None, -2])
         return d.add("clip", v, min=lo, max=d.choice([None, 1.0 if str(x.dtype) in FLOAT else 3]))
+    # ONNX stores float attributes as float32: float32-exact values mean the same on both sides
     if fn == "leaky_relu":
-        return d.add(fn, v, alpha=d.choice([0.01, 0.3]))
+        return d.add(fn, v, alpha=float(np.float32(d.choice([0.01, 0.3]))))
+    if fn == "hard_sigmoid":
+        return d.add(fn, v, alpha=float(np.float32(0.2)), beta=0.5)
     return d.add(fn, v)
 
 

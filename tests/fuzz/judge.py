@@ -18,18 +18,22 @@ How values are judged (special values make a plain rtol useless):
   and is not judged at all.
 - Where ``want`` is special but the shadow is finite (a float32 overflow in the reference's own
   formula, e.g. softplus(1e30) = log(exp(1e30) + 1) = inf, which kernelgen computes stably),
-  a kernel value close to the shadow's also passes.
+  a kernel value close to the shadow's also passes; where both are special, the shadow's
+  special value passes too (a float16 overflow of the reference's intermediate: NaN for Inf).
 - Integer and bool outputs must be equal.
+- Where ONNX's reference evaluator is itself wrong, ``evaluate_chain`` below replaces it for
+  that operator by a direct NumPy formula (``_FIXED``; each entry says why).
 """
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from generate import FLOAT, Block, build
-from reference import evaluate_chain
+from reference import reference
 
 import kernelgen as kg
 
@@ -37,6 +41,100 @@ import kernelgen as kg
 TOL = {"float32": (1e-4, 1e-6, 2.0**-20), "float16": (4e-3, 1e-3, 2.0**-11),
        "float64": (1e-9, 1e-12, 2.0**-46)}
 K, TRIALS = 8.0, 3
+
+
+def _conv_direct(op: kg.Op, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None
+                 ) -> np.ndarray:
+    """ONNX Conv tap by tap over the zero-padded input. ONNX's reference (onnx 1.23) dilates
+    the kernel by writing zeros between its taps, so a NaN or Inf input under such a hole
+    (a position the dilated window skips) gives 0 * NaN = NaN where Conv never reads it."""
+    nd, m, out = x.ndim - 2, op.shape[1], op.shape[2:]
+    pads, strides, dil = op.attrs["pads"], op.attrs["strides"], op.attrs["dilations"]
+    group = op.attrs["group"]
+    xp = np.pad(x, [(0, 0), (0, 0)] + [(pads[a], pads[a + nd]) for a in range(nd)])
+    cg, mg = w.shape[1], m // group
+    y = np.zeros(op.shape, x.dtype)
+    for tap in np.ndindex(*w.shape[2:]):
+        view = xp[(slice(None), slice(None), *(slice(k * d, k * d + s * (o - 1) + 1, s)
+                                               for k, d, s, o in zip(tap, dil, strides, out)))]
+        for g in range(group):
+            xs = view[:, None, g * cg:(g + 1) * cg]  # (n, 1, cg, *out)
+            ws = w[(slice(g * mg, (g + 1) * mg), slice(None), *tap)]  # (mg, cg)
+            # a plain product and sum (no BLAS, which may skip zero factors: 0 * Inf must be NaN)
+            y[:, g * mg:(g + 1) * mg] += (xs * ws.reshape(1, mg, cg, *[1] * nd)).sum(axis=2)
+    return y if b is None else y + b.reshape(1, m, *[1] * nd)
+
+
+def _log_softmax(op: kg.Op, x: np.ndarray) -> np.ndarray:
+    """x - max - log(sum(exp(x - max))). ONNX's reference computes log(Softmax(x)), which
+    underflows to -inf once x - max is below about -745 (float64; -104 in float32): in a row
+    (0, -1e30) the answer is -1e30, not -inf."""
+    if x.size == 0:
+        return x.copy()
+    shifted = x - x.max(axis=op.attrs["axis"], keepdims=True)
+    total = np.exp(shifted).sum(axis=op.attrs["axis"], keepdims=True)
+    return (shifted - np.log(total)).astype(x.dtype)
+
+
+def _prelu(op: kg.Op, x: np.ndarray, slope: np.ndarray) -> np.ndarray:
+    """ONNX's definition, ``x if x >= 0 else slope * x``. Its reference computes
+    ``x if x > 0 else slope * x``, so at x = 0 an infinite or NaN slope gives 0 * Inf = NaN."""
+    return np.where(x < 0, x * slope, x).astype(x.dtype)
+
+
+def _erf(op: kg.Op, x: np.ndarray) -> np.ndarray:
+    """erf in the input's dtype. ONNX's reference computes it with ``otypes=["f"]``: float32
+    results, also for float64 inputs."""
+    return np.vectorize(math.erf, otypes=[x.dtype])(x) if x.size else x.copy()
+
+
+def _reduce_log_sum_exp(op: kg.Op, x: np.ndarray) -> np.ndarray:
+    """log(sum(exp(x))) in float64, shifted by the finite part of the max: a row holding +Inf
+    is +Inf, an all -Inf row -Inf (ONNX's reference gives NaN there: -inf - -inf)."""
+    axes = tuple(op.attrs.get("axes") or range(x.ndim))
+    x64 = x.astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        top = x64.max(axis=axes, keepdims=True)
+        shift = np.where(np.isinf(top), 0.0, top)
+        out = shift + np.log(np.exp(x64 - shift).sum(axis=axes, keepdims=True))
+    if not op.attrs.get("keepdims", 1):
+        out = out.squeeze(axis=axes)
+    return out.astype(x.dtype)
+
+
+def _pool_keeping_nan(op: kg.Op, x: np.ndarray) -> np.ndarray:
+    """A window holding a NaN is NaN (as ReduceMax and NumPy; docs/calling.md). ONNX's reference
+    pads with NaN and pools with nanmax/nanmean, so it skips NaN inputs too. The reference still
+    decides the windows: pooling the NaN mask tells which windows hold one."""
+    nan = np.isnan(x)
+    if not nan.any():
+        return reference(op, x)
+    hit = reference(op, nan.astype(x.dtype)) > 0
+    return np.where(hit, np.nan, reference(op, np.where(nan, 0, x).astype(x.dtype))
+                    ).astype(x.dtype)
+
+
+# operator kind -> (applies to this operator?, the formula used instead of ONNX's reference)
+_FIXED: dict[str, tuple[Any, Any]] = {
+    "Conv": (lambda op: any(d != 1 for d in op.attrs["dilations"]), _conv_direct),
+    "LogSoftmax": (lambda op: True, _log_softmax),
+    "PRelu": (lambda op: True, _prelu),
+    "Erf": (lambda op: True, _erf),
+    "ReduceLogSumExp": (lambda op: True, _reduce_log_sum_exp),
+    "MaxPool": (lambda op: True, _pool_keeping_nan),
+    "AveragePool": (lambda op: True, _pool_keeping_nan),
+}
+
+
+def evaluate_chain(ops: list[kg.Op], feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``reference.evaluate_chain`` with the ``_FIXED`` operators computed directly."""
+    values = dict(feeds)
+    for op in ops:
+        args = [values[v.name] for v in op.inputs]
+        fixed = _FIXED.get(op.kind)
+        values[op.name] = fixed[1](op, *args) if fixed and fixed[0](op) else \
+            reference(op, *args)
+    return values
 
 
 class Unjudgeable(Exception):
@@ -156,7 +254,12 @@ def mismatches(case: Case, k: int, got: np.ndarray) -> np.ndarray:
     same_special = (np.isnan(g) & np.isnan(w)) | (np.isinf(w) & (g == w))
     judged = np.isfinite(spread)  # a class change under perturbation: ill-conditioned
     special = ~np.isfinite(w)
-    bad_special = special & judged & ~(same_special | close)
+    # the reference's own overflow at the block's dtype may turn the exact result's Inf into
+    # NaN (float16 partial sums of +Inf and -Inf where float64 has one finite): a kernel that
+    # keeps float32 intermediates and gives the shadow's special value is right
+    like_shadow = (np.isnan(g) & np.isnan(hi)) | (np.isinf(hi) & (g == hi)) if case.hi \
+        else np.zeros(g.shape, bool)
+    bad_special = special & judged & ~(same_special | close | like_shadow)
     bad_finite = ~special & judged & np.isfinite(hi) & ~close
     return bad_special | bad_finite
 

@@ -81,16 +81,21 @@ def split_guard(guard: sympy.Basic, sym: sympy.Symbol
 
 def vectorizable(root: Expr, sym: sympy.Symbol, syntax: VectorSyntax,
                  hoisted: frozenset[Reduce] = frozenset(), guarded: bool = False,
-                 reductions: bool = False) -> bool:
+                 reductions: bool = False, lanes: frozenset[Expr] = frozenset()) -> bool:
     """Whether ``root`` can run as float32 vectors along ``sym``: primitives with a vector form,
     selects and comparisons; loads contiguous (stride 1) or invariant in ``sym``; index
     conditions and gathered indices free of ``sym``. With ``guarded``, a contiguous load may
     have a guard linear in ``sym`` (``VectorPrinter`` then loads the interior as one vector and
     the edges lane by lane); with ``reductions``, a nested reduction runs as a vector
-    accumulator over its axes (AGO's producer inside a consumer's operand)."""
+    accumulator over its axes (AGO's producer inside a consumer's operand). ``lanes`` are
+    nodes that are vectors already (a tile's accumulators): a node over one varies along
+    ``sym`` as ``VectorPrinter`` sees it, so it needs a vector form too."""
 
     def ok(node: Expr) -> bool:
-        if node in hoisted or sym not in free_index_symbols(node):
+        if node in hoisted or node in lanes:
+            return True
+        if sym not in free_index_symbols(node) and not (
+                lanes and any(n in lanes for n in walk(node))):
             return True  # computed once, outside the vector loop
         if isinstance(node, Reduce):
             return (reductions and node.dtype is DType.float32

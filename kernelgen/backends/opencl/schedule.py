@@ -504,7 +504,7 @@ def vector_epilogue(k: LoopKernel, c: Contraction, plan: VectorPlan
     out = []
     for buf, st in zip(k.outputs, k.stores):
         value = flatten_axes(st.value, run, plan.flat, keep)
-        if value is None or not vectorizable(value, plan.flat, syntax, keep):
+        if value is None or not vectorizable(value, plan.flat, syntax, lanes=keep):
             return None
         out.append((buf, offset, value))
     return out
