@@ -309,7 +309,8 @@ def draw_reduce(d: Drawer, v: str) -> str:
         a = axis % x.rank
         scale = d.new_input(x.shape[a:], str(x.dtype))
         bias = d.new_input(x.shape[a:], str(x.dtype)) if d.integers(0, 1) else None
-        return d.add(fn, v, scale, bias, axis=axis, epsilon=d.choice([1e-5, 0.1]))
+        epsilon = float(np.float32(d.choice([1e-5, 0.1])))  # float32-exact, as ONNX stores it
+        return d.add(fn, v, scale, bias, axis=axis, epsilon=epsilon)
     axes = sorted(set(d.draw(st.lists(st.integers(0, x.rank - 1), min_size=1, max_size=3))))
     if d.integers(0, 4) == 0:
         return d.add(fn, v, axes=None, keepdims=d.integers(0, 1))
