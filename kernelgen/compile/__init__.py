@@ -33,7 +33,15 @@ from ..ops.registry import GENERATED
 from . import padding
 from .conv_algorithms import (ALGORITHMS, WINOGRAD_TILES, applicable, conv_block, heuristic,
                               im2col_stages)
-from .tuning import NO_TUNING, STORED, NoTuning, Stored, TuningPolicy
+from .tuning import (
+                     NO_TUNING,
+                     STORED,
+                     NoTuning,
+                     Stored,
+                     TuningPolicy,
+                     generate,
+                     ignore_stored,
+)
 from .winograd import winograd_stages
 
 
@@ -68,8 +76,16 @@ def compile_loop(loop: LoopKernel, backend: str | Backend = backends.DEFAULT, *,
     """One loop kernel on ``backend``, with the tunables ``tuning`` gives under ``options``."""
     be = backends.get(backend)
     chosen = tuning.options(loop, be)
-    schedule = be.choose(loop, {**chosen, **options})
-    source = be.render(schedule)
+    try:
+        schedule, source = generate(loop, be, options, chosen)
+    except Exception as exc:
+        if not chosen:
+            raise
+        # stored tunables are data from disk: whatever they break, the defaults apply (and
+        # what the explicit options alone break still raises, below)
+        ignore_stored(loop, be, chosen, exc)
+        chosen = {}
+        schedule, source = generate(loop, be, options, chosen)
     info = {"schedule": schedule.kind, "tunables": schedule.tunables(), **schedule.facts(),
             **source.facts, "tuning": {"policy": tuning.name, "options": chosen}}
     return Kernel(loop, be.name, source.text, metadata(loop, be.name, source.launch, info),

@@ -56,8 +56,9 @@ class Stored:
     name: str = "stored"
 
     def options(self, loop: LoopKernel, backend: Backend) -> dict[str, Any]:
-        options = stored_options(loop, backend, self.db)
-        return options if valid_options(loop, backend, options) else {}
+        # checked where they are used (``compile_loop`` falls back to the defaults): checking
+        # here would choose and render every kernel twice
+        return stored_options(loop, backend, self.db)
 
     def algorithm(self, block: FusedBlock, backend: Backend) -> str | None:
         algorithm = stored_algorithm(block, backend, self.db)
@@ -71,21 +72,35 @@ class Stored:
         return algorithm
 
 
+def generate(loop: LoopKernel, backend: Backend, options: dict[str, Any],
+             stored: dict[str, Any]) -> tuple[Any, Any]:
+    """(schedule, source) of ``loop`` with ``stored`` tunables under explicit ``options``;
+    rendered too, since a stored value of the wrong type can pass ``choose`` and fail in the
+    printer."""
+    if not all(_plain(v) for v in stored.values()):
+        raise TypeError("tunables are ints, booleans, names or tuples of them")
+    schedule = backend.choose(loop, {**stored, **options})
+    return schedule, backend.render(schedule)
+
+
+def ignore_stored(loop: LoopKernel, backend: Backend, options: dict[str, Any],
+                  exc: Exception, instead: str = "using the defaults") -> None:
+    """One ``CacheWarning``: stored ``options`` the backend refused, why, and what is done
+    ``instead``."""
+    warn_cache(f"ignored the tunables {options} stored for kernel '{loop.name}' on "
+               f"{backend.name} ({type(exc).__name__}: {exc}); {instead}")
+
+
 def valid_options(loop: LoopKernel, backend: Backend, options: dict[str, Any],
                   instead: str = "using the defaults") -> bool:
-    """Whether ``backend`` can generate ``loop`` with ``options`` (stored ones); if not, one
-    ``CacheWarning`` says why they are ignored and what is done ``instead``. Rendered too: a
-    value of the wrong type can pass ``choose`` and fail in the printer."""
+    """Whether ``backend`` can generate ``loop`` with ``options`` (stored ones); if not,
+    ``ignore_stored`` warns."""
     if not options:
         return True
     try:
-        if not all(_plain(v) for v in options.values()):
-            raise TypeError("tunables are ints, booleans, names or tuples of them")
-        backend.render(backend.choose(loop, options))
+        generate(loop, backend, {}, options)
     except Exception as exc:  # noqa: BLE001 - data from disk: whatever it breaks, the defaults
-        # apply (a backend that fails on its defaults too still raises, from compile_loop)
-        warn_cache(f"ignored the tunables {options} stored for kernel '{loop.name}' on "
-                   f"{backend.name} ({type(exc).__name__}: {exc}); {instead}")
+        ignore_stored(loop, backend, options, exc, instead)
         return False
     return True
 

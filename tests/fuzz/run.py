@@ -2,7 +2,7 @@
 reference (see ``judge.py`` for how values are judged), with Hypothesis shrinking each new
 failure to a minimal reproducer.
 
-    cd /work/main
+    cd kernelgen   # the repository root
     .venv/bin/python tests/fuzz/run.py --cases 10000 --seed 1 \\
         --backends interp,opencl,neon,triton --json fuzz-10000.json
 
