@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import sympy
 
 from ..dtypes import DType
-from ..ir.expr import Call, Cast, Const, Expr, IndexCond, Load, Reduce, Select
+from ..ir.expr import Call, Cast, Const, DataBindings, Expr, IndexCond, Load, Reduce, Select
 from ..ir.loop import LoopKernel
 from ..mapping_types import FloorDiv, FloorMod
 from ..mapping_types.index import is_provably_nonnegative
@@ -174,6 +174,7 @@ class Emitter:
         if isinstance(node, Load):
             return self.load(node, scope)
         if isinstance(node, IndexCond):
+            self.bind_data(node.data, scope)
             return self.index(node.cond)
         if isinstance(node, Call):
             return self.call_text(node, [self.expr(a, scope) for a in node.args])
@@ -187,14 +188,18 @@ class Emitter:
     def load(self, node: Load, scope: Scope) -> str:
         """Bind the load's data symbols (gathered indices) and name its guard (shared with the
         Select that tests the same condition), then read the buffer."""
-        for s, n, v in node.data:
-            self.symbol_names[s] = self.fresh("ix")
-            self.ranges[s] = n
-            self.declare_index(scope, self.symbol_names[s], self.to_index(self.expr(v, scope)))
+        self.bind_data(node.data, scope)
         guard = None
         if node.guard is not sympy.true:
             guard = self.expr(IndexCond(DType.bool, node.guard), scope)
         return self.load_text(node, guard)
+
+    def bind_data(self, data: DataBindings, scope: Scope) -> None:
+        """Declare each data symbol (a gathered index) as an index variable holding its value."""
+        for s, n, v in data:
+            self.symbol_names[s] = self.fresh("ix")
+            self.ranges[s] = n
+            self.declare_index(scope, self.symbol_names[s], self.to_index(self.expr(v, scope)))
 
     # hooks every language provides
     def declare(self, scope: Scope, name: str, dtype: DType, text: str) -> None:

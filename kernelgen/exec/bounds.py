@@ -21,7 +21,7 @@ import sympy
 from ..dtypes import DType
 from ..errors import ArgumentError
 from ..ir import interp
-from ..ir.expr import Cast, Expr, Load, Reduce, walk
+from ..ir.expr import Cast, Expr, IndexCond, Load, Reduce, walk
 from ..ir.indexing import raw_index
 from ..ir.loop import LoopKernel
 from ..mapping_types import evaluate
@@ -60,7 +60,8 @@ def index_checks(loop: LoopKernel) -> IndexPlan:
         extents.update(a for node in walk(root) if isinstance(node, Reduce) for a in node.axes)
     direct: dict[tuple[int, int], Direct] = {}
     computed = False
-    for node in loop.loads():
+    binders = [n for root in loop.roots() for n in walk(root) if isinstance(n, (Load, IndexCond))]
+    for node in binders:
         for _, n, value in node.data:
             source = _direct_source(value, n, inputs)
             if source is None or not source.offset.free_symbols <= extents.keys():

@@ -281,6 +281,11 @@ def _decide_edges(block: list[Op], force: bool, conservative: bool
     return edges, block_type
 
 
+def _used(bindings: DataBindings, cond: sympy.Basic) -> DataBindings:
+    """The ``bindings`` of the data symbols ``cond`` tests."""
+    return tuple(b for b in bindings if b[0] in cond.free_symbols)
+
+
 class _Inliner:
     """Inlines block members into each other; collects the block's external inputs."""
 
@@ -322,7 +327,8 @@ class _Inliner:
                 axes = tuple((sub[s], n) for s, n in node.axes)
                 return Reduce(node.dtype, node.kind, recurse(node.body), axes)
             if isinstance(node, IndexCond):
-                return IndexCond(node.dtype, simplify_guard(node.cond.xreplace(sub), self.ranges))
+                cond = simplify_guard(node.cond.xreplace(sub), self.ranges)
+                return IndexCond(node.dtype, cond, _used(bindings, cond))
             if isinstance(node, Read):
                 return self._read(op, node, sub, guard, bindings, recurse)
             return None
@@ -345,6 +351,6 @@ class _Inliner:
                 return value
             # A guarded read is 0 where the guard fails (a convolution's padding): the producer's
             # value there is not what it would compute from zero-filled loads (sigmoid(0) != 0).
-            return select(IndexCond(DType.bool, g), value, const(0, node.dtype))
+            return select(IndexCond(DType.bool, g, _used(data, g)), value, const(0, node.dtype))
         return Read(node.dtype, self._slot(src), exprs, g, data)
 

@@ -63,9 +63,15 @@ class Load(Expr):
 
 @dataclass(frozen=True)
 class IndexCond(Expr):
-    """A boolean computed from index symbols only (Pad's 'inside the source' test)."""
+    """A boolean computed from index symbols (Pad's 'inside the source' test, a padded
+    window's bounds); ``data`` binds the data symbols it tests, as a ``Load``'s do (a padded
+    convolution read at a gathered position)."""
 
     cond: sympy.Basic
+    data: DataBindings = ()
+
+    def children(self) -> tuple[Expr, ...]:
+        return tuple(v for _, _, v in self.data)
 
 
 @dataclass(frozen=True)
@@ -231,7 +237,7 @@ def rebuild(node: Expr, kids: list[Expr]) -> Expr:
         return Cast(node.dtype, kids[0])
     if isinstance(node, Reduce):
         return Reduce(node.dtype, node.kind, kids[0], node.axes)
-    if isinstance(node, (Read, Load)):
+    if isinstance(node, (Read, Load, IndexCond)):
         data = tuple((s, n, v) for (s, n, _), v in zip(node.data, kids))
         return type(node)(**{**node.__dict__, "data": data})
     raise TypeError(f"cannot rebuild {type(node).__name__}")
@@ -247,7 +253,7 @@ def _index_symbols(node: Expr) -> frozenset[sympy.Symbol]:
         used = set(node.guard.free_symbols).union(*(e.free_symbols for e in node.exprs))
         own = used - {s for s, _, _ in node.data}
     elif isinstance(node, IndexCond):
-        own = set(node.cond.free_symbols)
+        own = set(node.cond.free_symbols) - {s for s, _, _ in node.data}
     for child in node.children():
         own |= _index_symbols(child)
     if isinstance(node, Reduce):

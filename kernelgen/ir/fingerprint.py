@@ -34,16 +34,15 @@ def fingerprint(kernel: LoopKernel) -> str:
                 bind(s)
             axes = ",".join(f"{ix(s)}<{n}" for s, n in node.axes)
             out = f"{node.kind}[{axes}]({text(node.body)})"
-        elif isinstance(node, Load):
+        elif isinstance(node, (Load, IndexCond)):
             data = []
             for s, n, v in node.data:
                 data.append(f"{text(v)}<{n}")
                 bind(s)
-            out = f"{buffers[node.buffer]}[{ix(node.offset)}|{ix(node.guard)}|{';'.join(data)}]"
+            out = f"?({ix(node.cond)}|{';'.join(data)})" if isinstance(node, IndexCond) else \
+                f"{buffers[node.buffer]}[{ix(node.offset)}|{ix(node.guard)}|{';'.join(data)}]"
         elif isinstance(node, Const):
             out = f"{node.value!r}"
-        elif isinstance(node, IndexCond):
-            out = f"?({ix(node.cond)})"
         elif isinstance(node, Call):
             out = f"{node.fn}({','.join(text(a) for a in node.args)})"
         elif isinstance(node, (Select, Cast)):

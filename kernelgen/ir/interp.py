@@ -79,7 +79,7 @@ def check_indices(kernel: LoopKernel, *inputs: np.ndarray) -> None:
     ev = _evaluator(kernel, inputs)
     for root in kernel.roots():
         for node in walk(root):
-            if isinstance(node, Load):
+            if isinstance(node, (Load, IndexCond)):
                 for _, n, v in node.data:
                     ev.index(v, n)
 
@@ -175,7 +175,9 @@ class _Evaluator:
         if isinstance(node, Const):
             return np.asarray(node.value, dtype=dt)
         if isinstance(node, IndexCond):
-            return np.asarray(evaluate(node.cond, self.env), dtype=bool)
+            env = dict(self.env)
+            env.update({s: self.index(v, n) for s, n, v in node.data})
+            return np.asarray(evaluate(node.cond, env), dtype=bool)
         if isinstance(node, Load):
             env = dict(self.env)
             env.update({s: self.index(v, n) for s, n, v in node.data})

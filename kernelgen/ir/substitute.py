@@ -34,7 +34,8 @@ def specialise(root: Expr, values: Mapping[sympy.Symbol, int | sympy.Expr],
             return Load(node.dtype, node.buffer, offset,
                         simplify_guard(node.guard.xreplace(sub), ranges), data)
         if isinstance(node, IndexCond):
-            return IndexCond(node.dtype, simplify_guard(node.cond.xreplace(sub), ranges))
+            data = tuple((s, n, recurse(v)) for s, n, v in node.data)
+            return IndexCond(node.dtype, simplify_guard(node.cond.xreplace(sub), ranges), data)
         if isinstance(node, Select):
             cond = recurse(node.cond)
             if isinstance(cond, IndexCond) and cond.cond in (sympy.true, sympy.false):

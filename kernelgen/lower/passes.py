@@ -39,7 +39,8 @@ def flatten(fused: FusedBlock, name: str) -> LoopKernel:
             return Load(node.dtype, buf.name, simplify_index(sympy.expand(offset), ranges),
                         simplify_guard(node.guard.xreplace(sub), ranges), data)
         if isinstance(node, IndexCond):
-            return IndexCond(node.dtype, simplify_guard(node.cond.xreplace(sub), ranges))
+            data = tuple((s, n, recurse(v)) for s, n, v in node.data)
+            return IndexCond(node.dtype, simplify_guard(node.cond.xreplace(sub), ranges), data)
         return None
 
     stores = tuple(Store(o.name, transform(o.body, rewrite)) for o in fused.outputs)

@@ -54,7 +54,13 @@ def _canonical(node: Expr, names: dict[sympy.Symbol, sympy.Symbol], prefix: str)
         return Load(node.dtype, node.buffer, node.offset.xreplace(inner),
                     node.guard.xreplace(inner), tuple(data))
     if isinstance(node, IndexCond):
-        return IndexCond(node.dtype, node.cond.xreplace(names))
+        inner = dict(names)
+        data = []
+        for s, n, v in node.data:
+            value = _canonical(v, names, prefix)
+            inner[s] = bound(len(inner))
+            data.append((inner[s], n, value))
+        return IndexCond(node.dtype, node.cond.xreplace(inner), tuple(data))
     return rebuild(node, [_canonical(c, names, prefix) for c in node.children()])
 
 
@@ -189,7 +195,7 @@ def _rehoist(kernel: LoopKernel, keys: frozenset, staged: list[Staged]) -> LoopK
         for node in walk(st.value):
             if isinstance(node, Reduce):
                 ranges.update(node.axes)
-            elif isinstance(node, Load):
+            elif isinstance(node, (Load, IndexCond)):
                 ranges.update((s, n) for s, n, _ in node.data)
     return replace(kernel, hoisted=tuple(hoisted), group=group, ranges=ranges)
 

@@ -86,3 +86,47 @@ def test_float16_block_rounds_only_its_outputs(backend: str) -> None:
     feeds = {"a": a, "w": w, "v": v}
     (got,) = run(backend, fused, *(feeds[i.name] for i in fused.inputs), tuning="none")
     assert got.shape == (1, 1) and got[0, 0] == -np.inf, got
+
+
+def _conv1d(x: np.ndarray, w: np.ndarray, pad: int, dilation: int) -> np.ndarray:
+    """ONNX Conv, one spatial axis, stride 1, in float64, tap by tap."""
+    n, c, length = x.shape
+    m, _, k = w.shape
+    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0), (pad, pad)])
+    out = length + 2 * pad - dilation * (k - 1)
+    return sum(np.einsum("ncl,mc->nml", xp[:, :, t * dilation:t * dilation + out], w[:, :, t])
+               for t in range(k))
+
+
+@pytest.mark.parametrize("index", [-1, 0, 2])
+def test_padded_conv_read_at_a_gathered_position(backend: str, index: int) -> None:
+    """matmul(gather(conv(relu(x)), i, axis=2), w): the padded window's bounds test (a select on
+    a condition over the conv's position) names the gathered index, which was bound only by the
+    loads: the interpreter raised KeyError, generated code named an undeclared variable."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((5, 13, 5)).astype(np.float32)
+    w = rng.standard_normal((3, 13, 2)).astype(np.float32)
+    m = rng.standard_normal((3, 1)).astype(np.float32)
+    i = np.array(index, np.int32)
+    tx, tw, ti, tm = (kg.tensor(n, a.shape, str(a.dtype)) for n, a in
+                      (("x", x), ("w", w), ("i", i), ("m", m)))
+    relu = kg.relu(tx)
+    conv = kg.conv(relu, tw, None, pads=[1, 1], strides=[1], dilations=[2])
+    gather = kg.gather(conv, ti, axis=2)
+    block = kg.fuse(relu, conv, gather, kg.matmul(gather, tm), force=True)
+    (got,) = run(backend, block, x, w, i, m, tuning="none")
+    want = _conv1d(np.maximum(x, 0), w, pad=1, dilation=2)[:, :, index] @ m
+    assert_close(got, want, "float32")
+
+
+def test_pad_read_at_gathered_positions(backend: str) -> None:
+    """gather(exp(pad(x)), i): Pad's inside-the-source test read at gathered positions."""
+    x = np.linspace(-1, 1, 7, dtype=np.float32)
+    i = np.array([[0, 1, 8], [10, -1, 5]], np.int64)
+    tx, ti = kg.tensor("x", x.shape, "float32"), kg.tensor("i", i.shape, "int64")
+    pad = kg.pad(tx, pads=[2, 2], constant_value=-2.5)
+    padded = kg.exp(pad)
+    block = kg.fuse(pad, padded, kg.gather(padded, ti), force=True)
+    (got,) = run(backend, block, x, i, tuning="none")
+    want = np.exp(np.pad(x.astype(np.float64), 2, constant_values=-2.5))[i]
+    assert_close(got, want, "float32")

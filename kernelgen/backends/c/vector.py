@@ -101,7 +101,8 @@ def vectorizable(root: Expr, sym: sympy.Symbol, syntax: VectorSyntax,
             return (reductions and node.dtype is DType.float32
                     and node.kind in syntax.combine and ok(node.body))
         if isinstance(node, IndexCond):  # a lane mask from the lane numbers
-            return guarded and syntax.lane_masks and split_guard(node.cond, sym) is not None
+            return guarded and syntax.lane_masks and not node.data \
+                and split_guard(node.cond, sym) is not None
         if isinstance(node, Load):
             offset = sympy.expand(node.offset)
             coeff = offset.coeff(sym)
