@@ -115,8 +115,8 @@ def gemm(a: Value, b: Value, c: Value | None = None, alpha: float = 1.0, beta: f
 def _window(op: str, x: Value, kernel: Sequence[int], strides: Sequence[int] | None,
             pads: Sequence[int] | None, dilations: Sequence[int] | None, auto_pad: str,
             ceil_mode: int = 0) -> tuple[list[int], list[int], list[int], list[int]]:
-    """Output sizes, strides, begin pads and dilations of a sliding window over x's spatial axes
-    (ONNX's formulas, auto_pad included)."""
+    """Output sizes, strides, pads (begins then ends) and dilations of a sliding window over x's
+    spatial axes (ONNX's formulas, auto_pad included)."""
     nd = x.rank - 2
     kernel = int_list(op, "kernel_shape", kernel, 1)
     strides = int_list(op, "strides", [1] * nd if strides is None else strides, 1)
@@ -130,7 +130,7 @@ def _window(op: str, x: Value, kernel: Sequence[int], strides: Sequence[int] | N
         out = [-(-n // s) for n, s in zip(spatial, strides)]
         total = [max((o - 1) * s + e - n, 0) for o, s, e, n in zip(out, strides, eff, spatial)]
         begin = [t // 2 if auto_pad == "SAME_UPPER" else t - t // 2 for t in total]
-        return out, strides, begin, dilations
+        return out, strides, begin + [t - b for t, b in zip(total, begin)], dilations
     if auto_pad == "VALID":
         pads = [0] * (2 * nd)
     elif auto_pad != "NOTSET":
@@ -147,7 +147,7 @@ def _window(op: str, x: Value, kernel: Sequence[int], strides: Sequence[int] | N
         if size < 1:
             raise ShapeError(op, x.name, "a window that fits the padded input", x.shape, a + 2)
         out.append(size)
-    return out, strides, pads[:nd], dilations
+    return out, strides, pads, dilations
 
 
 def window_index(out_axes: Sequence[sympy.Expr], kernel_axes: Sequence[sympy.Expr],
@@ -186,7 +186,8 @@ def conv(x: Value, w: Value, b: Value | None = None, auto_pad: str = "NOTSET",
                          f"group={group}) and M divisible by group", w.shape, 1)
     if b is not None and (b.rank != 1 or b.shape[0] != m):
         raise ShapeError("Conv", b.name, f"a bias of shape ({m},)", b.shape)
-    out, strides_, begin, dil = _window("Conv", x, kernel, strides, pads, dilations, auto_pad)
+    out, strides_, pads_, dil = _window("Conv", x, kernel, strides, pads, dilations, auto_pad)
+    begin = pads_[:len(kernel)]
     shape = (n, m, *out)
     o = out_symbols(len(shape))
     rc = fresh_reduce_symbol("c")
@@ -221,8 +222,9 @@ def _pool(kind: str, x: Value, kernel_shape: Sequence[int], auto_pad: str, ceil_
     if x.rank < 3:
         raise ShapeError(kind, x.name, "(N, C, spatial...)", x.shape)
     kernel = int_list(kind, "kernel_shape", kernel_shape, 1)
-    out, strides_, begin, dil = _window(kind, x, kernel, strides, pads, dilations, auto_pad,
+    out, strides_, pads_, dil = _window(kind, x, kernel, strides, pads, dilations, auto_pad,
                                         ceil_mode)
+    begin, end = pads_[:len(kernel)], pads_[len(kernel):]
     shape = (*x.shape[:2], *out)
     o = out_symbols(len(shape))
     rk = [fresh_reduce_symbol("kk") for _ in kernel]
@@ -238,9 +240,9 @@ def _pool(kind: str, x: Value, kernel_shape: Sequence[int], auto_pad: str, ceil_
     else:
         total = reduce("sum", read, axes)
         if count_include_pad:
-            # the padded window, clipped to the pads (ceil_mode windows past them do not count)
-            ends = [x.shape[2 + a] + _end_pads(x, kernel, strides_, begin, dil, out)[a]
-                    for a in range(len(kernel))]
+            # the padded window, clipped to the pads (the taps of a ceil_mode window past the
+            # end pad do not count, as in onnxruntime and PyTorch)
+            ends = [x.shape[2 + a] + end[a] for a in range(len(kernel))]
             in_pads = sympy.And(*(sympy.And(e >= -p, e < end)
                                   for e, p, end in zip(spatial, begin, ends)))
             counted = IndexCond(DType.bool, in_pads)
@@ -248,8 +250,7 @@ def _pool(kind: str, x: Value, kernel_shape: Sequence[int], auto_pad: str, ceil_
             counted = valid
         count = reduce("sum", cast(counted, x.dtype), axes)
         body = call("div", total, count)
-    attrs = {"kernel_shape": kernel, "strides": strides_, "dilations": dil,
-             "pads": begin + _end_pads(x, kernel, strides_, begin, dil, out),
+    attrs = {"kernel_shape": kernel, "strides": strides_, "dilations": dil, "pads": pads_,
              "ceil_mode": ceil_mode}
     if kind == "AveragePool":
         attrs["count_include_pad"] = count_include_pad

@@ -130,3 +130,75 @@ def test_pad_read_at_gathered_positions(backend: str) -> None:
     (got,) = run(backend, block, x, i, tuning="none")
     want = np.exp(np.pad(x.astype(np.float64), 2, constant_values=-2.5))[i]
     assert_close(got, want, "float32")
+
+
+def _pool1d(x: np.ndarray, kind: str, k: int, s: int, pads: tuple[int, int],
+            count_include_pad: int) -> np.ndarray:
+    """ONNX pooling with ceil_mode=1 on the last axis, in float64: a window that would start in
+    the end padding is dropped; averages count the taps inside the input, or inside the input
+    and its pads (a ceil_mode window's taps past the end pad never count)."""
+    n, (b, e) = x.shape[-1], pads
+    out = -(-(n + b + e - k) // s) + 1
+    if (out - 1) * s >= n + b:
+        out -= 1
+    cols = []
+    for p in range(out):
+        taps = range(p * s - b, p * s - b + k)
+        inside = [t for t in taps if 0 <= t < n]
+        window = x[..., inside].astype(np.float64)
+        if kind == "max":
+            cols.append(window.max(axis=-1))
+        else:
+            count = len([t for t in taps if -b <= t < n + e]) if count_include_pad else len(inside)
+            cols.append(window.sum(axis=-1) / count)
+    return np.stack(cols, axis=-1)
+
+
+@pytest.mark.parametrize("kind, k, s, pads, cip", [
+    ("max", 2, 1, (1, 1), 0), ("avg", 2, 2, (0, 0), 1), ("avg", 3, 2, (1, 0), 1),
+    ("avg", 3, 3, (1, 1), 1), ("avg", 3, 2, (0, 1), 0)])
+def test_pool_ceil_mode_windows(backend: str, kind: str, k: int, s: int,
+                                pads: tuple[int, int], cip: int) -> None:
+    """ceil_mode windows that reach past the end pad: AveragePool with count_include_pad
+    divided by the taps up to the *extended* end pad (the pads attribute was rewritten to the
+    ones that reproduce the output size); a window of one real element over 1 pad tap averaged
+    it with 0.5 where onnxruntime and PyTorch give it whole."""
+    x = np.random.default_rng(5).standard_normal((2, 3, 9)).astype(np.float32)
+    t = kg.tensor("x", x.shape, "float32")
+    attrs = {"kernel_shape": [k], "strides": [s], "pads": list(pads), "ceil_mode": 1}
+    op = kg.max_pool(t, **attrs) if kind == "max" else \
+        kg.average_pool(t, count_include_pad=cip, **attrs)
+    assert op.attrs["pads"] == list(pads)
+    (got,) = run(backend, kg.fuse(op), x, tuning="none")
+    assert_close(got, _pool1d(x, kind, k, s, pads, cip), "float32")
+
+
+def test_float64_atan_is_float64_accurate(backend: str) -> None:
+    """atan (and asin through it) of float64 inputs to float64 precision: Triton's used the
+    float32 polynomial, whose pi/2, a bare literal, is a float32 constant (2.8e-8 off)."""
+    x = np.concatenate([[0.0, 1e-300, 0.41, 0.66, 0.7, 1.0, 2.4, 2.5, 1e10, 1e300, inf, -inf,
+                         nan, -0.5, -3.0],
+                        np.random.default_rng(2).standard_normal(41) * 10])
+    t = kg.tensor("x", x.shape, "float64")
+    (got,) = run(backend, kg.fuse(kg.atan(t)), x, tuning="none")
+    assert_close(got, np.arctan(x), "float64")
+    s = np.random.default_rng(3).uniform(-1, 1, 23)
+    (got,) = run(backend, kg.fuse(kg.asin(kg.tensor("s", s.shape, "float64"))), s, tuning="none")
+    assert_close(got, np.arcsin(s), "float64")
+
+
+def test_pow_special_bases_and_exponents(backend: str) -> None:
+    """C's pow at infinite and zero bases and infinite exponents: (-inf)^0.5 = inf,
+    (-inf)^-0.5 = 0, (-0)^-3 = -inf, (-2)^inf = inf, (-1)^inf = 1, 1^NaN = 1 (Triton's gave NaN
+    for a negative base and any non-integer or infinite exponent)."""
+    pairs = [(-inf, 0.5), (-inf, -0.5), (-inf, 3), (-inf, -3), (-inf, 2), (-inf, inf),
+             (-2, inf), (-2, -inf), (-0.5, inf), (-1, inf), (-1, -inf), (1, nan), (1, inf),
+             (-0.0, 3), (-0.0, 0.5), (-0.0, -0.5), (-0.0, -3), (0.0, -3), (-2, 3), (-2, 2.5),
+             (inf, -1), (nan, 0), (2, nan), (-8, 1 / 3)]
+    a, b = (np.array(v, np.float32) for v in zip(*pairs))
+    block = kg.fuse(kg.pow(kg.tensor("a", a.shape), kg.tensor("b", b.shape)))
+    (got,) = run(backend, block, a, b, tuning="none")
+    with np.errstate(all="ignore"):
+        want = np.power(a.astype(np.float64), b.astype(np.float64))
+    assert_close(got, want, "float32")
+    assert np.array_equal(np.signbit(got[np.isinf(want)]), np.signbit(want[np.isinf(want)]))

@@ -15,7 +15,9 @@ How values are judged (special values make a plain rtol useless):
   terms (1e30 - 1e30 + 1), where an exp or a softmax amplifies a rounding, near a floor or a
   compare. A finite value passes when ``|got - hi| <= rtol |hi| + atol + K spread``. Where a
   perturbation changes a value's class (finite to Inf or NaN), the position is ill-conditioned
-  and is not judged at all.
+  and is not judged at all. One more trial makes a ReduceProd NaN where its value at the
+  block's dtype depends on the order of the factors (tiny ones underflow to 0 together, huge
+  ones overflow to Inf: 0 * Inf), so those positions are not judged either.
 - Where ``want`` is special but the shadow is finite (a float32 overflow in the reference's own
   formula, e.g. softplus(1e30) = log(exp(1e30) + 1) = inf, which kernelgen computes stably),
   a kernel value close to the shadow's also passes; where both are special, the shadow's
@@ -94,6 +96,14 @@ def _erf(op: kg.Op, x: np.ndarray) -> np.ndarray:
     return np.vectorize(math.erf, otypes=[x.dtype])(x) if x.size else x.copy()
 
 
+def _hard_swish(op: kg.Op, x: np.ndarray) -> np.ndarray:
+    """x * max(0, min(1, x / 6 + 1/2)) in the input's dtype. ONNX's reference expands the
+    function body, HardSigmoid with the float32 attribute alpha = 1/6, so float64 results are off
+    by about 1e-8 relative."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return (x * np.clip(x * x.dtype.type(1 / 6) + x.dtype.type(0.5), 0, 1)).astype(x.dtype)
+
+
 def _reduce_log_sum_exp(op: kg.Op, x: np.ndarray) -> np.ndarray:
     """log(sum(exp(x))) in float64, shifted by the finite part of the max: a row holding +Inf
     is +Inf, an all -Inf row -Inf (ONNX's reference gives NaN there: -inf - -inf)."""
@@ -108,16 +118,38 @@ def _reduce_log_sum_exp(op: kg.Op, x: np.ndarray) -> np.ndarray:
     return out.astype(x.dtype)
 
 
-def _pool_keeping_nan(op: kg.Op, x: np.ndarray) -> np.ndarray:
-    """A window holding a NaN is NaN (as ReduceMax and NumPy; docs/calling.md). ONNX's reference
-    pads with NaN and pools with nanmax/nanmean, so it skips NaN inputs too. The reference still
-    decides the windows: pooling the NaN mask tells which windows hold one."""
-    nan = np.isnan(x)
-    if not nan.any():
-        return reference(op, x)
-    hit = reference(op, nan.astype(x.dtype)) > 0
-    return np.where(hit, np.nan, reference(op, np.where(nan, 0, x).astype(x.dtype))
-                    ).astype(x.dtype)
+def _pool_direct(op: kg.Op, x: np.ndarray) -> np.ndarray:
+    """ONNX MaxPool / AveragePool window by window. The output size is ONNX's formula, where
+    with ``ceil_mode`` a last window that would start in the end padding is dropped (as
+    onnxruntime and PyTorch do); ONNX's reference evaluator gives one window fewer there
+    (length 9, kernel 2, pads (1, 1), stride 1: 9 windows, onnxruntime 10). A window holding a
+    NaN is NaN (as ReduceMax and NumPy; docs/calling.md); the reference pads with NaN and
+    pools with nanmax/nanmean, so it skips NaN inputs too."""
+    nd = x.ndim - 2
+    k, s, d = op.attrs["kernel_shape"], op.attrs["strides"], op.attrs["dilations"]
+    begin, end = op.attrs["pads"][:nd], op.attrs["pads"][nd:]
+    ceil, sizes = op.attrs["ceil_mode"], x.shape[2:]
+    out = []
+    for a in range(nd):
+        span = sizes[a] + begin[a] + end[a] - d[a] * (k[a] - 1) - 1
+        n_out = (-(-span // s[a]) if ceil else span // s[a]) + 1
+        if ceil and (n_out - 1) * s[a] >= sizes[a] + begin[a]:
+            n_out -= 1
+        out.append(n_out)
+    y = np.empty(x.shape[:2] + tuple(out), x.dtype)
+    for pos in np.ndindex(*out):
+        taps = [[p * s[a] - begin[a] + t * d[a] for t in range(k[a])] for a, p in enumerate(pos)]
+        inside = [[i for i in t if 0 <= i < sizes[a]] for a, t in enumerate(taps)]
+        window = x[(slice(None), slice(None), *np.ix_(*inside))].reshape(*x.shape[:2], -1)
+        where = (slice(None), slice(None), *pos)
+        if op.kind == "MaxPool":
+            y[where] = window.max(axis=-1) if window.shape[-1] else -np.inf
+        else:
+            padded = [[i for i in t if -begin[a] <= i < sizes[a] + end[a]]
+                      for a, t in enumerate(taps)]
+            count = math.prod(map(len, padded if op.attrs["count_include_pad"] else inside))
+            y[where] = window.astype(np.float64).sum(axis=-1) / count
+    return y
 
 
 # operator kind -> (applies to this operator?, the formula used instead of ONNX's reference)
@@ -126,17 +158,36 @@ _FIXED: dict[str, tuple[Any, Any]] = {
     "LogSoftmax": (lambda op: True, _log_softmax),
     "PRelu": (lambda op: True, _prelu),
     "Erf": (lambda op: True, _erf),
+    "HardSwish": (lambda op: True, _hard_swish),
     "ReduceLogSumExp": (lambda op: True, _reduce_log_sum_exp),
-    "MaxPool": (lambda op: True, _pool_keeping_nan),
-    "AveragePool": (lambda op: True, _pool_keeping_nan),
+    "MaxPool": (lambda op: True, _pool_direct),
+    "AveragePool": (lambda op: True, _pool_direct),
 }
 
 
+def _order_dependent_prod(op: kg.Op, x: np.ndarray, dtype: str) -> np.ndarray:
+    """Where a ReduceProd at ``dtype`` may give NaN, +-Inf or 0 depending on the order of its
+    multiplications: the row's small factors can underflow to 0 together and its large ones
+    overflow to Inf together (0 * Inf = NaN), and no factor is exactly 0 (then every order
+    agrees). Tiny and huge values in one row (1e-40, 1e-40, Inf) make this."""
+    axes = tuple(op.attrs.get("axes") or range(x.ndim))
+    keep = bool(op.attrs.get("keepdims", 1))
+    a = np.abs(x.astype(np.float64))
+    info = np.finfo(dtype)
+    with np.errstate(all="ignore"):
+        small = np.where(a < 1, a, 1.0).prod(axis=axes, keepdims=keep)
+        large = np.where(a > 1, a, 1.0).prod(axis=axes, keepdims=keep)
+    zero = (a == 0).any(axis=axes, keepdims=keep)
+    return (small < float(info.smallest_subnormal) / 2) & (large > float(info.max)) & ~zero
+
+
 def evaluate_chain(ops: list[kg.Op], feeds: dict[str, np.ndarray],
-                   overflowed: set[str] | None = None) -> dict[str, np.ndarray]:
+                   overflowed: set[str] | None = None, order_nan: str | None = None
+                   ) -> dict[str, np.ndarray]:
     """``reference.evaluate_chain`` with the ``_FIXED`` operators computed directly; the names
     of the operators whose evaluation overflowed, and of those reading them, go in
-    ``overflowed``."""
+    ``overflowed``. ``order_nan`` (a dtype): a ReduceProd is NaN where its value at that dtype
+    depends on the order of the multiplications."""
     values = dict(feeds)
     for op in ops:
         args = [values[v.name] for v in op.inputs]
@@ -144,6 +195,9 @@ def evaluate_chain(ops: list[kg.Op], feeds: dict[str, np.ndarray],
         fn = fixed[1] if fixed and fixed[0](op) else lambda op, *a: reference(op, *a)
         if overflowed is None:
             values[op.name] = fn(op, *args)
+            if order_nan and op.kind == "ReduceProd":
+                values[op.name] = np.where(_order_dependent_prod(op, args[0], order_nan),
+                                           np.nan, values[op.name])
             continue
         try:
             with np.errstate(over="raise"):
@@ -229,10 +283,13 @@ def _shadow(case: Case) -> None:
     case.hi = {k: hi[wide[k].name] for k in case.sinks}
     case.spread = {k: np.zeros(case.hi[k].shape) for k in case.sinks}
     rng = np.random.default_rng(0)
-    for _ in range(TRIALS):
-        shaken = {n: a * (1 + u * rng.uniform(-1, 1, a.shape)) if a.dtype.kind == "f" else a
-                  for n, a in f64.items()}
-        trial = evaluate_chain(wide, shaken)
+    trials = [evaluate_chain(wide, {n: a * (1 + u * rng.uniform(-1, 1, a.shape))
+                                    if a.dtype.kind == "f" else a for n, a in f64.items()})
+              for _ in range(TRIALS)]
+    # a product whose value at the block's dtype depends on the order of its factors: the
+    # positions it reaches change class in this trial, so they are not judged
+    trials.append(evaluate_chain(wide, f64, order_nan=case.block.dtype))
+    for trial in trials:
         for k in case.sinks:
             h, t, s = case.hi[k], trial[wide[k].name], case.spread[k]
             same = (np.isnan(h) & np.isnan(t)) | (np.isinf(h) & (h == t))
