@@ -12,14 +12,14 @@ DEFAULT = OPENCL.name  # what ``emit()`` and ``compile()`` use when no backend i
 
 
 def get(backend: str | Backend) -> Backend:
-    """The backend named ``backend`` (a ``Backend`` passes through: one with its own
-    capabilities, say)."""
+    """The backend named ``backend``, bound to the device it generates for (``bound``); a
+    ``Backend`` passes through bound (one generating for a declared device, say)."""
     if isinstance(backend, Backend):
-        return backend
+        return backend.bound()
     if backend not in REGISTRY:
         raise UnsupportedError(str(backend), "a backend", f"kernelgen (backends: "
                                f"{', '.join(REGISTRY)})")
-    return REGISTRY[backend]
+    return REGISTRY[backend].bound()
 
 
 def names() -> list[str]:

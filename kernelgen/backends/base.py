@@ -31,7 +31,15 @@ class Capabilities:
     dtypes: frozenset[DType] = frozenset(DType)
     primitives: frozenset[str] = frozenset(PRIMITIVES)
     vector_width: int = 1  # float32 lanes of its explicit vector code (1: none)
+    # the widths of explicit float vectors its compiler builds (contraction tiles, windows),
+    # widest first
+    vector_widths: tuple[int, ...] = ()
     max_work_group: int | None = None  # work-items of one work-group, at most
+    max_item_sizes: tuple[int, ...] | None = None  # work-items along each dimension, at most
+    local_memory: int | None = None  # bytes of work-group local memory, at most
+    compute_units: int | None = None
+    # the device works on host memory: calls wrap host arrays instead of copying them
+    unified_memory: bool = False
     # rows reduce in one thread with explicit vector loops (CPU-like devices)
     simd_within_work_item: bool = False
     # a contraction reading its operands in place is slowed by rows that alias in the L1 cache,
@@ -82,10 +90,13 @@ class Config:
 
 
 class Runtime(Protocol):
-    """How the rest of kernelgen runs a backend's kernel: on host arrays (``run``), or on
-    device buffers (``device_array``/``device_empty``, ``launch``, ``sync``, ``to_host``)."""
+    """How the rest of kernelgen runs a backend's kernel: on host arrays (``run``; ``keep[i]``
+    says input ``i`` is a constant of the kernel object, the same array every call, which a
+    runtime may keep on its device), or on device buffers (``device_array``/``device_empty``,
+    ``launch``, ``sync``, ``to_host``)."""
 
-    def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None: ...
+    def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray],
+            keep: Sequence[bool] = ()) -> None: ...
     def device_array(self, array: np.ndarray) -> Any: ...
     def device_empty(self, buffer: Buffer) -> Any: ...
     def launch(self, handles: Sequence[Any]) -> None: ...
@@ -220,6 +231,11 @@ class Backend:
     suffix: str   # file suffix of its sources
     comment: str  # line-comment mark of its language
     batch_builds: ClassVar[bool] = False  # whether ``prebuild`` is cheaper than one by one
+
+    def bound(self) -> Backend:
+        """This backend with the capabilities of the device it generates for, read from the
+        device where they depend on it (OpenCL); ``backends.get`` returns it."""
+        return self
 
     def problem(self) -> str | None:
         """Why kernels cannot run here (a tool or device missing), naming what to install;

@@ -68,7 +68,9 @@ def compile(block: FusedBlock, backend: str | Backend = backends.DEFAULT, *,
 def compile_kernel(block: FusedBlock, backend: str | Backend = backends.DEFAULT, *,
                    tuning: TuningPolicy = STORED, **options: Any) -> Kernel:
     """The whole block as one kernel (no algorithm choice, no padding)."""
-    return compile_loop(lower(block), backend, tuning=tuning, **options)
+    kernel = compile_loop(lower(block), backend, tuning=tuning, **options)
+    kernel.constants = {v.name: v.value for v in block.inputs if isinstance(v, Constant)}
+    return kernel
 
 
 def compile_loop(loop: LoopKernel, backend: str | Backend = backends.DEFAULT, *,

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from .. import hostmem
 from ..dtypes import DType
 from ..errors import ArgumentError
 
@@ -29,28 +30,44 @@ class Param(Protocol):
 
 
 def bind_inputs(callee: str, params: Sequence[Param], positional: Sequence[Any],
-                named: Mapping[str, Any]) -> list[np.ndarray]:
+                named: Mapping[str, Any], defaults: Mapping[str, np.ndarray] | None = None
+                ) -> list[np.ndarray]:
     """The input arrays in ``params`` order, from positional arrays then arrays by name; each
-    checked (shape, dtype) and made C-contiguous. ``callee`` names the kernel in errors."""
+    checked (shape, dtype) and made C-contiguous. ``defaults`` are the values of inputs that
+    are constants (``kg.constant``): they need not be passed. Positional arrays then fill
+    every input, when there are as many as inputs, else the inputs that are not constants.
+    ``callee`` names the kernel in errors."""
+    defaults = defaults or {}
     names = [p.name for p in params]
-    if len(positional) > len(params):
+    free = [n for n in names if n not in defaults]
+    if len(positional) == len(params) or not defaults:
+        targets = names
+    elif len(positional) <= len(free):
+        targets = free
+    else:
+        raise ArgumentError(f"{callee} takes {len(free)} inputs ({', '.join(free)}) and "
+                            f"{len(defaults)} constants that default to their values "
+                            f"({', '.join(n for n in names if n in defaults)}); pass "
+                            f"{len(free)} arrays, or all {len(params)}, got {len(positional)}")
+    if len(positional) > len(targets):
         raise ArgumentError(f"{callee} takes {len(params)} inputs ({', '.join(names)}), "
                             f"got {len(positional)}")
-    slots: list[Any] = list(positional) + [_MISSING] * (len(params) - len(positional))
+    slots: dict[str, Any] = dict(zip(targets, positional))
     for key, value in named.items():
         if key not in names:
             raise ArgumentError(f"{callee} has no input named '{key}'; its inputs are "
                                 f"{', '.join(names)}")
-        k = names.index(key)
-        if slots[k] is not _MISSING:
+        if key in slots:
             raise ArgumentError(f"{callee}: input '{key}' given twice (by position and by name)")
-        slots[k] = value
-    missing = [n for n, v in zip(names, slots) if v is _MISSING]
+        slots[key] = value
+    for name, value in defaults.items():
+        slots.setdefault(name, value)
+    missing = [n for n in names if n not in slots]
     if missing:
         given = len(positional) + len(named)
         raise ArgumentError(f"{callee} takes {len(params)} inputs ({', '.join(names)}), got "
                             f"{given}; missing {', '.join(missing)}")
-    return [_contiguous(_checked(callee, p, v, "input")) for p, v in zip(params, slots)]
+    return [_contiguous(_checked(callee, p, slots[p.name], "input")) for p in params]
 
 
 def bind_outputs(callee: str, params: Sequence[Param], out: Any,
@@ -60,8 +77,8 @@ def bind_outputs(callee: str, params: Sequence[Param], out: Any,
     overlaps an input the kernel writes a fresh array that ``finish`` copies into it, since a
     kernel that reads an input while writing over it computes garbage (a MatMul reads each
     input element many times)."""
-    if out is None:
-        fresh = [np.empty(p.shape, p.dtype.numpy) for p in params]
+    if out is None:  # aligned (a device may use them in place), large ones pooled
+        fresh = [hostmem.empty(p.shape, p.dtype.numpy) for p in params]
         return fresh, fresh
     if isinstance(out, np.ndarray):
         outs = [out]
@@ -109,11 +126,3 @@ def _checked(callee: str, param: Param, value: Any, role: str) -> np.ndarray:
 def _contiguous(arr: np.ndarray) -> np.ndarray:
     """``arr`` in C order, keeping its shape (``np.ascontiguousarray`` makes a 0-d array 1-d)."""
     return arr if arr.flags.c_contiguous else np.ascontiguousarray(arr).reshape(arr.shape)
-
-
-class _Missing:
-    def __repr__(self) -> str:
-        return "<missing>"
-
-
-_MISSING: Any = _Missing()

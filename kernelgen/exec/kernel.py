@@ -5,6 +5,7 @@ this module and ``measure`` never ask which backend they hold. ``Executable`` is
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 import numpy as np
@@ -35,15 +36,18 @@ class Executable(Protocol):
 class Kernel:
     """A generated kernel. ``kernel(*arrays)`` runs it on NumPy arrays and returns the output
     array (a tuple when the kernel has several outputs). ``metadata`` holds what a host program
-    needs to launch ``source`` itself: argument order, dtypes, shapes, launch geometry."""
+    needs to launch ``source`` itself: argument order, dtypes, shapes, launch geometry.
+    ``constants`` are the values of inputs built with ``kg.constant``: a call need not pass
+    them, and the runtime keeps them on its device."""
 
     def __init__(self, loop: LoopKernel, backend: str, source: str, metadata: dict[str, Any],
-                 runtime: Runtime) -> None:
+                 runtime: Runtime, constants: Mapping[str, np.ndarray] | None = None) -> None:
         self.loop = loop
         self.backend = backend
         self.source = source
         self.metadata = metadata
         self.runtime = runtime
+        self.constants = dict(constants or {})
 
     @property
     def name(self) -> str:
@@ -55,13 +59,15 @@ class Kernel:
     def __call__(self, *inputs: Any, out: Any = None, **named: Any
                  ) -> np.ndarray | tuple[np.ndarray, ...]:
         """Run on NumPy arrays: the block's inputs in the order they were built (``fused.inputs``,
-        ``metadata["args"]``), by position or by name (``kernel(data=d, indices=i)``). ``out``
-        may pass preallocated output arrays (one, or a tuple); it is returned."""
+        ``metadata["args"]``), by position or by name (``kernel(data=d, indices=i)``); inputs
+        that are constants may be left out. ``out`` may pass preallocated output arrays (one,
+        or a tuple); it is returned."""
         callee = f"kernel '{self.name}'"
-        arrays = bind_inputs(callee, self.loop.inputs, inputs, named)
+        arrays = bind_inputs(callee, self.loop.inputs, inputs, named, self.constants)
         check_indices(self.name, self.loop, arrays)
         written, returned = bind_outputs(callee, self.loop.outputs, out, arrays)
-        self.runtime.run(arrays, written)
+        keep = [self.constants.get(b.name) is a for b, a in zip(self.loop.inputs, arrays)]
+        self.runtime.run(arrays, written, keep)
         return finish(written, returned)
 
     def launch(self, *handles: Any, wait: bool = True) -> None:

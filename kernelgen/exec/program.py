@@ -75,7 +75,8 @@ class Program:
         """Check ``arrays`` against ``inputs`` (by position, then by name); return every
         external buffer by name (folded constants included)."""
         callee = f"program '{self.name}'"
-        checked = bind_inputs(callee, self.inputs, arrays, named)
+        constants = {v.name: v.value for v in self.inputs if isinstance(v, Constant)}
+        checked = bind_inputs(callee, self.inputs, arrays, named, constants)
         env: dict[str, np.ndarray] = dict(self.folded)
         for value, arr in zip(self.inputs, checked):
             if isinstance(value, Constant) and value not in self.used and \
@@ -98,9 +99,11 @@ class Program:
         written, returned = bind_outputs(f"program '{self.name}'", [self.output], out,
                                          list(env.values()))
         runtime = self.runtime
-        handles = {name: runtime.device_array(env[name]) for name in self._external()
+        resident = self._folded_on_device()  # and constants passed as built
+        handles = {name: resident[name] if self._kept(name, env[name]) else
+                   runtime.device_array(env[name]) for name in self._external()
                    if name not in self.folded}
-        handles.update(self._folded_on_device())
+        handles.update((name, resident[name]) for name in self.folded)
         self._run(handles)
         runtime.to_host(handles[self.output.name], written[0])
         return finish(written, returned)
@@ -115,7 +118,7 @@ class Program:
                                 f"{len(handles)}")
         named = {v.name: h for v, h in zip(self.inputs, handles)}
         named[self.output.name] = handles[-1]
-        named.update(self._folded_on_device())
+        named.update((n, h) for n, h in self._folded_on_device().items() if n in self.folded)
         self._run(named)
         if wait:
             self.runtime.sync()
@@ -126,12 +129,19 @@ class Program:
         names = [b.name for k in self.kernels for b in k.loop.inputs if b.name not in produced]
         return list(dict.fromkeys(names))
 
+    def _kept(self, name: str, array: np.ndarray) -> bool:
+        """Whether ``array`` is the value of the program's constant input ``name``."""
+        return any(v.name == name and isinstance(v, Constant) and v.value is array
+                   for v in self.inputs)
+
     def _folded_on_device(self) -> dict[str, Any]:
-        """Folded constants as device buffers, uploaded once."""
+        """Folded constants and the constant inputs as device buffers, uploaded once."""
         with self._lock:
             if self._device_folded is None:
+                values = {**{v.name: v.value for v in self.inputs if isinstance(v, Constant)},
+                          **self.folded}
                 self._device_folded = {name: self.runtime.device_array(value)
-                                       for name, value in self.folded.items()}
+                                       for name, value in values.items()}
             return self._device_folded
 
     def _run(self, handles: dict[str, Any]) -> None:

@@ -90,7 +90,7 @@ def test_every_rows_choice_and_group_size(name: str) -> None:
     require("opencl")
     ops, feeds = _block(name, "sigmoid")
     fused = kg.fuse(*ops)
-    plan = opencl_window(fused.lower())
+    plan = opencl_window(fused.lower(), backends.get("opencl").caps.vector_widths)
     assert plan is not None
     height = BLOCKS[name][0][2] + sum(BLOCKS[name][2]["pads"][::2]) - \
         (BLOCKS[name][1][2] - 1) * BLOCKS[name][2].get("dilations", [1, 1])[0]

@@ -19,7 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2] / "kernelgen"
 # bottom to top: a module may import from its own layer and the layers below
 LAYERS = (
-    ("version", "errors", "dtypes", "shapes", "options"),
+    ("version", "errors", "dtypes", "shapes", "options", "hostmem"),
     ("mapping_types",),
     ("ir",),
     ("ops",),

@@ -196,5 +196,7 @@ class NeonRuntime:
     def to_host(self, handle: np.ndarray, out: np.ndarray) -> None:
         out[...] = handle
 
-    def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
+    def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray],
+            keep: Sequence[bool] = ()) -> None:
+        """On the arrays themselves: the function runs on host memory."""
         call(self._compiled(), [*inputs, *outputs])

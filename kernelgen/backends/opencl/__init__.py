@@ -1,28 +1,45 @@
-"""OpenCL C through PyOpenCL: one ``__kernel`` per fused block, on whatever OpenCL device the
-process finds (PoCL on these machines)."""
+"""OpenCL C through PyOpenCL: one ``__kernel`` per fused block, generated for one OpenCL device:
+the one this process runs on (``runtime.device()``), or a declared one (``for_device``:
+``device.PROFILES`` or a ``DeviceInfo`` of your own), whose limits every kernel respects."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cache
 from typing import Any
 
 from ...ir.loop import LoopKernel
-from ..base import Backend, Capabilities, Config, Runtime, Schedule, Source
+from ..base import Backend, Config, Runtime, Schedule, Source
 from . import runtime as rt
+from .device import PROFILES, DeviceInfo, capabilities, profile
 from .emit import render
-from .language import VECTOR, OpenCLSource
-from .schedule import OpenCLSchedule, choose, search_space
+from .language import OpenCLSource
+from .schedule import OpenCLSchedule, choose
+from .search import search_space
 
-CAPABILITIES = Capabilities(
-    name="opencl", vector_width=VECTOR.width, max_work_group=4096,
-    # A CPU device runs a work-group on one core: rows reduce fastest as one work-item with
-    # explicit vector loops (measured 2.4 ms vs 13 ms for a 1024x4096 softmax on PoCL).
-    simd_within_work_item=True, pads_aliased_rows=True, direct_schedule="item",
-    pointwise_conv_in_place=True, winograd_4x4=True)
+# without a device (source generated for another machine): the CPUs this project measures on
+DEFAULT_TARGET = PROFILES["cpu-avx512"]
 
 
 @dataclass(frozen=True)
 class OpenCL(Backend):
+    # the device generated for; None: this process's device, once ``bound`` reads it
+    target: DeviceInfo | None = None
+
+    def bound(self) -> OpenCL:
+        if self.target is not None:
+            return self
+        try:
+            info = rt.device().info
+        except Exception:  # noqa: BLE001 - no device here: generate for the default target
+            info = DEFAULT_TARGET
+        return _for(self, info)
+
+    def for_device(self, target: DeviceInfo | str) -> OpenCL:
+        """This backend generating for ``target``: a ``DeviceInfo``, or a profile's name
+        (``device.PROFILES``: 'mobile-gpu', 'desktop-gpu', 'cpu-avx512', 'cpu-sse')."""
+        return _for(self, profile(target) if isinstance(target, str) else target)
+
     def problem(self) -> str | None:
         try:
             rt.device()
@@ -31,10 +48,10 @@ class OpenCL(Backend):
         return None
 
     def device_identity(self) -> str:
-        return rt.device().name
+        return (self.target or rt.device().info).name
 
     def search_space(self, loop: LoopKernel) -> list[Config]:
-        return search_space(loop)
+        return search_space(loop, self.caps)
 
     def choose(self, loop: LoopKernel, options: Mapping[str, Any]) -> OpenCLSchedule:
         return choose(loop, options, self.caps)
@@ -48,4 +65,9 @@ class OpenCL(Backend):
         return rt.OpenCLRuntime(source.text, source.entry, source.geometry, len(loop.inputs))
 
 
-BACKEND = OpenCL("opencl", CAPABILITIES, suffix="cl", comment="//")
+@cache
+def _for(backend: OpenCL, info: DeviceInfo) -> OpenCL:
+    return replace(backend, caps=capabilities(info), target=info)
+
+
+BACKEND = OpenCL("opencl", capabilities(DEFAULT_TARGET), suffix="cl", comment="//")

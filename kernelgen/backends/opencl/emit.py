@@ -108,7 +108,7 @@ class OpenCLPrinter(ContractionEmitter):
             dims.append(list(axes[:-2]))
         sizes = [prod(n for _, n in d) for d in dims]
         width = -(-sizes[0] // lanes) * lanes if sizes[0] > lanes else sizes[0]
-        local = _local_shape([width, *sizes[1:]], self.local)
+        local = _local_shape([width, *sizes[1:]], self.local, self.caps.max_item_sizes)
         global_ = _covering(sizes, local)
         checks = []
         for dim, (d, size) in enumerate(zip(dims, sizes)):
@@ -258,7 +258,7 @@ class OpenCLPrinter(ContractionEmitter):
         tm, tn = self.sched.tile
         holes = self.contraction_holes(tm, tn, depth=3)
         sizes = [int(holes["tiles_c"]), int(holes["tiles_r"]), int(holes["batches"])]
-        local = _local_shape(sizes, self.local)
+        local = _local_shape(sizes, self.local, self.caps.max_item_sizes)
         src = templates.render("opencl", "contraction.cl", name=self.kernel.name,
                                params=self.params(), **holes)
         return src, Launch(_covering(sizes, local), local)
@@ -305,7 +305,7 @@ class OpenCLPrinter(ContractionEmitter):
             return self._packed(holes, tile, k_scope, b, store, sizes)
         src = templates.render("opencl", "contraction_vec.cl", params=self.params(),
                                store="\n".join(store.lines), **holes)
-        local = _local_shape(sizes, self.local)
+        local = _local_shape(sizes, self.local, self.caps.max_item_sizes)
         return src, Launch(_covering(sizes, local), local)
 
     def _column_tile(self, plan: TilePlan, outer: list[Axis], tiles_run: int) -> Scope:
@@ -385,7 +385,7 @@ class OpenCLPrinter(ContractionEmitter):
                 f"{4 * panel} bytes", row_k_bind=_indent(k_scope.lines),
                 store=_indent(store.lines), **holes)
             items = sizes[1:]
-            local = _local_shape(items, self.local)
+            local = _local_shape(items, self.local, self.caps.max_item_sizes)
             return src, Launch(_covering(items, local), local,
                                scratch=items[0] * items[1] * panel)
         pack_src = templates.render(
@@ -394,7 +394,7 @@ class OpenCLPrinter(ContractionEmitter):
                "b_load": _dedent(b.lines)},
             main=self.kernel.name, params=self.params(outputs=False), panel=str(panel))
         pack_sizes = [int(holes["k_extent"]), sizes[1], sizes[2]]
-        pack_local = _local_shape(pack_sizes, PACK_LOCAL)
+        pack_local = _local_shape(pack_sizes, PACK_LOCAL, self.caps.max_item_sizes)
         pack = Launch(_covering(pack_sizes, pack_local), pack_local)
         tile.add(f"__global const float* kg_panel = kg_packed + "
                  f"((long)kg_bt * {sizes[1]} + kg_tc) * {panel};")
@@ -406,7 +406,7 @@ class OpenCLPrinter(ContractionEmitter):
                                                "b_load": "\n".join(panel_b.lines)},
             params=self.params() + ",\n        __global const float* restrict kg_packed",
             store="\n".join(store.lines))
-        local = _local_shape(sizes, self.local)
+        local = _local_shape(sizes, self.local, self.caps.max_item_sizes)
         return pack_src + "\n" + src, Launch(_covering(sizes, local), local, pack,
                                               sizes[1] * sizes[2] * panel)
 
@@ -560,11 +560,13 @@ def _covering(sizes: list[int], local: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(-(-s // l) * l for s, l in zip(sizes, local))
 
 
-def _local_shape(sizes: list[int], target: int) -> tuple[int, ...]:
-    """A work-group shape of at most ``target`` items, filled from dimension 0 outward."""
+def _local_shape(sizes: list[int], target: int, limits: tuple[int, ...] | None = None
+                 ) -> tuple[int, ...]:
+    """A work-group shape of at most ``target`` items, filled from dimension 0 outward, each
+    dimension within the device's ``limits``."""
     local, budget = [], target
-    for s in sizes:
-        take = max(1, min(s, budget))
+    for dim, s in enumerate(sizes):
+        take = max(1, min(s, budget, limits[dim] if limits else budget))
         # a divisor of the size, when not much smaller, spares the idle items of a last group
         divisor = max(d for d in range(1, take + 1) if s % d == 0)
         take = divisor if 2 * divisor >= take else take

@@ -13,7 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from ... import hostmem
 from ...errors import KernelgenError
+from .device import DeviceInfo, read
 
 
 @dataclass(frozen=True)
@@ -21,12 +23,16 @@ class Device:
     context: Any
     queue: Any
     device: Any
+    info: DeviceInfo  # what code is generated for
 
     @property
     def name(self) -> str:
-        return f"{self.device.platform.version} / {self.device.name.strip()}"
+        return self.info.name
 
 
+# KERNELGEN_OPENCL_DEVICE picks the device by a part of its platform's or its own name
+# ('intel', 'pocl 3.1', 'oclgrind'); PYOPENCL_CTX is honoured when it is not set
+SELECT_ENV = "KERNELGEN_OPENCL_DEVICE"
 _lock = threading.Lock()
 _device: Device | None = None
 _programs: dict[str, Any] = {}
@@ -54,30 +60,71 @@ def _usable(cl: Any, dev: Any) -> bool:
         return False
 
 
+def label(platform: Any, dev: Any) -> str:
+    """How a device is named to users, and what ``KERNELGEN_OPENCL_DEVICE`` is matched against."""
+    return f"{platform.name.strip()} | {platform.version.strip()} | {dev.name.strip()}"
+
+
+def list_devices() -> list[str]:
+    """Every OpenCL device this process can see, as ``label`` names them."""
+    cl = _import_cl()
+    try:
+        return [label(p, d) for p in cl.get_platforms() for d in p.get_devices()]
+    except cl.Error:
+        return []
+
+
+def _rank(cl: Any, platform: Any, dev: Any) -> tuple[int, int]:
+    """The default order: GPUs first, then PoCL's CPU devices, then other CPU runtimes;
+    Oclgrind, a simulator for checking kernels, only when nothing else is there."""
+    simulator = platform.name.strip() == "Oclgrind"
+    return (simulator, 0 if dev.type & cl.device_type.GPU else
+            1 if "PoCL" in platform.version else 2)
+
+
+def _select(cl: Any) -> tuple[int, int]:
+    """(platform index, device index) of the device to run on."""
+    entries = [(pi, di, p, d) for pi, p in enumerate(cl.get_platforms())
+               for di, d in enumerate(p.get_devices())]
+    names = "; ".join(label(p, d) for _, _, p, d in entries) or "none"
+    query = os.environ.get(SELECT_ENV, "").strip()
+    if query:
+        chosen = [e for e in entries if query.lower() in label(e[2], e[3]).lower()]
+        if not chosen:
+            raise KernelgenError(f"{SELECT_ENV}={query!r} names no OpenCL device; devices: "
+                                 f"{names}")
+        if not _usable(cl, chosen[0][3]):
+            raise KernelgenError(f"the OpenCL device {label(chosen[0][2], chosen[0][3])} "
+                                 f"({SELECT_ENV}={query!r}) cannot build a kernel")
+        return chosen[0][0], chosen[0][1]
+    if os.environ.get("PYOPENCL_CTX"):
+        dev = cl.create_some_context(interactive=False).devices[0]
+        return next((pi, di) for pi, di, _, d in entries if d == dev)
+    ranked = sorted(entries, key=lambda e: _rank(cl, e[2], e[3]))
+    pi, di, _, _ = next(e for e in ranked if _usable(cl, e[3]))
+    return pi, di
+
+
 def device() -> Device:
-    """The OpenCL device kernels run on: ``PYOPENCL_CTX`` if set, else the first device (PoCL
-    platforms first) that builds a probe kernel."""
+    """The OpenCL device kernels run on: the one ``KERNELGEN_OPENCL_DEVICE`` names (a part of
+    its name, see ``list_devices``), else ``PYOPENCL_CTX``'s, else the first that builds a
+    kernel, GPUs first, then PoCL, then other CPU runtimes, Oclgrind last."""
     global _device
     with _lock:
         if _device is not None:
             return _device
         cl = _import_cl()
         try:
-            if os.environ.get("PYOPENCL_CTX"):
-                ctx = cl.create_some_context(interactive=False)
-                dev = ctx.devices[0]
-            else:
-                platforms = sorted(cl.get_platforms(), key=lambda p: "PoCL" not in p.version)
-                candidates = [d for p in platforms for d in p.get_devices()]
-                dev = next(d for d in candidates if _usable(cl, d))
-                ctx = cl.Context([dev])
+            pi, di = _select(cl)
         except (cl.Error, StopIteration) as exc:
             raise KernelgenError(
                 "no OpenCL device that can build kernels was found; install PoCL "
                 "(pip install pocl-binary-distribution, or on CPUs its LLVM does not know, "
                 f"apt-get install pocl-opencl-icd) [{exc!r}]") from exc
+        dev = cl.get_platforms()[pi].get_devices()[di]
+        ctx = cl.Context([dev])
         queue = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
-        _device = Device(ctx, queue, dev)
+        _device = Device(ctx, queue, dev, read(cl, pi, di))
         return _device
 
 
@@ -103,6 +150,12 @@ class OpenCLRuntime:
     kernel, when ``launch.pack`` is set). A kernel with ``launch.scratch`` takes a scratch
     buffer this runtime keeps after its outputs.
 
+    A call on host arrays (``run``) uses them in place where the device works on host memory
+    (CPUs, mobile GPUs: ``USE_HOST_PTR`` buffers, the outputs mapped back, nothing copied;
+    arrays not aligned as the device wants are copied to aligned ones first), and copies
+    them to and from the device otherwise. A kernel object's constants (``keep``) become
+    device buffers once.
+
     Safe to call from several threads: a ``cl.Kernel``'s arguments are state shared by every
     caller (``clSetKernelArg`` then ``clEnqueueNDRangeKernel`` is not atomic), and the packing
     launch and the kernel share the scratch panels, so one lock covers setting the arguments
@@ -116,19 +169,39 @@ class OpenCLRuntime:
         self._pack: Any = None
         self._scratch: Any = None
         self._lock = threading.Lock()
+        self._kept: dict[int, tuple[np.ndarray, Any]] = {}  # input index -> (array, buffer)
 
     def _compiled(self) -> Any:
         """The kernel (and its packing kernel and scratch), built once; call with the lock."""
         if self._kernel is None:
             kernel = build(self.source, self.name)
+            self._check_group(kernel, self.geometry.local_size, self.name)
             if self.geometry.pack is not None:
                 self._pack = build(self.source, f"{self.name}_pack")
+                self._check_group(self._pack, self.geometry.pack.local_size, f"{self.name}_pack")
             if self.geometry.scratch:
                 cl = _import_cl()
                 self._scratch = cl.Buffer(device().context, cl.mem_flags.READ_WRITE,
                                           4 * self.geometry.scratch)
             self._kernel = kernel
         return self._kernel
+
+    @staticmethod
+    def _check_group(kernel: Any, local: tuple[int, ...] | None, name: str) -> None:
+        """A work-group larger than this kernel can run on the device (a GPU lowers the limit
+        for kernels that use many registers) is an error naming the way out, not a failed
+        enqueue."""
+        if not local:
+            return
+        cl = _import_cl()
+        dev = device()
+        limit = kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, dev.device)
+        items = int(np.prod(local))
+        if items > limit:
+            raise KernelgenError(
+                f"OpenCL kernel '{name}' launches work-groups of {items} items {tuple(local)}, "
+                f"but the device ({dev.name}) runs this kernel in groups of at most {limit}; "
+                f"emit it with local_size={limit} or less")
 
     def device_array(self, array: np.ndarray) -> Any:
         cl = _import_cl()
@@ -165,12 +238,67 @@ class OpenCLRuntime:
         cl.enqueue_copy(device().queue, out, handle)
         self.sync()
 
-    def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
-        cl = _import_cl()
-        handles = [self.device_array(a) for a in inputs]
-        out_handles = [cl.Buffer(device().context, cl.mem_flags.WRITE_ONLY, max(o.nbytes, 1))
-                       for o in outputs]
+    def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray],
+            keep: Sequence[bool] = ()) -> None:
+        """Run on host arrays; ``keep[i]``: input ``i`` is a constant of the kernel object (the
+        same array on every call), made a device buffer once."""
+        dev = device()
+        shared = dev.info.unified_memory
+        wrap = self._in_place if shared else self._copied
+        handles = [self._constant(i, a, wrap) if i < len(keep) and keep[i] else wrap(a)
+                   for i, a in enumerate(inputs)]
+        if shared:
+            written = [o if hostmem.aligned(o.ctypes.data, dev.info.alignment)
+                       else hostmem.empty(o.shape, o.dtype) for o in outputs]
+            out_handles = [self._in_place(o, writable=True) for o in written]
+        else:
+            written = outputs
+            out_handles = [self._device_output(o) for o in outputs]
         self.launch([*handles, *out_handles])
-        for o, h in zip(outputs, out_handles):
-            cl.enqueue_copy(device().queue, o, h)
+        for o, w, h in zip(outputs, written, out_handles):
+            self._read_back(h, w, shared)
+            if w is not o:
+                np.copyto(o, w)
         self.sync()
+
+    def _constant(self, index: int, array: np.ndarray, wrap: Any) -> Any:
+        with self._lock:
+            kept = self._kept.get(index)
+            if kept is None or kept[0] is not array:
+                kept = (array, wrap(array))
+                self._kept[index] = kept
+            return kept[1]
+
+    def _copied(self, array: np.ndarray) -> Any:
+        return self.device_array(array)
+
+    def _in_place(self, array: np.ndarray, writable: bool = False) -> Any:
+        """A buffer over ``array``'s own memory (an aligned copy of an input that is not
+        aligned as the device needs)."""
+        cl = _import_cl()
+        mf = cl.mem_flags
+        if not hostmem.aligned(array.ctypes.data, device().info.alignment):
+            array = hostmem.copy(array)
+        flags = (mf.READ_WRITE if writable else mf.READ_ONLY) | mf.USE_HOST_PTR
+        return cl.Buffer(device().context, flags, hostbuf=array if array.nbytes else
+                         np.zeros(1, array.dtype))
+
+    def _device_output(self, out: np.ndarray) -> Any:
+        cl = _import_cl()
+        return cl.Buffer(device().context, cl.mem_flags.WRITE_ONLY, max(out.nbytes, 1))
+
+    def _read_back(self, handle: Any, out: np.ndarray, shared: bool) -> None:
+        """Make the kernel's results visible in ``out``: mapping a buffer over host memory
+        (the map is the host array itself on CPU devices), copying a device's own buffer."""
+        cl = _import_cl()
+        queue = device().queue
+        if not out.nbytes:
+            return
+        if not shared:
+            cl.enqueue_copy(queue, out, handle)
+            return
+        mapped, _ = cl.enqueue_map_buffer(queue, handle, cl.map_flags.READ, 0, out.shape,
+                                          out.dtype, is_blocking=True)
+        if mapped.ctypes.data != out.ctypes.data:  # an implementation that copied after all
+            np.copyto(out, mapped)
+        mapped.base.release(queue)

@@ -39,7 +39,7 @@ from ...lower import unroll
 from ...lower.contraction import (Contraction, contraction, operand_buffers, operand_has_reduction,
                                   producer_redundancy)
 from ...shapes import prod
-from ..base import (PRIVATE, Capabilities, Config, Schedule, check_derived, check_options,
+from ..base import (PRIVATE, Capabilities, Schedule, check_derived, check_options,
                     option_names)
 from ..c.contraction import FLAT_K, flat_reduction
 from ..c.vector import vector_reduction_ok, vectorizable
@@ -48,14 +48,15 @@ from .language import VECTOR, vector_syntax
 KINDS = ("elementwise", "group", "item", "row", "tiled", "window")
 STAGED_KINDS = ("item", "row")  # a staged row is an array of one work-item
 # PoCL runs a work-group as one thread's loop over work-items; groups of 256 vectorise well and
-# tiny groups (16) run 2-3x slower (docs/toolchain.md, OpenCL).
+# tiny groups (16) run 2-3x slower (docs/toolchain.md, OpenCL). At most the device's limit.
 DEFAULT_LOCAL = 256
 # Measured on PoCL (python -m kernelgen and bench/): 65536 rows of 64 run 1.3x faster with one
 # work-item per row; 1024 rows of 4096 run 2.3x faster with one work-group per row.
 GROUP_REDUCE_MIN = 512  # reductions at least this long use the cooperative 'group' schedule
 ITEM_UNROLL_MAX = 32  # 'item' reductions up to this many points unroll completely
 GROUP_FEW = 64  # with fewer groups than this, 'item' would leave most SIMD lanes idle
-# A staged 'row' in float16 vectors with fma: 1.4-1.6x float8 (hand-written, attention)
+# A staged 'row' in float16 vectors with fma: 1.4-1.6x float8 (hand-written, attention); the
+# widest the device builds, up to this
 STAGED_ROW_WIDTH = 16
 AGO_MAX_COLUMNS = 64  # widest register tile a fused-producer contraction takes by default
 # The vector operand's producer channels computed together, at most (the largest divisor of
@@ -71,11 +72,11 @@ AGO_MAX_ROWS = 32
 # Vector-column contraction (contraction_vec.cl.tmpl): 8 rows x 2 float16 = 16 of AVX-512's 32
 # registers hold the sums. Measured on PoCL, 1024^3 GEMM: 140-220 GFLOP/s against 24 for the
 # scalar 8x8 tile, whose arrays PoCL left in memory. Work-groups of a few rows share the right
-# operand's panel; 4 measured as good as 1 and better than 64.
+# operand's panel; 4 measured as good as 1 and better than 64. The columns are two of the
+# widest vectors the device builds (``vector_tile``).
 VECTOR_TILE = (8, 32)
 SCALAR_TILE = (4, 4)  # the scalar template's (outputs other than float32)
 SCALAR_MAX_LOCAL = 64
-VECTOR_WIDTHS = (16, 8, 4)
 VECTOR_LOCAL = 4
 UNROLLED_LANES = 16  # work-group width multiple for work-items that compute several points
 PACK_LOCAL = 16  # the packing launch's work-group
@@ -197,27 +198,30 @@ def choose(loop: LoopKernel, options: Mapping[str, Any], caps: Capabilities) -> 
     if local is not None and not (isinstance(local, int) and 1 <= local <= (
             caps.max_work_group or local)):
         raise ValueError(f"kernel '{loop.name}': local_size must be an int from 1 to "
-                         f"{caps.max_work_group}, got {local!r}")
+                         f"{caps.max_work_group} (the device's work-group limit), got {local!r}")
     tile = options.get("tile")
     if tile is not None and (len(tile) != 2 or min(tile) < 1):
         raise ValueError(f"kernel '{loop.name}': tile must be (rows, columns), both positive, "
                          f"got {tile!r}")
     kind = _kind(loop, options.get("schedule"), tile is not None, caps)
     base = OpenCLSchedule(kind, "long" if loop.needs_long_index else "int", loop,
-                          local_size=local or DEFAULT_LOCAL)
+                          local_size=local or default_local(caps))
     _check_applies(loop, kind, options)
     if kind == "elementwise":
         sched = replace(base, unroll=_unroll(loop, options.get("unroll")))
     elif kind == "window":
-        sched = _window(base, options.get("window_rows"), local)
+        sched = _window(base, options.get("window_rows"), local, caps)
     elif kind in STAGED_KINDS:
         rows = unroll.choose_group_rows(loop, options.get("group_rows"), share=kind == "row")
         sched = replace(base, group_rows=rows if loop.staged else None)
         if kind == "row":  # the explicit vector loops' width
-            sched = replace(sched, vector_width=STAGED_ROW_WIDTH if loop.staged
-                            else caps.vector_width)
+            staged = max(w for w in caps.vector_widths if w <= STAGED_ROW_WIDTH)
+            sched = replace(sched, vector_width=staged if loop.staged else caps.vector_width)
     elif kind == "tiled":
-        sched = _tiled(base, tile, local, options.get("pack"), options.get("pack_in_tile"))
+        sched = _tiled(base, tile, local, options.get("pack"), options.get("pack_in_tile"),
+                       caps)
+    elif kind == "group":
+        sched = replace(base, local_size=group_local(loop, base.local_size, caps))
     else:
         sched = base
     if kind == "item":
@@ -242,33 +246,50 @@ def _kind(loop: LoopKernel, requested: str | None, tile_explicit: bool,
         if loop.staged and requested not in STAGED_KINDS:
             raise ValueError(f"kernel '{loop.name}' stages a producer row per group point, "
                              f"which runs on the {STAGED_KINDS} schedules, not {requested!r}")
-        if requested == "row" and not _row_vectorizable(loop):
+        if requested == "row" and not row_vectorizable(loop, caps):
             raise ValueError("schedule 'row' needs every hoisted reduction to run over one "
-                             "contiguous float32 axis")
-        if requested == "tiled" and opencl_contraction(loop) is None:
+                             "contiguous float32 axis, and a device that builds float vectors")
+        if requested == "tiled" and opencl_contraction(loop, caps.vector_widths) is None:
             raise ValueError("schedule 'tiled' needs a contraction: one sum of a product of "
                              "operands on disjoint output axes")
-        if requested == "window" and opencl_window(loop) is None:
+        if requested == "window" and opencl_window(loop, caps.vector_widths) is None:
             raise ValueError(f"schedule 'window' needs a short sum of products whose one "
                              f"operand reads a run of at most {WINDOW_MAX_RUN} output columns as "
                              f"vectors and has no axis of its own (a depthwise conv); kernel "
                              f"'{loop.name}' has none")
         return requested
     if loop.staged:  # a work-item holds the row: one per group point
-        return "row" if caps.simd_within_work_item and _row_vectorizable(loop) else "item"
-    if opencl_window(loop) is not None and not tile_explicit:
+        return "row" if caps.simd_within_work_item and row_vectorizable(loop, caps) else "item"
+    if opencl_window(loop, caps.vector_widths) is not None and not tile_explicit:
         return "window"
-    if opencl_contraction(loop) is not None:
+    if opencl_contraction(loop, caps.vector_widths) is not None:
         return "tiled"
-    if caps.simd_within_work_item and _row_vectorizable(loop):
+    if caps.simd_within_work_item and row_vectorizable(loop, caps):
         return "row"
     longest = max(extent(r) for r in loop.hoisted)
     few_groups = prod(loop.domain[g][1] for g in loop.group) < GROUP_FEW
     return "group" if longest >= GROUP_REDUCE_MIN or few_groups else "item"
 
 
-def _row_vectorizable(loop: LoopKernel) -> bool:
-    return all(vector_reduction_ok(r, VECTOR) for r in loop.hoisted)
+def row_vectorizable(loop: LoopKernel, caps: Capabilities) -> bool:
+    """Whether every hoisted reduction runs as explicit vectors ('row') on the device."""
+    return bool(caps.vector_widths) and all(vector_reduction_ok(r, VECTOR) for r in loop.hoisted)
+
+
+def default_local(caps: Capabilities) -> int:
+    """The work-group size a schedule aims at: ``DEFAULT_LOCAL``, within the device's limit."""
+    return min(DEFAULT_LOCAL, caps.max_work_group or DEFAULT_LOCAL)
+
+
+def group_local(loop: LoopKernel, local: int, caps: Capabilities) -> int:
+    """A 'group' kernel's work-group: ``local`` items, fewer when its reduction scratch (one
+    value per item and hoisted reduction type, ``emit._group``) would not fit the device's
+    local memory."""
+    if caps.local_memory is None:
+        return local
+    per_item = sum({r.dtype: r.dtype.compute.itemsize for r in loop.hoisted}.values()) or 4
+    fits = max(1, caps.local_memory // per_item)
+    return max(1, min(local, fits))
 
 
 def _check_applies(loop: LoopKernel, kind: str, options: Mapping[str, Any]) -> None:
@@ -294,8 +315,9 @@ def _unroll(loop: LoopKernel, requested: Any) -> tuple[int, ...]:
     return tuple(requested)
 
 
-def _window(base: OpenCLSchedule, rows: int | None, local: int | None) -> OpenCLSchedule:
-    window = opencl_window(base.loop)
+def _window(base: OpenCLSchedule, rows: int | None, local: int | None,
+            caps: Capabilities) -> OpenCLSchedule:
+    window = opencl_window(base.loop, caps.vector_widths)
     assert window is not None
     if rows is None:
         rows = window.default_rows
@@ -303,22 +325,25 @@ def _window(base: OpenCLSchedule, rows: int | None, local: int | None) -> OpenCL
         raise ValueError(f"kernel '{base.loop.name}': window_rows must be one of "
                          f"{window.row_choices} (divisors of the axis, within the code "
                          f"budget), got {rows}")
-    return replace(base, window_rows=rows, local_size=local or WINDOW_LOCAL,
+    local = local or min(WINDOW_LOCAL, default_local(caps))
+    return replace(base, window_rows=rows, local_size=local,
                    vector_width=window.columns.width, plan=window)
 
 
 # --- 'tiled' ----------------------------------------------------------------------------------
 
 def _tiled(base: OpenCLSchedule, requested: tuple[int, ...] | None, local: int | None,
-           pack: bool | None, pack_in_tile: bool | None) -> OpenCLSchedule:
+           pack: bool | None, pack_in_tile: bool | None, caps: Capabilities) -> OpenCLSchedule:
     """The contraction's template, operand order, tile, packing and work-group."""
     k = base.loop
-    c = opencl_contraction(k)
+    widths = caps.vector_widths
+    c = opencl_contraction(k, widths)
     assert c is not None
-    vector_columns = all(b.dtype is DType.float32 for b in k.outputs)  # sums in vectors
+    # sums in vectors (float32 outputs, on a device that builds float vectors)
+    vector_columns = bool(widths) and all(b.dtype is DType.float32 for b in k.outputs)
     explicit = requested is not None
     tile = tuple(requested) if requested is not None else \
-        VECTOR_TILE if vector_columns else SCALAR_TILE
+        vector_tile(widths) if vector_columns else SCALAR_TILE
     # AGO: with a producer reduction inside the left operand and no explicit tile, one column
     # tile covers every column so no producer element is computed twice
     full_columns = not explicit and operand_has_reduction(c.left) and \
@@ -326,16 +351,16 @@ def _tiled(base: OpenCLSchedule, requested: tuple[int, ...] | None, local: int |
     rows: int | None = None
     plan = None
     if vector_columns:
-        ago = _ago_vector_plan(k, c, tile, explicit)
+        ago = _ago_vector_plan(k, c, tile, explicit, widths)
         if ago is not None:
             c, plan, rows = ago
         else:
-            plan = vector_plan(k, c, tile, full_columns)
+            plan = vector_plan(k, c, tile, full_columns, widths)
             if (plan is None or plan.right is None) and not operand_has_reduction(c.left):
                 # the sum is symmetric: vectorise the left operand's run if it has one
                 # (a 1x1 conv reads pixels contiguously but output channels strided)
                 swapped = c.swapped()
-                other = vector_plan(k, swapped, tile, False)
+                other = vector_plan(k, swapped, tile, False, widths)
                 if other is not None and other.right is not None:
                     plan, c = other, swapped
     if plan is None:  # the scalar template
@@ -343,7 +368,7 @@ def _tiled(base: OpenCLSchedule, requested: tuple[int, ...] | None, local: int |
         tn = _cols(k, c) if full_columns else min(tile[1], _cols(k, c))
         # the template's holes read the operands themselves (``contraction_holes``)
         return replace(base, tile=(tm, tn),
-                       local_size=min(local or DEFAULT_LOCAL, SCALAR_MAX_LOCAL),
+                       local_size=min(local or default_local(caps), SCALAR_MAX_LOCAL),
                        plan=TilePlan(c, None, c.left, c.right))
     tm = rows or min(tile[0], _rows(k, c))
     tiles_r = -(-_rows(k, c) // tm)
@@ -379,8 +404,8 @@ def _ranges(k: LoopKernel) -> dict[sympy.Symbol, int]:
     return {**k.ranges, **dict(k.domain)}
 
 
-def _ago_vector_plan(k: LoopKernel, c: Contraction, tile: tuple[int, ...], explicit: bool
-                     ) -> tuple[Contraction, VectorPlan, int] | None:
+def _ago_vector_plan(k: LoopKernel, c: Contraction, tile: tuple[int, ...], explicit: bool,
+                     widths: tuple[int, ...]) -> tuple[Contraction, VectorPlan, int] | None:
     """AGO with the producer as the vector operand: when the producer (a reduction in the
     left operand, e.g. conv3x3 + ReLU before a 1x1 conv) reads a run of its pixels
     contiguously, swap the operands so each work-item computes the producer for ``width``
@@ -395,10 +420,10 @@ def _ago_vector_plan(k: LoopKernel, c: Contraction, tile: tuple[int, ...], expli
     if explicit:
         rows_cols = (tile[0], tile[1])
     elif n_rows <= AGO_MAX_ROWS:
-        rows_cols = (n_rows, VECTOR_WIDTHS[0])  # one vector of columns: the sums stay few
+        rows_cols = (n_rows, widths[0])  # one vector of columns: the sums stay few
     else:
         return None
-    plan = vector_plan(k, swapped, rows_cols, False, producer=True)
+    plan = vector_plan(k, swapped, rows_cols, False, widths, producer=True)
     if plan is None or plan.right is None:
         return None
     return swapped, plan, min(rows_cols[0], n_rows)
@@ -443,31 +468,38 @@ def _producer_group(c: Contraction, left: Expr, right: Expr | None) -> int:
                key=lambda g: -(-k_extent // g) * g)
 
 
+def vector_tile(widths: tuple[int, ...]) -> tuple[int, int]:
+    """The vector template's default tile: ``VECTOR_TILE``'s rows by two of the widest vectors
+    the device builds."""
+    return VECTOR_TILE[0], 2 * widths[0] if widths else VECTOR_TILE[1]
+
+
 @lru_cache(maxsize=256)  # asked by the tuner's search space and by choose, per emit
-def opencl_contraction(kernel: LoopKernel) -> Contraction | None:
+def opencl_contraction(kernel: LoopKernel, widths: tuple[int, ...]) -> Contraction | None:
     """The contraction the 'tiled' schedule runs: ``lower.contraction``'s, or a rowless one
-    (depthwise conv) when its columns load as vectors; the row-less form with lanes loaded one
-    by one would lose to the 'item' and 'row' schedules."""
+    (depthwise conv) when its columns load as vectors of ``widths``; the row-less form with
+    lanes loaded one by one would lose to the 'item' and 'row' schedules."""
     found = contraction(kernel)
-    if found is not None or not all(b.dtype is DType.float32 for b in kernel.outputs):
+    if found is not None or not widths or \
+            not all(b.dtype is DType.float32 for b in kernel.outputs):
         return found
     rowless = contraction(kernel, rowless=True)
     if rowless is None or operand_has_reduction(rowless.right):
         return None
-    plan = vector_plan(kernel, rowless, VECTOR_TILE, False)
+    plan = vector_plan(kernel, rowless, vector_tile(widths), False, widths)
     return rowless if plan is not None and plan.right is not None else None
 
 
 @lru_cache(maxsize=256)
-def opencl_window(kernel: LoopKernel) -> WindowPlan | None:
+def opencl_window(kernel: LoopKernel, widths: tuple[int, ...]) -> WindowPlan | None:
     """The 'window' plan when ``kernel`` is a row-less contraction (one operand has no axis of
     its own: a depthwise conv's weights) whose other operand reads a run of at most
     ``WINDOW_MAX_RUN`` output columns as vectors, with a vector epilogue, and whose taps times
     vectors fit the straight-line code budget; else None."""
-    c = opencl_contraction(kernel)
+    c = opencl_contraction(kernel, widths)
     if c is None or c.rows or operand_has_reduction(c.left) or operand_has_reduction(c.right):
         return None
-    plan = vector_plan(kernel, c, (1, WINDOW_MAX_RUN), False)
+    plan = vector_plan(kernel, c, (1, WINDOW_MAX_RUN), False, widths)
     if plan is None or plan.right is None:
         return None
     n_run = prod(kernel.domain[i][1] for i in plan.run)
@@ -476,7 +508,7 @@ def opencl_window(kernel: LoopKernel) -> WindowPlan | None:
         return None
     # two vectors at least where the run allows: a vector as wide as the run has no read
     # inside it to move a lane over at the padded ends (16 columns: two float8)
-    w = next((w for w in VECTOR_WIDTHS if 2 * w <= n_run), plan.width)
+    w = next((w for w in widths if 2 * w <= n_run), plan.width)
     plan = replace(plan, width=w)
     starts = list(range(0, n_run - w + 1, w))
     if starts[-1] + w < n_run:
@@ -511,13 +543,16 @@ def vector_epilogue(k: LoopKernel, c: Contraction, plan: VectorPlan
 
 
 def vector_plan(k: LoopKernel, c: Contraction, tile: tuple[int, ...], full_columns: bool,
-                producer: bool = False) -> VectorPlan | None:
+                widths: tuple[int, ...], producer: bool = False) -> VectorPlan | None:
     """The widest contiguous run of trailing column axes the right operand reads, and the
-    vector width and tile that fit it; None when no run has 4 columns (scalar template).
+    vector width (one of ``widths``, the device's) and tile that fit it; None when no run has
+    as many columns as the narrowest width (scalar template).
     ``full_columns`` (AGO) needs one tile spanning every column; ``producer`` lets the right
     operand hold a reduction (AGO's producer as the vector operand)."""
     flat = sympy.Symbol("kg_col")
-    syntax = vector_syntax(VECTOR_WIDTHS[0])
+    if not widths:
+        return None
+    syntax = vector_syntax(widths[0])
     cols = list(c.cols)
     # default: lanes loaded one by one over every column
     choice: tuple[tuple[int, ...], Expr | None] = (tuple(cols), None)
@@ -531,57 +566,11 @@ def vector_plan(k: LoopKernel, c: Contraction, tile: tuple[int, ...], full_colum
     run, right = choice
     n_run = prod(k.domain[i][1] for i in run)
     if full_columns:
-        width = next((w for w in VECTOR_WIDTHS if n_run % w == 0), 0)
+        width = next((w for w in widths if n_run % w == 0), 0)
         return VectorPlan(run, width, n_run, flat, right) if width else None
     want = max(tile[1], 1)
-    widths = [w for w in VECTOR_WIDTHS if w <= min(want, n_run)]
-    if not widths:
+    fitting = [w for w in widths if w <= min(want, n_run)]
+    if not fitting:
         return None
-    width = next((w for w in widths if want % w == 0), widths[0])
+    width = next((w for w in fitting if want % w == 0), fitting[0])
     return VectorPlan(run, width, min(want - want % width, n_run - n_run % width), flat, right)
-
-
-# --- what the tuner measures --------------------------------------------------------------------
-
-def search_space(loop: LoopKernel) -> list[Config]:
-    """The tunables worth measuring for ``loop``, the default first."""
-    c = opencl_contraction(loop)
-    if c is not None and not c.rows:  # depthwise: one row, columns in vectors
-        tiles = [Config.of(tile=(1, n)) for n in (32, 16, 48, 64)]
-        window = opencl_window(loop)
-        if window is None:
-            return tiles
-        # the default's window rows first, then the others and a few group sizes
-        rows = sorted(window.row_choices,
-                      key=lambda r: (r > WINDOW_ROWS, -r if r <= WINDOW_ROWS else r))
-        return [Config.of(), *(Config.of(schedule="window", window_rows=r, local_size=ls)
-                               for r in rows[:4] for ls in (8, 32)), *tiles]
-    if c is not None:  # register tiles of the contraction templates
-        # rows x columns; columns in float16 vectors (8 or 4 lanes on short runs)
-        # (6x64: 293 GFLOP/s on im2col's 64x576x3136 GEMM, against 222 for 8x32)
-        tiles = [Config.of(tile=t) for t in ((8, 32), (8, 48), (6, 64), (4, 64), (12, 32),
-                                             (6, 32), (8, 16), (4, 16), (4, 4))]
-        # AGO: the default tile spans the producer once; most others recompute it
-        if operand_has_reduction(c.left) or operand_has_reduction(c.right):
-            return [Config.of(), *tiles]
-        # the right operand read in place, packed by each column tile's item, or packed
-        # by a first kernel: each way for the five likeliest tiles first, so a short
-        # budget still measures every one
-        ways = ({"pack": False}, {"pack": True, "pack_in_tile": True},
-                {"pack": True, "pack_in_tile": False})
-        return [*(Config.of(**t.as_options(), **way) for t in tiles[:5] for way in ways),
-                *(Config.of(**t.as_options(), pack=False) for t in tiles[5:])]
-    if loop.staged:  # a staged row is one work-item's array; queries a work-item share loads
-        return [Config.of(), *(Config.of(schedule="row", group_rows=r)
-                               for r in unroll.group_row_choices(loop)),
-                *(Config.of(schedule="item", local_size=ls) for ls in (256, 64))]
-    kinds: list[str | None] = [None]
-    if loop.hoisted:
-        kinds += ["row", "group", "item"]
-    configs = [Config.of(**({"local_size": ls} | ({"schedule": st} if st else {})))
-               for st in kinds for ls in (256, 64, 1024)]
-    plans = unroll.ranked(loop)
-    if plans:  # the default takes the first; the next two and one point per item too
-        configs += [Config.of(local_size=ls, unroll=p)
-                    for p in (*plans[1:3], unroll.none(loop)) for ls in (256, 1024)]
-    return configs

@@ -95,6 +95,8 @@ class TritonRuntime:
         self.grid = source.grid
         self.constexprs = dict(source.constexprs)
         self._fn: Any = None
+        self._kept: dict[int, tuple[np.ndarray, Any]] = {}  # constants on the device
+        self._lock = threading.Lock()
 
     def _kernel(self) -> Any:
         if self._fn is None:
@@ -105,6 +107,15 @@ class TritonRuntime:
     def device_array(self, array: np.ndarray) -> Any:
         torch = _torch()
         return torch.from_numpy(np.ascontiguousarray(array)).to(device())
+
+    def _constant(self, index: int, array: np.ndarray) -> Any:
+        """A kernel object's constant input on the device, copied there once."""
+        with self._lock:
+            kept = self._kept.get(index)
+            if kept is None or kept[0] is not array:
+                kept = (array, self.device_array(array))
+                self._kept[index] = kept
+            return kept[1]
 
     def device_empty(self, buffer: Any) -> Any:
         torch = _torch()
@@ -134,8 +145,10 @@ class TritonRuntime:
         self.sync()
         out[...] = handle.cpu().numpy()
 
-    def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
-        handles = [self.device_array(a) for a in inputs]
+    def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray],
+            keep: Sequence[bool] = ()) -> None:
+        handles = [self._constant(i, a) if i < len(keep) and keep[i] else self.device_array(a)
+                   for i, a in enumerate(inputs)]
         out_handles = [self.device_empty(b) for b in self.loop.outputs]
         self.launch([*handles, *out_handles])
         self.sync()

@@ -1,0 +1,97 @@
+"""Which explicit vector widths an OpenCL device's compiler builds and runs correctly, found by
+building a small kernel per width **in a child process**.
+
+A compiler that cannot lower a construct does not always say so: pip's PoCL 3.0 (LLVM 14, which
+targets a generic x86-64 on CPUs it does not know) aborts the whole process on a ``float16``
+``fma`` (``LLVM ERROR: Cannot select ... _Z7_cl_fmaDv16_fS_S_``) and segfaults on other
+``float16`` code. So the widths are tried from the narrowest up in a child that reports each
+result as it goes: a width whose build kills the child is recorded as failed, and the widths
+before it stand. The parent caches the answer per device and driver (``device.py``).
+
+    python -m kernelgen.backends.opencl.probe PLATFORM DEVICE   # indices, as get_platforms()
+
+prints one line per width: ``<width> ok`` or ``<width> failed: <why>``.
+"""
+from __future__ import annotations
+
+import string
+import sys
+
+import numpy as np
+
+WIDTHS = (4, 8, 16)  # narrowest first: a crash at one width keeps the answers before it
+
+# Every vector construct the OpenCL templates print (backends/opencl/language.py: loads and
+# stores, fma, NaN-propagating max through a lane mask and select, halving with .lo/.hi, lane
+# access, composing a vector from lanes, the bit casts of the fast math library).
+_KERNEL = string.Template("""
+__kernel void kg_probe(__global const float* x, __global float* y)
+{
+    const int i = get_global_id(0);
+    float$w a = vload$w(0, x + $w * i);
+    float$w c = fma(a, (float$w)(0.5f), a);                      /* 1.5 a */
+    int$w m = (c > a) | isnan(c);
+    float$w d = select(a, c, m);                                 /* max(c, a), NaN kept */
+    float$w p = as_float$w((convert_int$w(rint(a)) + 127) << 23); /* 2^rint(a) */
+    float$w e = d + p * 0.0f + (float$w)(a.s0);
+    vstore$w(e, 0, y + $w * i);
+$halve
+    y[$w * get_global_size(0) + i] = s1;
+}
+""")
+
+
+def source(width: int) -> str:
+    """The probe kernel at ``width`` lanes: ``y[W*i + j] = max(1.5 x, x) + x[W*i]`` and, past
+    the vectors, each work-item's lane sum by halving ``.lo + .hi``."""
+    halve, v, w = [], "e", width
+    while w > 1:
+        w //= 2
+        halve.append(f"    float{w if w > 1 else ''} s{w} = {v}.lo + {v}.hi;")
+        v = f"s{w}"
+    return _KERNEL.substitute(w=width, halve="\n".join(halve))
+
+
+def expected(x: np.ndarray, width: int, items: int) -> np.ndarray:
+    lanes = x[:width * items].reshape(items, width)
+    e = np.maximum(1.5 * lanes, lanes) + lanes[:, :1]
+    return np.concatenate([e.ravel(), e.sum(axis=1)]).astype(np.float32)
+
+
+def check(cl: object, device: object, width: int) -> str | None:
+    """None when the probe kernel at ``width`` builds and computes the right values; else why."""
+    items = 8
+    rng = np.random.default_rng(width)
+    x = rng.uniform(-3, 3, width * items).astype(np.float32)
+    ctx = cl.Context([device])  # type: ignore[attr-defined]
+    queue = cl.CommandQueue(ctx)  # type: ignore[attr-defined]
+    mf = cl.mem_flags  # type: ignore[attr-defined]
+    try:
+        prg = cl.Program(ctx, source(width)).build()  # type: ignore[attr-defined]
+        kernel = cl.Kernel(prg, "kg_probe")  # type: ignore[attr-defined]
+        xb = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=x)  # type: ignore
+        y = np.zeros(width * items + items, np.float32)
+        yb = cl.Buffer(ctx, mf.WRITE_ONLY, y.nbytes)  # type: ignore[attr-defined]
+        kernel(queue, (items,), None, xb, yb)
+        cl.enqueue_copy(queue, y, yb)  # type: ignore[attr-defined]
+        queue.finish()
+    except Exception as exc:  # noqa: BLE001 - any failure means the width is unusable
+        return " ".join(str(exc).split())[:300]
+    want = expected(x, width, items)
+    if not np.allclose(y, want, rtol=1e-5, atol=1e-5):
+        return f"wrong values (max error {float(np.max(np.abs(y - want))):.3g})"
+    return None
+
+
+def main(argv: list[str]) -> int:
+    import pyopencl as cl
+    platform, device = int(argv[0]), int(argv[1])
+    dev = cl.get_platforms()[platform].get_devices()[device]
+    for width in WIDTHS:
+        why = check(cl, dev, width)
+        print(f"{width} ok" if why is None else f"{width} failed: {why}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

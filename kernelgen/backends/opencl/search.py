@@ -1,0 +1,57 @@
+"""What the tuner measures for an OpenCL kernel: the tunables worth trying, on the device the
+capabilities describe (its vector widths and work-group limit), the default first."""
+from __future__ import annotations
+
+from ...ir.loop import LoopKernel
+from ...lower import unroll
+from ...lower.contraction import operand_has_reduction
+from ..base import Capabilities, Config
+from .schedule import WINDOW_ROWS, opencl_contraction, opencl_window, row_vectorizable
+
+
+def search_space(loop: LoopKernel, caps: Capabilities) -> list[Config]:
+    """The tunables worth measuring for ``loop`` on the device ``caps`` describes (its vector
+    widths and work-group limit), the default first."""
+    widths, most = caps.vector_widths, caps.max_work_group or 1024
+    c = opencl_contraction(loop, widths)
+    if c is not None and not c.rows:  # depthwise: one row, columns in vectors
+        tiles = [Config.of(tile=(1, n)) for n in (32, 16, 48, 64)]
+        window = opencl_window(loop, widths)
+        if window is None:
+            return tiles
+        # the default's window rows first, then the others and a few group sizes
+        rows = sorted(window.row_choices,
+                      key=lambda r: (r > WINDOW_ROWS, -r if r <= WINDOW_ROWS else r))
+        return [Config.of(), *(Config.of(schedule="window", window_rows=r, local_size=ls)
+                               for r in rows[:4] for ls in (8, 32) if ls <= most), *tiles]
+    if c is not None:  # register tiles of the contraction templates
+        # rows x columns; columns in float16 vectors (8 or 4 lanes on short runs)
+        # (6x64: 293 GFLOP/s on im2col's 64x576x3136 GEMM, against 222 for 8x32)
+        tiles = [Config.of(tile=t) for t in ((8, 32), (8, 48), (6, 64), (4, 64), (12, 32),
+                                             (6, 32), (8, 16), (4, 16), (4, 4))]
+        # AGO: the default tile spans the producer once; most others recompute it
+        if operand_has_reduction(c.left) or operand_has_reduction(c.right):
+            return [Config.of(), *tiles]
+        # the right operand read in place, packed by each column tile's item, or packed
+        # by a first kernel: each way for the five likeliest tiles first, so a short
+        # budget still measures every one
+        ways = ({"pack": False}, {"pack": True, "pack_in_tile": True},
+                {"pack": True, "pack_in_tile": False})
+        return [*(Config.of(**t.as_options(), **way) for t in tiles[:5] for way in ways),
+                *(Config.of(**t.as_options(), pack=False) for t in tiles[5:])]
+    if loop.staged:  # a staged row is one work-item's array; queries a work-item share loads
+        staged = [Config.of(schedule="row", group_rows=r) for r in
+                  unroll.group_row_choices(loop)] if row_vectorizable(loop, caps) else []
+        return [Config.of(), *staged,
+                *(Config.of(schedule="item", local_size=ls) for ls in (256, 64) if ls <= most)]
+    kinds: list[str | None] = [None]
+    if loop.hoisted:
+        kinds += ["row", "group", "item"] if row_vectorizable(loop, caps) else ["group", "item"]
+    sizes = [ls for ls in (256, 64, 1024) if ls <= most]
+    configs = [Config.of(**({"local_size": ls} | ({"schedule": st} if st else {})))
+               for st in kinds for ls in sizes]
+    plans = unroll.ranked(loop)
+    if plans:  # the default takes the first; the next two and one point per item too
+        configs += [Config.of(local_size=ls, unroll=p)
+                    for p in (*plans[1:3], unroll.none(loop)) for ls in (256, 1024) if ls <= most]
+    return configs
