@@ -86,7 +86,8 @@ def runner(kernels: Kernel | Sequence[Kernel] | Program, *inputs: np.ndarray
     else:  # checked as a call checks them: count, shape, dtype (never converted); C order made
         callee = (f"bench: kernel '{chain[0].name}'" if len(chain) == 1 else
                   f"bench: the chain {', '.join(repr(k.name) for k in chain)}")
-        arrays = bind_inputs(callee, ins, inputs, {})
+        constants = {name: value for k in chain for name, value in k.constants.items()}
+        arrays = bind_inputs(callee, ins, inputs, {}, constants)
     runtime = chain[0].runtime
     handles: dict[str, Any] = {}
     for buf, arr in zip(ins, arrays):

@@ -66,6 +66,19 @@ def run(path: str, force: bool, repeat: int, backend: str = backends.DEFAULT) ->
     return 0 if err < 1e-4 else 1
 
 
+def devices() -> int:
+    """List the OpenCL devices this process sees and what kernels are generated for on the one
+    kernelgen uses (``KERNELGEN_OPENCL_DEVICE`` chooses another)."""
+    from ..backends.opencl import runtime
+    found = runtime.list_devices()
+    print("OpenCL devices (KERNELGEN_OPENCL_DEVICE=<part of a name> picks one):")
+    for name in found or ["none found"]:
+        print(f"  {name}")
+    if found:
+        print(f"\nkernelgen uses: {runtime.device().info.describe()}")
+    return 0
+
+
 def _positive(text: str) -> int:
     try:
         n = int(text)
@@ -96,8 +109,12 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--backend", default=backends.DEFAULT, choices=backends.names(),
                        help=f"where the kernels run (default: {backends.DEFAULT}); triton "
                             "needs a CUDA GPU or TRITON_INTERPRET=1 (slow)")
+    sub.add_parser("devices", help="list the OpenCL devices and what kernelgen generates for",
+                   description=devices.__doc__)
     args = parser.parse_args(argv)
     try:
+        if args.command == "devices":
+            return devices()
         if args.command in (None, "run"):
             return run(getattr(args, "chain", str(DEFAULT_CHAIN)), getattr(args, "force", False),
                        getattr(args, "repeat", 20), getattr(args, "backend", backends.DEFAULT))

@@ -214,11 +214,14 @@ class OpenCLPrinter(ContractionEmitter):
         """Open ``for`` over ``count`` positions split across the group, with the same trip count
         in every work-item: the barrier at the end of the body then makes PoCL run the
         work-items as the innermost (vectorised) loop. Past the end, the position is clamped and
-        ``<pos>_ok`` is 0. Returns the position variable."""
+        ``<pos>_ok`` is 0. Returns the position variable. (The clamp is a ``min``: Intel's CPU
+        runtime stored every work-item's value from the last one's when it was the equivalent
+        ``<pos>_ok ? base + lid : count - 1``.)"""
         base, pos = self.fresh("base"), self.fresh("p")
         scope.add(f"for ({self.index_t} {base} = 0; {base} < {count}; {base} += {local}) {{")
         scope.add(f"    const int {pos}_ok = {base} + lid < {count};")
-        scope.add(f"    const {self.index_t} {pos} = {pos}_ok ? {base} + lid : {count - 1};")
+        scope.add(f"    const {self.index_t} {pos} = min({base} + lid, "
+                  f"({self.index_t}){count - 1});")
         return pos
 
     def _cooperative_reduce(self, node: Reduce, scope: Scope, local: int) -> None:

@@ -17,7 +17,7 @@ void fused_reducesum(__global const float* restrict x,
     float acc2 = 0.0f;
     for (int base3 = 0; base3 < 4096; base3 += 256) {
         const int p4_ok = base3 + lid < 4096;
-        const int p4 = p4_ok ? base3 + lid : 4095;
+        const int p4 = min(base3 + lid, (int)4095);
         const int r5 = p4;
         const float t6 = x[3 * r5 + o0];
         acc2 = p4_ok ? acc2 + t6 : acc2;

@@ -1,0 +1,129 @@
+"""The OpenCL device layer on a real device: choosing it by name, what is read and probed from
+it, a kernel's own work-group limit, calls that use host memory in place, and constants that
+need not be passed."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from conftest import require
+
+import kernelgen as kg
+from kernelgen import backends
+from kernelgen.backends.opencl.runtime import device
+
+
+def _python(code: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=300)
+
+
+def test_an_unknown_device_name_lists_the_devices() -> None:
+    require("opencl")
+    done = _python("import kernelgen as kg; kg.fuse(kg.relu(kg.tensor('x', (3,))))"
+                   ".emit('opencl')(__import__('numpy').ones(3, 'f4'))",
+                   KERNELGEN_OPENCL_DEVICE="no such device")
+    assert done.returncode != 0
+    assert "KERNELGEN_OPENCL_DEVICE='no such device' names no OpenCL device" in done.stderr
+    assert "devices:" in done.stderr
+
+
+def test_devices_command_lists_and_describes() -> None:
+    require("opencl")
+    done = subprocess.run([sys.executable, "-m", "kernelgen", "devices"], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "kernelgen uses:" in done.stdout and "work-groups <=" in done.stdout
+
+
+def test_device_info_is_read_and_probed() -> None:
+    require("opencl")
+    info = device().info
+    assert info.max_work_group >= 1 and info.local_memory > 0 and info.compute_units >= 1
+    assert info.vector_widths and 4 in info.vector_widths, info  # every device builds float4
+    assert list(info.vector_widths) == sorted(info.vector_widths, reverse=True)
+    assert backends.get("opencl").caps.vector_widths == info.vector_widths or \
+        info.kind != "cpu"
+
+
+def test_a_work_group_over_the_kernels_limit_is_an_error_naming_local_size() -> None:
+    require("opencl")
+    info = device().info
+    big = replace(info, name="profile:too-wide", max_work_group=info.max_work_group * 2,
+                  max_item_sizes=(info.max_work_group * 2,) * 3)
+    fused = kg.fuse(kg.relu(kg.tensor("x", (4 * info.max_work_group,))))
+    kernel = fused.emit(backends.REGISTRY["opencl"].for_device(big), tuning="none",
+                        local_size=info.max_work_group * 2)
+    with pytest.raises(kg.KernelgenError, match="local_size="):
+        kernel(np.ones(4 * info.max_work_group, np.float32))
+
+
+def _chain() -> tuple[kg.FusedOp, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(3)
+    g = rng.standard_normal(1031).astype(np.float32)
+    x = kg.tensor("x", (257, 1031))
+    m = kg.mul(x, kg.constant("g", g))
+    return kg.fuse(m, kg.relu(m)), g, rng.standard_normal((257, 1031)).astype(np.float32)
+
+
+def test_constants_need_not_be_passed_and_stay_on_the_device() -> None:
+    require("opencl")
+    fused, g, x = _chain()
+    kernel = fused.emit("opencl")
+    want = np.maximum(x * g, 0)
+    np.testing.assert_array_equal(kernel(x), want)
+    kept = dict(kernel.runtime._kept)
+    np.testing.assert_array_equal(kernel(x), want)
+    assert kernel.runtime._kept == kept  # the same device buffer, not a new upload
+    np.testing.assert_array_equal(kernel(x, 2 * g), np.maximum(x * 2 * g, 0))  # all given
+    np.testing.assert_array_equal(kernel(x=x, g=-g), np.maximum(-x * g, 0))
+
+
+def test_call_with_every_alignment() -> None:
+    """Inputs and outputs at any address (Intel's runtime copies a buffer that is not 128-byte
+    aligned; a view one float in is not) give the same answer; returned arrays are
+    page-aligned."""
+    require("opencl")
+    fused, g, x = _chain()
+    kernel = fused.emit("opencl")
+    want = np.maximum(x * g, 0)
+    got = kernel(x)
+    assert got.ctypes.data % 4096 == 0
+    shifted = np.empty(x.size + 1, np.float32)[1:].reshape(x.shape)
+    shifted[...] = x
+    np.testing.assert_array_equal(kernel(shifted), want)
+    out = np.empty(x.size + 3, np.float32)[3:].reshape(x.shape)
+    assert kernel(x, out=out) is out
+    np.testing.assert_array_equal(out, want)
+    for _ in range(3):  # results from reused blocks are fresh each time
+        np.testing.assert_array_equal(kernel(x), want)
+
+
+def test_a_program_takes_its_constants_itself() -> None:
+    require("opencl")
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((8, 5, 3, 3)).astype(np.float32)
+    x = kg.tensor("x", (1, 5, 13, 11))
+    conv = kg.conv(x, kg.constant("w", w), pads=[1, 1, 1, 1])
+    program = kg.fuse(conv, kg.relu(conv)).emit("opencl", algorithm="winograd")
+    xa = rng.standard_normal((1, 5, 13, 11)).astype(np.float32)
+    want = kg.interpret(kg.fuse(conv, kg.relu(conv)).lower(), xa, w)[0]
+    np.testing.assert_allclose(program(xa), want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(program(xa, w), want, rtol=1e-4, atol=1e-4)
+
+
+def test_ambiguous_argument_count_names_the_constants() -> None:
+    require("opencl")
+    a, b = kg.tensor("a", (3,)), kg.tensor("b", (3,))
+    c1, c2 = kg.constant("c1", np.ones(3, np.float32)), kg.constant("c2", np.ones(3, np.float32))
+    left, right = kg.add(a, c1), kg.add(c2, b)
+    kernel = kg.fuse(left, right, kg.add(left, right)).emit("opencl")
+    ones = np.ones(3, np.float32)
+    with pytest.raises(kg.ArgumentError, match="2 constants that default"):
+        kernel(ones, ones, ones)
+    np.testing.assert_array_equal(kernel(ones, ones), 4 * ones)
+    np.testing.assert_array_equal(kernel(ones, 2 * ones, ones, ones), 5 * ones)

@@ -1,0 +1,52 @@
+"""The OpenCL tests on every OpenCL implementation besides the default one: each runs
+``pytest -k opencl tests/backend`` with ``--opencl-device`` naming it, in its own process (the
+device is chosen once per process).
+
+    python tests/opencl_matrix.py [NAME ...]     # default: every one installed
+
+NAME is a part of a device's name as ``python -m kernelgen devices`` lists them: ``intel``
+(Intel's CPU runtime, pip ``intel-opencl-rt``) and ``pocl 3.0`` (pip's PoCL, LLVM 14). The
+default device (Debian's PoCL) runs the whole suite already; Oclgrind runs its own checks
+(``tests/backend/test_oclgrind.py``). With ``KERNELGEN_REQUIRE_BACKENDS=1`` (CI) a missing
+implementation fails; otherwise it is skipped with a line naming it.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+IMPLEMENTATIONS = {"intel": "Intel's CPU runtime (pip intel-opencl-rt intel-cmplr-lib-rt)",
+                   "pocl 3.0": "pip's PoCL (pip pocl-binary-distribution)"}
+
+
+def installed() -> list[str]:
+    from kernelgen.backends.opencl.runtime import list_devices
+    return [d.lower() for d in list_devices()]
+
+
+def main(names: list[str]) -> int:
+    devices = installed()
+    status = 0
+    for name in names or list(IMPLEMENTATIONS):
+        if not any(name.lower() in d for d in devices):
+            print(f"opencl matrix: {IMPLEMENTATIONS.get(name, name)} is not installed")
+            if os.environ.get("KERNELGEN_REQUIRE_BACKENDS"):
+                status = 1
+            continue
+        print(f"opencl matrix: the OpenCL tests on '{name}'", flush=True)
+        start = time.time()
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-k", "opencl",
+                               "tests/backend", f"--opencl-device={name}",
+                               "-W", "ignore::pyopencl.CompilerWarning"], cwd=ROOT)
+        print(f"opencl matrix: '{name}' {'passed' if done.returncode == 0 else 'FAILED'} in "
+              f"{time.time() - start:.0f} s", flush=True)
+        status |= done.returncode != 0
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
