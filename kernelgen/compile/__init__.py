@@ -26,6 +26,7 @@ from ..backends import Backend
 from ..errors import UnsupportedError
 from ..exec import Executable, Kernel, Program, metadata
 from ..fusion import FusedBlock, fuse
+from ..ir.interp import interpret
 from ..ir.loop import LoopKernel
 from ..ir.node import Constant, Op, tensor
 from ..lower import lower
@@ -147,14 +148,16 @@ def _convolution(block: FusedBlock, algorithm: str, be: Backend, tuning: TuningP
         stages: list[FusedBlock | Constant] = list(im2col_stages(conv))
     else:
         stages = winograd_stages(conv, WINOGRAD_TILES[algorithm],
-                                 fold=lambda stage: _fold(stage, be))
+                                 fold=_fold)
     return _program(block, algorithm, stages, be, tuning, options)
 
 
-def _fold(stage: FusedBlock, be: Backend) -> np.ndarray:
-    """A stage whose inputs are all constants, run now (Winograd's filter transform)."""
-    kernel = compile_kernel(stage, be, tuning=NO_TUNING)
-    return np.asarray(kernel(*(v.value for v in stage.inputs if isinstance(v, Constant))))
+def _fold(stage: FusedBlock) -> np.ndarray:
+    """A stage whose inputs are all constants (Winograd's filter transform), computed now on the
+    host by the IR interpreter: no device is needed to generate code, so code for a declared
+    device (``for_device``) is generated without running anything on this one."""
+    return np.asarray(interpret(lower(stage), *(v.value for v in stage.inputs
+                                                if isinstance(v, Constant)))[0])
 
 
 def _program(block: FusedBlock, algorithm: str, stages: Sequence[FusedBlock | Constant],
