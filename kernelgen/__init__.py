@@ -25,11 +25,14 @@ from .errors import (
                      DtypeError,
                      FusionError,
                      KernelgenError,
+                     ModelError,
                      ShapeError,
                      UnsupportedError,
+                     UnsupportedOpError,
 )
 from .exec import Executable, Kernel, Program
 from .fusion import FusedBlock
+from .graph import ECG, Graph, Session, compile_model, import_onnx
 from .ir.interp import interpret
 from .ir.node import Constant, MathProperties, Op, Placeholder, Value, constant, tensor
 from .measure import Measurement, bench
@@ -40,6 +43,7 @@ from .ops import (
                      concat,
                      conv,
                      depth_to_space,
+                     dropout,
                      expand,
                      flatten,
                      gather,
@@ -48,6 +52,7 @@ from .ops import (
                      instance_normalization,
                      layer_normalization,
                      log_softmax,
+                     lrn,
                      matmul,
                      max_pool,
                      mod,
@@ -73,14 +78,15 @@ from .version import __version__
 
 __all__ = [
     *GENERATED, "ArgumentError", "AttributeError_", "AxisError", "Backend", "BroadcastError",
-    "CONSTRUCTORS", "CacheWarning", "Capabilities", "Constant", "DType", "DtypeError", "Executable",
-    "FusedBlock", "FusedOp", "FusionError", "Kernel", "KernelgenError", "MathProperties",
-    "Measure", "Measurement", "NO_TUNING", "Op", "Placeholder", "Program", "STORED", "ShapeError",
-    "Stored", "UnsupportedError", "Value", "__version__", "average_pool", "batch_normalization",
-    "bench", "cast", "clip", "compile", "compile_kernel", "compile_loop", "concat", "constant",
-    "conv", "depth_to_space", "expand", "flatten", "fuse", "gather", "gemm", "global_pool",
-    "instance_normalization", "interpret", "layer_normalization", "log_softmax", "matmul",
-    "max_pool", "mod", "pad", "prelu", "reshape", "resize", "slice", "snake", "softmax",
-    "space_to_depth", "split", "squeeze", "tensor", "transpose", "tuning_policy", "unsqueeze",
-    "where",
+    "CONSTRUCTORS", "CacheWarning", "Capabilities", "Constant", "DType", "DtypeError", "ECG",
+    "Executable", "FusedBlock", "FusedOp", "FusionError", "Graph", "Kernel", "KernelgenError",
+    "MathProperties", "Measure", "Measurement", "ModelError", "NO_TUNING", "Op", "Placeholder",
+    "Program", "STORED", "Session", "ShapeError", "Stored", "UnsupportedError",
+    "UnsupportedOpError", "Value", "__version__", "average_pool", "batch_normalization", "bench",
+    "cast", "clip", "compile", "compile_kernel", "compile_loop", "compile_model", "concat",
+    "constant", "conv", "depth_to_space", "dropout", "expand", "flatten", "fuse", "gather", "gemm",
+    "global_pool", "import_onnx", "instance_normalization", "interpret", "layer_normalization",
+    "log_softmax", "lrn", "matmul", "max_pool", "mod", "pad", "prelu", "reshape", "resize", "slice",
+    "snake", "softmax", "space_to_depth", "split", "squeeze", "tensor", "transpose",
+    "tuning_policy", "unsqueeze", "where",
 ]

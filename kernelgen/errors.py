@@ -74,3 +74,19 @@ class UnsupportedError(KernelgenError, NotImplementedError):
 
 class ArgumentError(KernelgenError, ValueError):
     """Arrays passed to a kernel that do not match its parameters."""
+
+
+class ModelError(KernelgenError, ValueError):
+    """A model that cannot be imported or run as given: it fails the ONNX checker, a node reads
+    a name nothing defines, the nodes form a cycle, an initializer has the wrong shape, or a
+    node's operator refuses its inputs. ``node`` and ``op_type`` name the node at fault."""
+
+    def __init__(self, message: str, node: str | None = None, op_type: str | None = None) -> None:
+        self.node, self.op_type = node, op_type
+        where = f"node '{node}' ({op_type}): " if node is not None else ""
+        super().__init__(where + message)
+
+
+class UnsupportedOpError(ModelError, NotImplementedError):
+    """A node kernelgen has no operator for, or an attribute or input form it does not handle;
+    the message names the node, its op type and what is missing."""

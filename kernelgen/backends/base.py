@@ -19,6 +19,7 @@ from ..dtypes import DType
 from ..errors import UnsupportedError
 from ..ir.expr import PRIMITIVES, Call, walk
 from ..ir.loop import Buffer, LoopKernel
+from ..lower import fastmath
 from . import templates
 
 
@@ -30,6 +31,10 @@ class Capabilities:
     name: str
     dtypes: frozenset[DType] = frozenset(DType)
     primitives: frozenset[str] = frozenset(PRIMITIVES)
+    # functions ``choose`` expands into primitives before deciding anything (the IR's float32
+    # math library, ``lower/fastmath.py``; 'pow': constant exponents strength-reduced); the
+    # others print as the language's own. By default all: it needs only the primitives.
+    fast_math: frozenset[str] = fastmath.EXPANDABLE
     vector_width: int = 1  # float32 lanes of its explicit vector code (1: none)
     # the widths of explicit float vectors its compiler builds (contraction tiles, windows),
     # widest first
@@ -256,9 +261,15 @@ class Backend:
         raise NotImplementedError
 
     def choose(self, loop: LoopKernel, options: Mapping[str, Any]) -> Schedule:
-        """Decide every tunable of ``loop`` (``options`` win over the defaults); checks them and
-        raises naming the option at fault."""
+        """Decide every tunable of ``loop`` (``options`` win over the defaults) on its
+        ``expand``ed form, which is what ``render`` prints; checks them and raises naming the
+        option at fault."""
         raise NotImplementedError
+
+    def expand(self, loop: LoopKernel) -> LoopKernel:
+        """``loop`` with the functions ``caps.fast_math`` names expanded into primitives
+        (``lower/fastmath.py``): what ``choose`` and ``search_space`` look at."""
+        return fastmath.expand(loop, self.caps.fast_math)
 
     def render(self, schedule: Schedule) -> Source:
         """Print ``schedule.loop`` as ``schedule`` says; decides nothing."""

@@ -12,6 +12,7 @@ import sympy
 from ..dtypes import DType
 from ..ir.expr import Call, Cast, Const, DataBindings, Expr, IndexCond, Load, Reduce, Select
 from ..ir.loop import LoopKernel
+from ..lower import fastmath
 from ..mapping_types import FloorDiv, FloorMod
 from ..mapping_types.index import is_provably_nonnegative
 from .base import Capabilities
@@ -56,6 +57,7 @@ class Emitter:
     ix_min = "min(({t})({a}), ({t})({b}))"
     ix_and, ix_or, ix_not = " && ", " || ", "!{a}"
     ix_true, ix_false = "1", "0"
+    comment = "//"  # the language's line comment
 
     def __init__(self, kernel: LoopKernel, capabilities: Capabilities) -> None:
         capabilities.check(kernel)
@@ -168,7 +170,16 @@ class Emitter:
         name = self.fresh()
         self.declare(scope, name, node.dtype, text)
         scope.names[node] = name
+        self.annotate(scope, node, lambda arg: self.expr(arg, scope))
         return name
+
+    def annotate(self, scope: Scope, node: Expr, name_of: Callable[[Expr], str]) -> None:
+        """After the line that completes an expansion of the math library (``node``), a
+        comment naming the call it computes: ``t32 = t29 * t31;  // exp(t1)``."""
+        called = fastmath.origin(node)
+        if called is not None:
+            fn, args = called
+            scope.lines[-1] += f"  {self.comment} {fn}({', '.join(map(name_of, args))})"
 
     def _expr_text(self, node: Expr, scope: Scope) -> str:
         if isinstance(node, Load):

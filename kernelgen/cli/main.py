@@ -1,6 +1,9 @@
-"""``python -m kernelgen [run CHAIN.json] [--backend opencl|neon|triton]``: fuse a chain of
-operators, show the mapping types, the fusion decisions and the generated source, check the fused
-kernel against the unfused one, and time fused vs unfused."""
+"""``python -m kernelgen run|plan|emit|devices``. ``run MODEL.onnx``: compile a model, check it
+against onnxruntime on random (or ``--inputs``) inputs and time it; ``plan MODEL.onnx``: the
+fusion report (``--json``); ``emit MODEL.onnx -o DIR``: every kernel's source, the launch order,
+the buffers and the constants as files with one manifest.json. ``run CHAIN.json``: fuse a chain
+of operators, show the mapping types, the fusion decisions and the generated source, check the
+fused kernel against the unfused one, and time fused vs unfused."""
 from __future__ import annotations
 
 import argparse
@@ -10,12 +13,15 @@ import numpy as np
 
 from .. import backends
 from ..api import fuse
+from ..backends.opencl import runtime as opencl_runtime
 from ..compile import unfused
 from ..errors import KernelgenError
 from ..graph.chain import split_blocks
+from ..graph.planners import PLANNERS
 from ..measure import bench, pipeline_io
 from ..version import __version__
 from .chain import DEFAULT_CHAIN, load_chain
+from .model import emit_model, parse_shapes, plan_model, run_model
 
 
 def run(path: str, force: bool, repeat: int, backend: str = backends.DEFAULT) -> int:
@@ -69,13 +75,12 @@ def run(path: str, force: bool, repeat: int, backend: str = backends.DEFAULT) ->
 def devices() -> int:
     """List the OpenCL devices this process sees and what kernels are generated for on the one
     kernelgen uses (``KERNELGEN_OPENCL_DEVICE`` chooses another)."""
-    from ..backends.opencl import runtime
-    found = runtime.list_devices()
+    found = opencl_runtime.list_devices()
     print("OpenCL devices (KERNELGEN_OPENCL_DEVICE=<part of a name> picks one):")
     for name in found or ["none found"]:
         print(f"  {name}")
     if found:
-        print(f"\nkernelgen uses: {runtime.device().info.describe()}")
+        print(f"\nkernelgen uses: {opencl_runtime.device().info.describe()}")
     return 0
 
 
@@ -89,32 +94,80 @@ def _positive(text: str) -> int:
     return n
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Parse ``argv`` and run; the exit status: 0 ok, 1 the fused result differs from the
-    unfused one, 2 bad input (a usage error, a chain file that cannot be used)."""
+def _model_options(parser: argparse.ArgumentParser, backend: bool = True,
+                   fusion: str | None = "dnnfusion") -> None:
+    """The options the model commands share."""
+    if backend:
+        parser.add_argument("--backend", default=backends.DEFAULT, choices=backends.names(),
+                            help=f"where the kernels run (default: {backends.DEFAULT}); triton "
+                                 "needs a CUDA GPU or TRITON_INTERPRET=1 (slow)")
+    parser.add_argument("--fusion", default=fusion, choices=sorted(PLANNERS),
+                        help="the fusion planner for an ONNX model (default: "
+                             + (fusion or "every planner's blocks are listed") + ")")
+    parser.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...",
+                        help="fix an ONNX model input's symbolic dimensions (repeatable)")
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kernelgen", description=__doc__)
     parser.add_argument("--version", action="version", version=f"kernelgen {__version__}")
     sub = parser.add_subparsers(dest="command", title="commands")
-    p_run = sub.add_parser("run", help="fuse and run a chain file (default: the bundled one)",
-                           description=run.__doc__)
+    p_run = sub.add_parser("run", help="run an ONNX model (checked against onnxruntime, timed) "
+                           "or fuse and run a chain file (default: the bundled one)",
+                           description=f"{run_model.__doc__}\n\nA chain file: {run.__doc__}")
     p_run.add_argument("chain", nargs="?", default=str(DEFAULT_CHAIN),
                        help="a JSON chain file: {\"inputs\": {name: {\"shape\": [...], "
                             "\"dtype\": ...}}, \"ops\": [{\"op\": ONNX type, \"inputs\": "
                             "[names], \"attrs\": {...}, \"name\": ...}]} (default: the "
-                            "bundled attention-score epilogue)")
+                            "bundled attention-score epilogue), or an ONNX model (MODEL.onnx)")
     p_run.add_argument("--force", action="store_true",
-                       help="fuse pairs that DNNFusion's table refuses (red) too")
+                       help="fuse pairs that DNNFusion's table refuses (red) too (chains)")
     p_run.add_argument("--repeat", type=_positive, default=20, metavar="N",
                        help="timed runs per measurement; the median is shown (default: 20)")
-    p_run.add_argument("--backend", default=backends.DEFAULT, choices=backends.names(),
-                       help=f"where the kernels run (default: {backends.DEFAULT}); triton "
-                            "needs a CUDA GPU or TRITON_INTERPRET=1 (slow)")
+    _model_options(p_run)
+    p_run.add_argument("--inputs", metavar="FILE.npz",
+                       help="the model's inputs by name (default: seeded random ones)")
+    p_run.add_argument("--rtol", type=float, default=1e-3,
+                       help="relative tolerance against onnxruntime (default: 1e-3)")
+    p_run.add_argument("--atol", type=float, default=1e-4,
+                       help="absolute tolerance against onnxruntime (default: 1e-4)")
+    p_run.add_argument("--tuning", default="stored", choices=["stored", "none", "measure"],
+                       help="kernel tunables: the Fast-Run database's (default), the "
+                            "defaults, or measured now (slow)")
+    p_plan = sub.add_parser("plan", help="the fusion report of an ONNX model (nothing is "
+                            "compiled)", description=plan_model.__doc__)
+    p_plan.add_argument("model", help="an ONNX model file")
+    p_plan.add_argument("--json", action="store_true", help="print the report as JSON")
+    _model_options(p_plan, backend=False, fusion=None)
+    p_emit = sub.add_parser("emit", help="write an ONNX model's kernels, plan and constants "
+                            "as files", description=emit_model.__doc__)
+    p_emit.add_argument("model", help="an ONNX model file")
+    p_emit.add_argument("-o", "--output", required=True, metavar="DIR",
+                        help="the directory to write (created if need be)")
+    _model_options(p_emit)
     sub.add_parser("devices", help="list the OpenCL devices and what kernelgen generates for",
                    description=devices.__doc__)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv`` and run; the exit status: 0 ok, 1 a result differs from its reference
+    (the unfused chain, onnxruntime), 2 bad input (a usage error, a chain file or model that
+    cannot be used)."""
+    parser = _parser()
     args = parser.parse_args(argv)
     try:
         if args.command == "devices":
             return devices()
+        if args.command == "plan":
+            return plan_model(args.model, args.fusion, args.json, parse_shapes(args.shape))
+        if args.command == "emit":
+            return emit_model(args.model, args.output, args.backend, args.fusion,
+                              parse_shapes(args.shape))
+        if args.command == "run" and args.chain.endswith(".onnx"):
+            return run_model(args.chain, args.backend, args.fusion, inputs=args.inputs,
+                             repeat=args.repeat, shapes=parse_shapes(args.shape),
+                             rtol=args.rtol, atol=args.atol, tuning=args.tuning)
         if args.command in (None, "run"):
             return run(getattr(args, "chain", str(DEFAULT_CHAIN)), getattr(args, "force", False),
                        getattr(args, "repeat", 20), getattr(args, "backend", backends.DEFAULT))

@@ -37,9 +37,11 @@ def stored_options(loop: LoopKernel, backend: str | Backend, db: FastRunDB | Non
                    ) -> dict[str, Any]:
     """The emit options measured for this kernel, shape and device; {} when none were stored
     or the kernel has nothing to tune."""
-    if len(backends.get(backend).search_space(loop)) < 2:
-        return {}
     hit = (db if db is not None else FastRunDB()).get(tuning_key(loop, backend))
+    # the search space only when something is stored: building it costs seconds for a
+    # Winograd stage, the lookup microseconds
+    if hit is None or len(backends.get(backend).search_space(loop)) < 2:
+        return {}
     config = stored_config(hit)
     return config.as_options() if config is not None else {}
 

@@ -1,5 +1,37 @@
-"""Model scale, above the compile driver: graph rewrites that change weights, not kernels
-(``rewrite``: Conv-BN folding, kernel enlarging) and splitting an operator chain into fusion
-blocks (``chain``). The ONNX importer, the extended computation graph, the fusion planners, the
-executor and the inter-operator scheduler are built here, on ``kernelgen.compile``; the kernel
-layer below never imports this package."""
+"""Model scale, above the compile driver.
+
+- ``model``: ``Graph``, a model as kernelgen operators from any frontend;
+- ``onnx_import``: ``import_onnx``, ONNX models as graphs (``onnx_check``, ``onnx_nodes``,
+  ``onnx_fold`` do the checking, the per-node building and the constant folding);
+- ``ecg``: DNNFusion's extended computation graph;
+- ``blocks``: ``Block`` and the planner contract (``check_plan``, the unfused ``plan_none``);
+- ``planners``: the planners by name (``PLANNERS``): ``none``, ``tvm`` (``tvm_fusion``),
+  ``dnnfusion`` (``dnnfusion``);
+- ``executor``: ``compile_plan``, a planned graph compiled once and run many times, its plan
+  plain data (``plan``) and its intermediates sharing memory by liveness (``memory``);
+- ``session``: ``compile_model`` and the onnxruntime-like ``Session``;
+- ``report``: ``fusion_report``, per planner its blocks, unfused edges and the rules that
+  stopped them, DNNFusion's Table 5 counts and onnxruntime's optimised node count;
+- ``reference``: ``interpret_graph``, a graph on the IR interpreter (the reference semantics);
+- ``rewrite`` (Conv-BN folding, kernel enlarging) and ``chain`` (the CLI's chain splitter).
+
+The kernel layer below never imports this package.
+"""
+from .ecg import ECG, ECGNode
+from .executor import CompiledModel, compile_plan
+from .model import Graph
+from .onnx_import import import_onnx
+from .plan import BufferSpec, KernelSpec, Launch, Plan
+from .blocks import Block, Planner, Stop, check_plan, order_blocks, plan_none
+from .dnnfusion import plan_dnnfusion
+from .planners import PLANNERS, planner
+from .tvm_fusion import plan_tvm
+from .reference import interpret_graph
+from .report import FusionReport, fusion_report
+from .session import Session, TensorInfo, compile_model
+
+__all__ = ["ECG", "PLANNERS", "Block", "BufferSpec", "CompiledModel", "ECGNode", "FusionReport",
+           "Graph", "KernelSpec", "Launch", "Plan", "Planner", "Session", "Stop", "TensorInfo",
+           "check_plan", "compile_model", "compile_plan", "fusion_report", "import_onnx",
+           "interpret_graph", "order_blocks", "plan_dnnfusion", "plan_none", "plan_tvm",
+           "planner"]

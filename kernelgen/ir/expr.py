@@ -8,7 +8,7 @@ inputs through ``Read`` leaves; fusion replaces each ``Read`` by the producer's 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 
 import sympy
@@ -115,6 +115,41 @@ class Reduce(Expr):
         return (self.body,)
 
 
+def _remember_hashes(cls: type[Expr]) -> None:
+    """Give ``cls`` a hash computed once per node, and an equality that compares hashes
+    first. The generated ones walk the whole subtree on every call, counting a shared node once
+    per path to it: the math library's expansions (``lower/fastmath.py``) reuse their input
+    several times at every level, and one hash of a Mish kernel's store took seconds."""
+    generated_hash, generated_eq = cls.__hash__, cls.__eq__
+
+    def __hash__(self: Expr) -> int:
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = generated_hash(self)
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __eq__(self: Expr, other: object) -> bool:
+        if self is other:
+            return True
+        if type(other) is type(self) and hash(self) != hash(other):
+            return False
+        return generated_eq(self, other)  # type: ignore[no-any-return]
+
+    cls.__hash__ = __hash__  # type: ignore[method-assign,assignment]
+    cls.__eq__ = __eq__  # type: ignore[method-assign,assignment]
+
+
+def _without_hash(self: Expr) -> dict[str, object]:
+    # a remembered hash is of this process (strings hash with a per-process seed): not pickled
+    return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
+
+Expr.__getstate__ = _without_hash  # type: ignore[method-assign,assignment]
+for _cls in (Expr, Const, Read, Load, IndexCond, Call, Select, Cast, Reduce):
+    _remember_hashes(_cls)
+
+
 @dataclass(frozen=True)
 class Primitive:
     """A scalar function every backend must provide. ``kind``: 'arith', 'compare', 'logic'."""
@@ -135,6 +170,10 @@ PRIMITIVES: dict[str, Primitive] = {p.name: p for p in [
         "exp", "expm1", "log", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "asin", "acos",
         "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "floor", "ceil",
         "rint")),
+    # bit-level pieces of the float32 math library (``lower/fastmath.py``), defined on normal
+    # floats: 2^k for an integral k in [-126, 127]; the unbiased exponent; the significand
+    # scaled into [1, 2), sign kept
+    *(Primitive(f, 1, float_only=True) for f in ("exp2i", "logb", "significand")),
     *(Primitive(f, 2, "compare") for f in ("lt", "le", "gt", "ge", "eq", "ne")),
     *(Primitive(f, 1, "compare", float_only=True) for f in ("isnan", "isinf")),
     Primitive("and", 2, "logic"), Primitive("or", 2, "logic"), Primitive("xor", 2, "logic"),
@@ -239,7 +278,7 @@ def rebuild(node: Expr, kids: list[Expr]) -> Expr:
         return Reduce(node.dtype, node.kind, kids[0], node.axes)
     if isinstance(node, (Read, Load, IndexCond)):
         data = tuple((s, n, v) for (s, n, _), v in zip(node.data, kids))
-        return type(node)(**{**node.__dict__, "data": data})
+        return replace(node, data=data)
     raise TypeError(f"cannot rebuild {type(node).__name__}")
 
 

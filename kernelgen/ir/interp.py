@@ -36,15 +36,40 @@ def _erf(x: Any) -> Any:
     return np.vectorize(math.erf, otypes=[np.asarray(x).dtype])(x)
 
 
+def _pow(a: Any, b: Any) -> Any:
+    """C's pow, special values included (pow(-Inf, 0.5) = +Inf, pow(-0, 0.5) = +0): NumPy
+    takes a sqrt shortcut for an exponent of 0.5 that is a scalar or broadcast from one, so
+    the exponents are materialised."""
+    a, b = np.asarray(a), np.asarray(b)
+    shape = np.broadcast_shapes(a.shape, b.shape)
+    return np.power(a, np.array(np.broadcast_to(b, shape or (1,)))).reshape(shape)
+
+
+# the bit-level primitives by their definitions on normal floats (frexp: x = m 2^e, m in
+# [0.5, 1)); what the backends' bit manipulations give elsewhere is unspecified
+def _exp2i(k: Any) -> Any:
+    k = np.asarray(k)
+    return np.ldexp(np.ones_like(k), np.nan_to_num(k).astype(np.int32))
+
+
+def _logb(x: Any) -> Any:
+    return (np.frexp(x)[1] - 1).astype(np.asarray(x).dtype)
+
+
+def _significand(x: Any) -> Any:
+    return np.frexp(x)[0] * 2
+
+
 NUMPY_PRIMITIVES: dict[str, Callable[..., Any]] = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": _div, "neg": np.negative,
-    "abs": np.abs, "max": np.maximum, "min": np.minimum, "pow": np.power, "fmod": np.fmod,
+    "abs": np.abs, "max": np.maximum, "min": np.minimum, "pow": _pow, "fmod": np.fmod,
     "mod": np.mod, "sign": np.sign, "exp": np.exp, "expm1": np.expm1, "log": np.log,
     "log1p": np.log1p, "sqrt": np.sqrt, "rsqrt": lambda x: 1 / np.sqrt(x), "sin": np.sin,
     "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
     "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh, "asinh": np.arcsinh,
     "acosh": np.arccosh, "atanh": np.arctanh, "erf": _erf, "floor": np.floor, "ceil": np.ceil,
-    "rint": np.rint, "lt": np.less, "le": np.less_equal, "gt": np.greater,
+    "rint": np.rint, "exp2i": _exp2i, "logb": _logb, "significand": _significand,
+    "lt": np.less, "le": np.less_equal, "gt": np.greater,
     "ge": np.greater_equal, "eq": np.equal, "ne": np.not_equal, "isnan": np.isnan,
     "isinf": np.isinf, "and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor,
     "not": np.logical_not,

@@ -1,6 +1,7 @@
 """Elementwise operators (One-to-One): every ONNX unary and binary op with a float meaning, plus
-Where, Clip, Cast and the variadic Sum/Mean/Max/Min. Bodies are built from ``PRIMITIVES`` only, so
-every backend that implements the primitives runs every operator."""
+Where, Clip, Cast, the variadic Sum/Mean/Max/Min, and Dropout at inference (the identity).
+Bodies are built from ``PRIMITIVES`` only, so every backend that implements the primitives runs
+every operator."""
 from __future__ import annotations
 
 import math
@@ -24,9 +25,30 @@ def _primitive(fn: str) -> Callable[[E], E]:
     return lambda x: call(fn, x)
 
 
+def _sigmoid(x: E) -> E:
+    """1 / (1 + exp(-x)) from t = exp(-|x|) <= 1: 1 / (1 + t) for x >= 0, t / (1 + t) below,
+    so that no exp overflows where the result is a small (even subnormal) positive number."""
+    t = call("exp", call("neg", call("abs", x)))
+    r = call("div", _c(x, 1), call("add", _c(x, 1), t))
+    return select(call("ge", x, _c(x, 0)), r, call("mul", t, r))
+
+
+MISH_IDENTITY = 20.0  # mish(x) = x in float32 from about 9 up; t^2 overflows from 44
+
+
 def _softplus(x: E) -> E:  # log(1 + exp(x)) without overflow
     tail = call("log1p", call("exp", call("neg", call("abs", x))))
     return call("add", call("max", x, _c(x, 0)), tail)
+
+
+def _mish(x: E) -> E:
+    """x tanh(softplus(x)) with one exp and one division: tanh(log(1 + t)) = n / (n + 2) for
+    t = exp(x), n = t (t + 2); x itself from ``MISH_IDENTITY`` up, where n / (n + 2) rounds to
+    1 in float32 (and before t^2 overflows)."""
+    t = call("exp", x)
+    n = call("mul", t, call("add", t, _c(x, 2)))
+    body = call("mul", x, call("div", n, call("add", n, _c(x, 2))))
+    return select(call("gt", x, _c(x, MISH_IDENTITY)), x, body)
 
 
 def _gelu(x: E, approximate: str = "none") -> E:
@@ -34,7 +56,8 @@ def _gelu(x: E, approximate: str = "none") -> E:
         inner = call("mul", _c(x, math.sqrt(2 / math.pi)),
                      call("add", x, call("mul", _c(x, 0.044715), call("mul", x, call("mul", x, x))))
                      )
-        return call("mul", call("mul", _c(x, 0.5), x), call("add", _c(x, 1), call("tanh", inner)))
+        # 0.5 (1 + tanh(u)) = sigmoid(2u): no cancellation where tanh(u) nears -1
+        return call("mul", x, _sigmoid(call("mul", _c(x, 2), inner)))
     if approximate != "none":
         raise AttributeError_("Gelu", "approximate", "'none' or 'tanh'", approximate)
     return call("mul", call("mul", _c(x, 0.5), x),
@@ -79,8 +102,7 @@ UNARY: dict[str, tuple[Callable[..., E], frozenset[DType]]] = {
         ("Cosh", "cosh"), ("Asinh", "asinh"), ("Acosh", "acosh"), ("Atanh", "atanh"),
         ("Tanh", "tanh"), ("Erf", "erf"), ("Floor", "floor"), ("Ceil", "ceil"), ("Round", "rint"),
     ]},
-    "Sigmoid": (lambda x: call("div", _c(x, 1), call("add", _c(x, 1), call("exp", call("neg", x)))),
-                FLOATS),
+    "Sigmoid": (_sigmoid, FLOATS),
     "HardSigmoid": (_hard_sigmoid, FLOATS),
     "HardSwish": (lambda x: call("mul", x, _hard_sigmoid(x, 1 / 6, 0.5)), FLOATS),
     "Relu": (lambda x: call("max", x, _c(x, 0)), NUMERIC),
@@ -96,7 +118,7 @@ UNARY: dict[str, tuple[Callable[..., E], frozenset[DType]]] = {
                         FLOATS),
     "Softplus": (_softplus, FLOATS),
     "Softsign": (lambda x: call("div", x, call("add", _c(x, 1), call("abs", x))), FLOATS),
-    "Mish": (lambda x: call("mul", x, call("tanh", _softplus(x))), FLOATS),
+    "Mish": (_mish, FLOATS),
     "Gelu": (_gelu, FLOATS),
     "Shrink": (_shrink, FLOATS),
     "IsNaN": (lambda x: call("isnan", x), FLOATS),
@@ -224,3 +246,16 @@ def cast_op(x: Value, to: DType | str) -> Op:
     to = as_dtype(to, "Cast (attribute 'to')", getattr(x, "name", None))
     body = cast(broadcast_read(0, x, x.shape), to)
     return make_op("Cast", [x], x.shape, to, body, {"to": str(to)})
+
+
+def dropout(x: Value, ratio: float = 0.5, training_mode: int = 0, seed: int | None = None) -> Op:
+    """ONNX Dropout at inference: the identity (the optional mask output is not produced).
+    ``training_mode`` must be 0; ``ratio`` and ``seed`` only matter in training."""
+    del seed  # training only
+    if training_mode:
+        raise AttributeError_("Dropout", "training_mode", "0 (inference)", training_mode)
+    if not isinstance(ratio, (int, float)) or not 0 <= float(ratio) < 1:
+        raise AttributeError_("Dropout", "ratio", "a number in [0, 1)", ratio)
+    op = unary("Identity", x)
+    op.kind, op.attrs = "Dropout", {"ratio": float(ratio)}
+    return op

@@ -1,6 +1,7 @@
 """Intensive operators as loop-IR data: MatMul, Gemm, Conv (any spatial rank, stride, padding,
 dilation, groups), MaxPool/AveragePool, GlobalAverage/MaxPool, and the normalisations
-BatchNormalization (inference), LayerNormalization and InstanceNormalization.
+BatchNormalization (inference), LayerNormalization and InstanceNormalization, and LRN (local
+response normalisation across channels).
 
 Because each is an index map plus a reduction, every backend runs it, and fusion inlines any
 elementwise prologue into its loads and any epilogue into its store, not only a fixed list.
@@ -375,3 +376,25 @@ def instance_normalization(x: Value, scale: Value, b: Value, epsilon: float = 1e
                       Read(x.dtype, 1, (o[1],)), Read(x.dtype, 2, (o[1],)))
     return make_op("InstanceNormalization", [x, scale, b], x.shape, x.dtype, body,
                    {"epsilon": epsilon})
+
+
+def lrn(x: Value, size: int, alpha: float = 0.0001, beta: float = 0.75, bias: float = 1.0) -> Op:
+    """ONNX LRN: ``x / (bias + alpha / size * square_sum) ** beta``, where ``square_sum`` sums
+    the squares of the channels ``c - floor((size-1)/2) .. c + ceil((size-1)/2)`` clipped to
+    the tensor's channels (axis 1): a window over channels, Many-to-Many like a pool."""
+    x = check_value("LRN", x, "X")
+    require_dtype("LRN", x, FLOATS, "a float dtype")
+    if x.rank < 3:
+        raise ShapeError("LRN", x.name, "(N, C, spatial...)", x.shape)
+    size = int_attr("LRN", "size", size, 1)
+    o = out_symbols(x.rank)
+    r = fresh_reduce_symbol("c")
+    channel = o[1] - (size - 1) // 2 + r
+    inside = sympy.And(channel >= 0, channel < x.shape[1])
+    near = Read(x.dtype, 0, (o[0], channel, *o[2:]), inside)  # 0 outside the channels
+    square_sum = reduce("sum", call("mul", near, near), ((r, size),))
+    scale = call("add", const(bias, x.dtype), call("mul", const(alpha / size, x.dtype),
+                                                     square_sum))
+    body = call("div", Read(x.dtype, 0, tuple(o)), call("pow", scale, const(beta, x.dtype)))
+    return make_op("LRN", [x], x.shape, x.dtype, body,
+                   {"size": size, "alpha": alpha, "beta": beta, "bias": bias})

@@ -12,9 +12,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ..ir.node import Op, Value
-from .elementwise import BINARY, UNARY, binary, cast_op, clip, mod, prelu, unary, variadic, where
+from .elementwise import (BINARY, UNARY, binary, cast_op, clip, dropout, mod, prelu, unary,
+                          variadic, where)
 from .nn import (average_pool, batch_normalization, conv, gemm, global_pool, instance_normalization,
-                 layer_normalization, matmul, max_pool)
+                 layer_normalization, lrn, matmul, max_pool)
 from .reduce import REDUCE_KINDS, log_softmax, reduce_op, softmax
 from .shape import (concat, depth_to_space, expand, flatten, gather, pad, reshape, resize, slice_op,
                     space_to_depth, split, squeeze, transpose, unsqueeze)
@@ -86,6 +87,7 @@ CONSTRUCTORS.update({
     "LayerNormalization": layer_normalization, "InstanceNormalization": instance_normalization,
     "GlobalAveragePool": lambda x: global_pool("GlobalAveragePool", x),
     "GlobalMaxPool": lambda x: global_pool("GlobalMaxPool", x),
+    "LRN": lrn, "Dropout": dropout,
 })
 
 __all__ = ["CONSTRUCTORS", "GENERATED", "snake", *sorted(GENERATED)]

@@ -288,9 +288,11 @@ def test_wrong_output_array(kernel):
 
 @pytest.mark.parametrize("backend_name", ["opencl", "neon", "triton"])
 def test_backend_without_a_primitive_names_it(backend_name):
-    """Capabilities are data: a backend declared without 'erf' refuses Erf, naming it."""
+    """Capabilities are data: a backend declared without 'erf', and not expanding it into other
+    primitives (``fast_math``), refuses Erf, naming it."""
     backend = backends.get(backend_name)
-    caps = dataclasses.replace(backend.caps, primitives=backend.caps.primitives - {"erf"})
+    caps = dataclasses.replace(backend.caps, primitives=backend.caps.primitives - {"erf"},
+                               fast_math=backend.caps.fast_math - {"erf"})
     loop = kg.fuse(kg.erf(kg.tensor("x", (3, 5)))).lower()
     err = _raises(kg.UnsupportedError, kg.compile_loop, loop,
                   dataclasses.replace(backend, caps=caps))

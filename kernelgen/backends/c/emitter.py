@@ -361,19 +361,23 @@ class CEmitter(Emitter):
 
     # --- explicit vector loops ------------------------------------------------------------------
 
-    def _hoist_invariants(self, root: Expr, sym: sympy.Symbol, scope: Scope) -> None:
+    def _hoist_invariants(self, root: Expr, sym: sympy.Symbol, scope: Scope,
+                          seen: set[int] | None = None) -> None:
         """Emit, before a vector loop over ``sym``, every largest sub-expression of ``root`` that
         does not depend on ``sym`` (the loop broadcasts the scalar). A nested reduction's body
-        stays inside: it reads the reduction's own symbols (``VectorPrinter`` broadcasts there)."""
-        if isinstance(root, Const):
+        stays inside: it reads the reduction's own symbols (``VectorPrinter`` broadcasts there).
+        ``seen``: the nodes visited already (a shared node once)."""
+        seen = set() if seen is None else seen
+        if isinstance(root, Const) or id(root) in seen:
             return
+        seen.add(id(root))
         if sym not in free_index_symbols(root) or root in self.kernel.hoisted:
             self.expr(root, scope)
             return
         if isinstance(root, Reduce):
             return
         for child in root.children():
-            self._hoist_invariants(child, sym, scope)
+            self._hoist_invariants(child, sym, scope, seen)
 
     def _vector_reduce(self, node: Reduce, scope: Scope) -> None:
         """``node`` as a vector loop over its axis and a scalar tail; names the result."""

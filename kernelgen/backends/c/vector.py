@@ -91,7 +91,8 @@ def vectorizable(root: Expr, sym: sympy.Symbol, syntax: VectorSyntax,
     nodes that are vectors already (a tile's accumulators): a node over one varies along
     ``sym`` as ``VectorPrinter`` sees it, so it needs a vector form too."""
 
-    def ok(node: Expr) -> bool:
+    @functools.cache
+    def ok(node: Expr) -> bool:  # cached: a shared node is judged once
         if node in hoisted or node in lanes:
             return True
         if sym not in free_index_symbols(node) and not (
@@ -176,6 +177,7 @@ class VectorPrinter:
         vtype = self.v.mtype if node.dtype is DType.bool else self.v.vtype
         self.scope.add(f"const {vtype} {name} = {text};")
         self.names[node] = name
+        self.em.annotate(self.scope, node, self.expr)
         return name
 
     def _text(self, node: Expr) -> str:
@@ -404,10 +406,12 @@ def outer_reductions(roots: Sequence[Expr], done: Callable[[Expr], bool]
     """The reductions of ``roots`` not nested in another and not ``done`` (computed already,
     or outside the loop at hand), grouped by their axes, in order of first appearance."""
     groups: dict[tuple, dict[Reduce, None]] = {}
+    seen: set[int] = set()  # a shared node once (the math library's trees reuse theirs a lot)
 
     def visit(node: Expr) -> None:
-        if isinstance(node, Const) or done(node):
+        if id(node) in seen or isinstance(node, Const) or done(node):
             return
+        seen.add(id(node))
         if isinstance(node, Reduce):
             groups.setdefault(node.axes, {})[node] = None
             return

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ...ir.loop import LoopKernel
+from ...lower import fastmath
 from ..base import Backend, Capabilities, Config, Runtime, Schedule, Source
 from . import runtime as rt
 from .emit import render
@@ -15,7 +16,8 @@ from .language import VECTOR, NeonSource
 from .schedule import NeonSchedule, choose, search_space
 
 CAPABILITIES = Capabilities(name="neon", vector_width=VECTOR.width, simd_within_work_item=True,
-                            direct_schedule="row", im2col_max_channels=64)
+                            direct_schedule="row", im2col_max_channels=64,
+                            fast_math=fastmath.EXPANDABLE)  # NEON has no exp, log, ... built-in
 
 
 @dataclass(frozen=True)
@@ -34,10 +36,10 @@ class Neon(Backend):
         return rt.toolchain()[1]
 
     def search_space(self, loop: LoopKernel) -> list[Config]:
-        return search_space(loop)
+        return search_space(self.expand(loop))
 
     def choose(self, loop: LoopKernel, options: Mapping[str, Any]) -> NeonSchedule:
-        return choose(loop, options, self.caps)
+        return choose(self.expand(loop), options, self.caps)
 
     def render(self, schedule: Schedule) -> NeonSource:
         assert isinstance(schedule, NeonSchedule)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...dtypes import DType
+from ...lower.fastmath import FUNCTIONS as EXPANDED
 from ...version import __version__
 from .. import templates
 from ..base import Source
@@ -40,6 +41,8 @@ FLOAT: dict[str, Any] = {
     "rsqrt": {DType.float32: "1.0f / sqrtf({0})", DType.float64: "1.0 / sqrt({0})"},
     "sign": "({0} > 0 ? 1 : ({0} < 0 ? -1 : {0}))",
     "isnan": "isnan({0})", "isinf": "isinf({0})", **_COMPARE,
+    # the math library's bit-level primitives (lower/fastmath.py): float32 only
+    **{f: {DType.float32: f"kg_{f}f({{0}})"} for f in ("exp2i", "logb", "significand")},
 }
 INT = {
     "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / {1}",
@@ -48,9 +51,10 @@ INT = {
     "sign": "(({0} > 0) - ({0} < 0))", **_COMPARE,
     "and": "{0} && {1}", "or": "{0} || {1}", "xor": "{0} != {1}", "not": "!{0}",
 }
-# Functions NEON has no instruction for run lane by lane through libm (kg_v_<fn>), except exp,
-# which has a polynomial version (softmax and friends live on it).
-_LANEWISE = [f for f in _UNARY_F if f not in ("exp", "sqrt", "floor", "ceil", "rint")]
+# Functions NEON has no instruction for run lane by lane through libm (kg_v_<fn>), except the
+# math library's (exp, log, tanh, erf, ...), which are expanded into primitives before printing
+# (lower/fastmath.py): their float32 calls never reach a vector.
+_LANEWISE = [f for f in _UNARY_F if f not in EXPANDED | {"sqrt", "floor", "ceil", "rint"}]
 VECTOR = VectorSyntax(
     width=4, vtype="float32x4_t", mtype="uint32x4_t", load="vld1q_f32({ptr} + {off})",
     load_stride2="vld2q_f32({ptr} + {off}).val[0]",
@@ -62,10 +66,11 @@ VECTOR = VectorSyntax(
         # vmaxq (FMAX), not vmaxnmq (FMAXNM): NaN propagates, on AArch64 and in SIMDe alike
         "max": "vmaxq_f32({0}, {1})", "min": "vminq_f32({0}, {1})",
         "sqrt": "vsqrtq_f32({0})", "rsqrt": "vdivq_f32(vdupq_n_f32(1.0f), vsqrtq_f32({0}))",
-        "exp": "kg_vexpq_f32({0})", "floor": "vrndmq_f32({0})", "ceil": "vrndpq_f32({0})",
+        "floor": "vrndmq_f32({0})", "ceil": "vrndpq_f32({0})",
         "rint": "vrndnq_f32({0})", "pow": "kg_v_powf({0}, {1})", "fmod": "kg_v_fmodf({0}, {1})",
         "sign": "kg_v_signf({0})",
         **{f: f"kg_v_{f}f({{0}})" for f in _LANEWISE},
+        **{f: f"kg_{f}q_f32({{0}})" for f in ("exp2i", "logb", "significand")},
         "lt": "vcltq_f32({0}, {1})", "le": "vcleq_f32({0}, {1})", "gt": "vcgtq_f32({0}, {1})",
         "ge": "vcgeq_f32({0}, {1})", "eq": "vceqq_f32({0}, {1})",
         "ne": "vmvnq_u32(vceqq_f32({0}, {1}))", "isnan": "vmvnq_u32(vceqq_f32({0}, {0}))",
@@ -122,8 +127,10 @@ def c_name(name: str) -> str:
 
 def helpers() -> dict[str, str]:
     """Vector helpers by name, defined only in kernels that use them."""
-    out = {"kg_vexpq_f32": templates.render("neon", "vexp.c"),
-           "kg_vmulvq_f32": templates.render("neon", "vmulv.c")}
+    out = {"kg_vmulvq_f32": templates.render("neon", "vmulv.c")}
+    # each with its scalar (kg_exp2if) and vector (kg_exp2iq_f32) form: the name is in both
+    out.update({f"kg_{f}": templates.render("neon", f"{f}.c")
+                for f in ("exp2i", "logb", "significand")})
     for f in _LANEWISE:
         out[f"kg_v_{f}f"] = templates.render("neon", "lanewise.c", name=f"kg_v_{f}f", fn=f"{f}f")
     out["kg_v_signf"] = templates.render("neon", "vsign.c")

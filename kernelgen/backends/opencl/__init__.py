@@ -51,10 +51,10 @@ class OpenCL(Backend):
         return (self.target or rt.device().info).name
 
     def search_space(self, loop: LoopKernel) -> list[Config]:
-        return search_space(loop, self.caps)
+        return search_space(self.expand(loop), self.caps)
 
     def choose(self, loop: LoopKernel, options: Mapping[str, Any]) -> OpenCLSchedule:
-        return choose(loop, options, self.caps)
+        return choose(self.expand(loop), options, self.caps)
 
     def render(self, schedule: Schedule) -> OpenCLSource:
         assert isinstance(schedule, OpenCLSchedule)

@@ -128,7 +128,9 @@ def read(cl: Any, platform_index: int, device_index: int) -> DeviceInfo:
         native_width=int(dev.native_vector_width_float),
         fp16="cl_khr_fp16" in extensions,
         fp64="cl_khr_fp64" in extensions or bool(dev.double_fp_config),
-        unified_memory=bool(dev.host_unified_memory) or kind == "cpu",
+        # Oclgrind's uninitialised-value check does not see what the host wrote into a
+        # USE_HOST_PTR buffer (it reports every read of one): calls copy in and out there
+        unified_memory=(bool(dev.host_unified_memory) or kind == "cpu") and not simulator,
         alignment=max(int(dev.mem_base_addr_align) // 8, 1),
         vector_widths=probed_widths(platform_index, device_index, _identity(platform, dev)),
         simulator=simulator)

@@ -19,17 +19,34 @@ _LOGIC = {"and": "{0} && {1}", "or": "{0} || {1}", "xor": "{0} != {1}", "not": "
 # Max and Min propagate NaN, as NumPy's maximum/minimum, ONNX Max/Min and ReduceMax do (fmax and
 # fmin drop it: relu(NaN) would be 0). One compare more than fmax's test; '?:' takes a scalar's
 # condition or a vector's lane masks alike, so scalars, vectors and the .lo/.hi halving share it.
-MAX_NAN = "((({0} > {1}) | isnan({0})) ? {0} : {1})"
-MIN_NAN = "((({0} < {1}) | isnan({0})) ? {0} : {1})"
-FLOAT = {
+# NaN and Inf are tested with compares, not isnan()/isinf(): pip's PoCL (LLVM 14, generic
+# x86-64) calls those built-ins lane by lane, which made a max/min chain 10x slower than copy.
+ISNAN = "({0} != {0})"
+MAX_NAN = f"((({{0}} > {{1}}) | {ISNAN}) ? {{0}} : {{1}})"
+MIN_NAN = f"((({{0}} < {{1}}) | {ISNAN}) ? {{0}} : {{1}})"
+FLOAT: dict[str, str | dict[DType, str]] = {
     "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / {1}",
     "neg": "-{0}", "abs": "fabs({0})", "max": MAX_NAN, "min": MIN_NAN,
     "pow": "pow({0}, {1})", "fmod": "fmod({0}, {1})",
     # sign() of OpenCL C gives 0 for NaN; NumPy and ONNX give NaN (the input itself)
     "sign": "({0} > 0 ? 1 : ({0} < 0 ? -1 : {0}))",
-    "isnan": "isnan({0})", "isinf": "isinf({0})",
+    "isnan": ISNAN, "isinf": "(({0} == INFINITY) | ({0} == -INFINITY))",
     **{f: f"{f}({{0}})" for f in _MATH}, **_COMPARE,
 }
+
+
+def _bits(n: str) -> dict[str, str]:
+    """The math library's bit-level primitives (``lower/fastmath.py``) on a float (``n`` '') or
+    a floatN: 2^k from k + 1.5 * 2^23, whose low mantissa bits hold the integral k (no
+    float-to-int conversion, so NaN has a defined result too), shifted into the exponent field
+    with the bias; the exponent field unbiased; the significand under the exponent of 1."""
+    return {"exp2i": f"as_float{n}((as_uint{n}({{0}} + 12582912.0f) + 127u) << 23)",
+            "logb": f"convert_float{n}(((as_int{n}({{0}}) >> 23) & 0xff) - 127)",
+            "significand": f"as_float{n}((as_uint{n}({{0}}) & 0x807fffffu) | 0x3f800000u)"}
+
+
+# float32 only (a double's bits differ), float16 computing in float32 included
+FLOAT.update({f: {DType.float32: fmt} for f, fmt in _bits("").items()})
 INT = {
     "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / {1}",
     "neg": "-{0}", "abs": "({0} < 0 ? -{0} : {0})", "max": "max({0}, {1})",
@@ -43,11 +60,19 @@ BUFFER_TYPES = {DType.float32: "float", DType.float64: "double", DType.int32: "i
 # Vector masks are -1 or 0 a lane: bitwise logic keeps them so ('&&' and '!' of vectors fold
 # to 1 per lane in PoCL's clang when the operands are constants, and select() reads the top bit)
 _VECTOR_LOGIC = {"and": "{0} & {1}", "or": "{0} | {1}", "xor": "{0} ^ {1}", "not": "~{0}"}
+
+
+def _vector_functions(width: int) -> dict[str, str]:
+    """The primitives' spellings on floatN ('sign' has none: OpenCL's gives 0 for NaN)."""
+    scalar = {k: v for k, v in FLOAT.items() if isinstance(v, str) and k != "sign"}
+    return {**scalar, **_bits(str(width)), **_VECTOR_LOGIC}
+
+
 VECTOR = VectorSyntax(
     width=8, vtype="float8", mtype="int8", load="vload8(0, {ptr} + {off})",
     store="vstore8({v}, 0, {ptr} + {off});", broadcast="((float8)({0}))",
     broadcast_mask="((int8)(-({0})))", select="select({2}, {1}, {0})",
-    functions={**{k: v for k, v in FLOAT.items() if k != "sign"}, **_VECTOR_LOGIC},
+    functions=_vector_functions(8),
     combine={"sum": "{a} + {b}", "prod": "{a} * {b}",
              "max": MAX_NAN.format("{a}", "{b}"), "min": MIN_NAN.format("{a}", "{b}")},
     horizontal={"sum": "", "prod": "", "max": "", "min": ""},  # halving with .lo/.hi
@@ -96,6 +121,7 @@ def vector_syntax(width: int) -> VectorSyntax:
     """``floatN`` code with lane numbers, lane access and fma: the contraction templates' and
     the staged 'row' schedule's vectors."""
     return replace(VECTOR, width=width, vtype=f"float{width}", mtype=f"int{width}",
+                   functions=_vector_functions(width),
                    load=f"vload{width}(0, {{ptr}} + {{off}})",
                    store=f"vstore{width}({{v}}, 0, {{ptr}} + {{off}});",
                    broadcast=f"((float{width})({{0}}))",

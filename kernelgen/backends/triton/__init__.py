@@ -14,7 +14,10 @@ from .emit import render
 from .language import TritonSource
 from .schedule import TritonSchedule, choose, search_space
 
-CAPABILITIES = Capabilities(name="triton", vector_width=1, direct_schedule="row")
+# exp, log, tanh, erf... stay tl.* calls and helpers (a GPU's MUFU and libdevice functions
+# are fast, accuracy in docs/fastmath.md); constant exponents of pow are still reduced
+CAPABILITIES = Capabilities(name="triton", vector_width=1, direct_schedule="row",
+                            fast_math=frozenset({"pow"}))
 
 
 @dataclass(frozen=True)
@@ -33,10 +36,10 @@ class Triton(Backend):
         return f"triton {triton.__version__} on {rt.device()}"
 
     def search_space(self, loop: LoopKernel) -> list[Config]:
-        return search_space(loop)
+        return search_space(self.expand(loop))
 
     def choose(self, loop: LoopKernel, options: Mapping[str, Any]) -> TritonSchedule:
-        return choose(loop, options, self.caps)
+        return choose(self.expand(loop), options, self.caps)
 
     def render(self, schedule: Schedule) -> TritonSource:
         assert isinstance(schedule, TritonSchedule)

@@ -30,6 +30,7 @@ def render(schedule: TritonSchedule, caps: Capabilities) -> TritonSource:
 
 class TritonPrinter(Emitter):
     backend = "triton"
+    comment = "#"
     ix_div = "{a} // {b}"
     ix_mod = "{a} % {b}"
     ix_floordiv = "kg_floordiv({a}, {b})"

@@ -25,6 +25,8 @@ FLOAT = {
                                      "asinh", "acosh", "atanh", "expm1", "log1p", "rint",
                                      "sign", "isnan", "isinf")},
     "pow": "kg_pow({0}, {1})", "fmod": "kg_fmod({0}, {1})",
+    # the math library's bit-level primitives (lower/fastmath.py)
+    "exp2i": "kg_exp2i({0})", "logb": "kg_logb({0})", "significand": "kg_significand({0})",
     "lt": "({0} < {1})", "le": "({0} <= {1})", "gt": "({0} > {1})", "ge": "({0} >= {1})",
     "eq": "({0} == {1})", "ne": "({0} != {1})",
 }

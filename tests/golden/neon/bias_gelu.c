@@ -14,20 +14,27 @@
 #define KG_FLOORDIV(a, b) (((a) - ((((a) % (b)) + (b)) % (b))) / (b))
 #define KG_FLOORMOD(a, b) ((((a) % (b)) + (b)) % (b))
 
-// erff has no NEON instruction: apply the C library's, lane by lane.
-static inline float32x4_t kg_v_erff(float32x4_t v)
+// 2^k for an integral k in [-126, 127] (exp2i of lower/fastmath.py): k + 1.5 * 2^23 holds k in
+// its low mantissa bits, which shifted into the exponent field with the bias give 2^k. No
+// float-to-int conversion, so every input (NaN too) has a defined result.
+static inline float kg_exp2if(float k)
 {
-    float lanes[4];
-    vst1q_f32(lanes, v);
-    for (int k = 0; k < 4; ++k) lanes[k] = erff(lanes[k]);
-    return vld1q_f32(lanes);
+    union { float f; uint32_t u; } v = { k + 12582912.0f };
+    v.u = (v.u + 127u) << 23;
+    return v.f;
+}
+
+static inline float32x4_t kg_exp2iq_f32(float32x4_t k)
+{
+    const uint32x4_t low = vreinterpretq_u32_f32(vaddq_f32(k, vdupq_n_f32(12582912.0f)));
+    return vreinterpretq_f32_u32(vshlq_n_u32(vaddq_u32(low, vdupq_n_u32(127)), 23));
 }
 
 // fused_add_gelu
 //   in0: input 'x' float32[129, 257]
 //   in1: input 'b' float32[257]
 //   out0: output 'y' float32[129, 257]
-void kg_fused_add_gelu_3513a310f13c(const float* restrict in0,
+void kg_fused_add_gelu_fcbba7eb23b5(const float* restrict in0,
         const float* restrict in1,
         float* restrict out0)
 {
@@ -41,21 +48,133 @@ void kg_fused_add_gelu_3513a310f13c(const float* restrict in0,
             const float32x4_t v5 = vaddq_f32(v3, v4);
             const float32x4_t v6 = vmulq_f32(vdupq_n_f32(0.5f), v5);
             const float32x4_t v7 = vmulq_f32(v5, vdupq_n_f32(0.7071067811865475f));
-            const float32x4_t v8 = kg_v_erff(v7);
-            const float32x4_t v9 = vaddq_f32(vdupq_n_f32(1.0f), v8);
-            const float32x4_t v10 = vmulq_f32(v6, v9);
-            vst1q_f32(out0 + 257 * o0 + o1, v10);
+            const float32x4_t v8 = vabsq_f32(v7);
+            const uint32x4_t v9 = vcltq_f32(v8, vdupq_n_f32(0.875f));
+            const float32x4_t v10 = vmulq_f32(v7, v7);
+            const float32x4_t v11 = vmulq_f32(vdupq_n_f32(-0.0006033660029061139f), v10);
+            const float32x4_t v12 = vaddq_f32(v11, vdupq_n_f32(0.005001375917345285f));
+            const float32x4_t v13 = vmulq_f32(v12, v10);
+            const float32x4_t v14 = vaddq_f32(v13, vdupq_n_f32(-0.026772042736411095f));
+            const float32x4_t v15 = vmulq_f32(v14, v10);
+            const float32x4_t v16 = vaddq_f32(v15, vdupq_n_f32(0.112819604575634f));
+            const float32x4_t v17 = vmulq_f32(v16, v10);
+            const float32x4_t v18 = vaddq_f32(v17, vdupq_n_f32(-0.3761250674724579f));
+            const float32x4_t v19 = vmulq_f32(v18, v10);
+            const float32x4_t v20 = vaddq_f32(v19, vdupq_n_f32(0.12837915122509003f));
+            const float32x4_t v21 = vmulq_f32(v7, v20);
+            const float32x4_t v22 = vaddq_f32(v7, v21);
+            const uint32x4_t v23 = vcltq_f32(v7, vdupq_n_f32(0.0f));
+            const uint32x4_t v24 = vcgtq_f32(v8, vdupq_n_f32(3.92f));
+            const float32x4_t v25 = vsubq_f32(v8, vdupq_n_f32(2.375f));
+            const float32x4_t v26 = vmulq_f32(vdupq_n_f32(0.00020097073866054416f), v25);
+            const float32x4_t v27 = vaddq_f32(v26, vdupq_n_f32(-0.00022818776778876781f));
+            const float32x4_t v28 = vmulq_f32(v27, v25);
+            const float32x4_t v29 = vaddq_f32(v28, vdupq_n_f32(0.0027053740341216326f));
+            const float32x4_t v30 = vmulq_f32(v29, v25);
+            const float32x4_t v31 = vaddq_f32(v30, vdupq_n_f32(-0.011906948871910572f));
+            const float32x4_t v32 = vmulq_f32(v31, v25);
+            const float32x4_t v33 = vaddq_f32(v32, vdupq_n_f32(0.060380905866622925f));
+            const float32x4_t v34 = vmulq_f32(v33, v25);
+            const float32x4_t v35 = vaddq_f32(v34, vdupq_n_f32(-0.36724910140037537f));
+            const float32x4_t v36 = vmulq_f32(v35, v25);
+            const float32x4_t v37 = vaddq_f32(v36, vdupq_n_f32(-1.5118340253829956f));
+            const float32x4_t v38 = vsubq_f32(v37, v10);
+            const float32x4_t v39 = vmulq_f32(v38, vdupq_n_f32(1.4426950216293335f));
+            const float32x4_t v40 = vaddq_f32(v39, vdupq_n_f32(12582912.0f));
+            const float32x4_t v41 = vsubq_f32(v40, vdupq_n_f32(12582912.0f));
+            const float32x4_t v42 = vmulq_f32(v41, vdupq_n_f32(0.693115234375f));
+            const float32x4_t v43 = vsubq_f32(v38, v42);
+            const float32x4_t v44 = vmulq_f32(v41, vdupq_n_f32(3.194618329871446e-05f));
+            const float32x4_t v45 = vsubq_f32(v43, v44);
+            const float32x4_t v46 = vmulq_f32(v45, v45);
+            const float32x4_t v47 = vmulq_f32(vdupq_n_f32(0.0013868323294445872f), v45);
+            const float32x4_t v48 = vaddq_f32(v47, vdupq_n_f32(0.008366423659026623f));
+            const float32x4_t v49 = vmulq_f32(v48, v45);
+            const float32x4_t v50 = vaddq_f32(v49, vdupq_n_f32(0.04166746512055397f));
+            const float32x4_t v51 = vmulq_f32(v50, v45);
+            const float32x4_t v52 = vaddq_f32(v51, vdupq_n_f32(0.1666654497385025f));
+            const float32x4_t v53 = vmulq_f32(v52, v45);
+            const float32x4_t v54 = vaddq_f32(v53, vdupq_n_f32(0.4999999701976776f));
+            const float32x4_t v55 = vmulq_f32(v46, v54);
+            const float32x4_t v56 = vaddq_f32(v45, v55);
+            const float32x4_t v57 = vaddq_f32(vdupq_n_f32(1.0f), v56);
+            const float32x4_t v58 = kg_exp2iq_f32(v41);
+            const float32x4_t v59 = vmulq_f32(v57, v58);
+            const float32x4_t v60 = vsubq_f32(vdupq_n_f32(1.0f), v59);
+            const float32x4_t v61 = vbslq_f32(v24, vdupq_n_f32(1.0f), v60);
+            const float32x4_t v62 = vnegq_f32(v61);
+            const float32x4_t v63 = vbslq_f32(v23, v62, v61);
+            const float32x4_t v64 = vbslq_f32(v9, v22, v63);  // erf(v7)
+            const float32x4_t v65 = vaddq_f32(vdupq_n_f32(1.0f), v64);
+            const float32x4_t v66 = vmulq_f32(v6, v65);
+            vst1q_f32(out0 + 257 * o0 + o1, v66);
         }
         for (; o1 < 257; ++o1) {
-            const float t11 = in0[257 * o0 + o1];
-            const float t12 = in1[o1];
-            const float t13 = t11 + t12;
-            const float t14 = 0.5f * t13;
-            const float t15 = t13 * 0.7071067811865475f;
-            const float t16 = erff(t15);
-            const float t17 = 1.0f + t16;
-            const float t18 = t14 * t17;
-            out0[257 * o0 + o1] = t18;
+            const float t67 = in0[257 * o0 + o1];
+            const float t68 = in1[o1];
+            const float t69 = t67 + t68;
+            const float t70 = 0.5f * t69;
+            const float t71 = t69 * 0.7071067811865475f;
+            const float t72 = fabsf(t71);
+            const bool t73 = t72 < 0.875f;
+            const float t74 = t71 * t71;
+            const float t75 = -0.0006033660029061139f * t74;
+            const float t76 = t75 + 0.005001375917345285f;
+            const float t77 = t76 * t74;
+            const float t78 = t77 + -0.026772042736411095f;
+            const float t79 = t78 * t74;
+            const float t80 = t79 + 0.112819604575634f;
+            const float t81 = t80 * t74;
+            const float t82 = t81 + -0.3761250674724579f;
+            const float t83 = t82 * t74;
+            const float t84 = t83 + 0.12837915122509003f;
+            const float t85 = t71 * t84;
+            const float t86 = t71 + t85;
+            const bool t87 = t71 < 0.0f;
+            const bool t88 = t72 > 3.92f;
+            const float t89 = t72 - 2.375f;
+            const float t90 = 0.00020097073866054416f * t89;
+            const float t91 = t90 + -0.00022818776778876781f;
+            const float t92 = t91 * t89;
+            const float t93 = t92 + 0.0027053740341216326f;
+            const float t94 = t93 * t89;
+            const float t95 = t94 + -0.011906948871910572f;
+            const float t96 = t95 * t89;
+            const float t97 = t96 + 0.060380905866622925f;
+            const float t98 = t97 * t89;
+            const float t99 = t98 + -0.36724910140037537f;
+            const float t100 = t99 * t89;
+            const float t101 = t100 + -1.5118340253829956f;
+            const float t102 = t101 - t74;
+            const float t103 = t102 * 1.4426950216293335f;
+            const float t104 = t103 + 12582912.0f;
+            const float t105 = t104 - 12582912.0f;
+            const float t106 = t105 * 0.693115234375f;
+            const float t107 = t102 - t106;
+            const float t108 = t105 * 3.194618329871446e-05f;
+            const float t109 = t107 - t108;
+            const float t110 = t109 * t109;
+            const float t111 = 0.0013868323294445872f * t109;
+            const float t112 = t111 + 0.008366423659026623f;
+            const float t113 = t112 * t109;
+            const float t114 = t113 + 0.04166746512055397f;
+            const float t115 = t114 * t109;
+            const float t116 = t115 + 0.1666654497385025f;
+            const float t117 = t116 * t109;
+            const float t118 = t117 + 0.4999999701976776f;
+            const float t119 = t110 * t118;
+            const float t120 = t109 + t119;
+            const float t121 = 1.0f + t120;
+            const float t122 = kg_exp2if(t105);
+            const float t123 = t121 * t122;
+            const float t124 = 1.0f - t123;
+            const float t125 = t88 ? 1.0f : t124;
+            const float t126 = -t125;
+            const float t127 = t87 ? t126 : t125;
+            const float t128 = t73 ? t86 : t127;  // erf(t71)
+            const float t129 = 1.0f + t128;
+            const float t130 = t70 * t129;
+            out0[257 * o0 + o1] = t130;
         }
     }
 }

@@ -14,33 +14,20 @@
 #define KG_FLOORDIV(a, b) (((a) - ((((a) % (b)) + (b)) % (b))) / (b))
 #define KG_FLOORMOD(a, b) ((((a) % (b)) + (b)) % (b))
 
-// exp on four lanes: x = n*ln2 + r with |r| <= ln2/2, exp(r) by a degree-6 polynomial (Cephes
-// expf coefficients), and 2^n built in the exponent field in two halves so that n up to 128 and
-// down to -150 (subnormal results) stay exact. Overflow gives inf, NaN stays NaN.
-static inline float32x4_t kg_vexpq_f32(float32x4_t x)
+// 2^k for an integral k in [-126, 127] (exp2i of lower/fastmath.py): k + 1.5 * 2^23 holds k in
+// its low mantissa bits, which shifted into the exponent field with the bias give 2^k. No
+// float-to-int conversion, so every input (NaN too) has a defined result.
+static inline float kg_exp2if(float k)
 {
-    const float32x4_t hi = vdupq_n_f32(88.72283935546875f), lo = vdupq_n_f32(-103.97208f);
-    const float32x4_t xc = vminq_f32(vmaxq_f32(x, lo), hi);
-    const float32x4_t n = vrndnq_f32(vmulq_f32(xc, vdupq_n_f32(1.44269504088896341f)));
-    float32x4_t r = vfmsq_f32(xc, n, vdupq_n_f32(0.693359375f));
-    r = vfmsq_f32(r, n, vdupq_n_f32(-2.12194440e-4f));
-    float32x4_t p = vdupq_n_f32(1.9875691500e-4f);
-    p = vfmaq_f32(vdupq_n_f32(1.3981999507e-3f), p, r);
-    p = vfmaq_f32(vdupq_n_f32(8.3334519073e-3f), p, r);
-    p = vfmaq_f32(vdupq_n_f32(4.1665795894e-2f), p, r);
-    p = vfmaq_f32(vdupq_n_f32(1.6666665459e-1f), p, r);
-    p = vfmaq_f32(vdupq_n_f32(5.0000001201e-1f), p, r);
-    float32x4_t y = vfmaq_f32(vaddq_f32(r, vdupq_n_f32(1.0f)), p, vmulq_f32(r, r));
-    const int32x4_t ni = vcvtq_s32_f32(n);
-    const int32x4_t half = vshrq_n_s32(ni, 1);
-    const int32x4_t bias = vdupq_n_s32(127);
-    const float32x4_t s1 = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(half, bias), 23));
-    const float32x4_t s2 =
-        vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(vsubq_s32(ni, half), bias), 23));
-    y = vmulq_f32(vmulq_f32(y, s1), s2);
-    y = vbslq_f32(vcgtq_f32(x, hi), vdupq_n_f32(INFINITY), y);
-    y = vbslq_f32(vcltq_f32(x, lo), vdupq_n_f32(0.0f), y);
-    return vbslq_f32(vceqq_f32(x, x), y, x);
+    union { float f; uint32_t u; } v = { k + 12582912.0f };
+    v.u = (v.u + 127u) << 23;
+    return v.f;
+}
+
+static inline float32x4_t kg_exp2iq_f32(float32x4_t k)
+{
+    const uint32x4_t low = vreinterpretq_u32_f32(vaddq_f32(k, vdupq_n_f32(12582912.0f)));
+    return vreinterpretq_f32_u32(vshlq_n_u32(vaddq_u32(low, vdupq_n_u32(127)), 23));
 }
 
 // The int lanes first, first + step, first + 2 step, first + 3 step (a guard's bound tested
@@ -55,7 +42,7 @@ static inline int32x4_t kg_vlanes_s32(int32_t first, int32_t step)
 //   in0: input 'x' float32[1, 4, 13, 16]
 //   in1: input 'w' float32[4, 1, 3, 3]
 //   out0: output 'y' float32[1, 4, 13, 16]
-void kg_fused_relu_conv_sigmoid_de981d855f43(const float* restrict in0,
+void kg_fused_relu_conv_sigmoid_9258e313f535(const float* restrict in0,
         const float* restrict in1,
         float* restrict out0)
 {
@@ -89,11 +76,45 @@ void kg_fused_relu_conv_sigmoid_de981d855f43(const float* restrict in0,
                     }
                 }
             }
-            const float32x4_t v14 = vnegq_f32(vacc4);
-            const float32x4_t v15 = kg_vexpq_f32(v14);
-            const float32x4_t v16 = vaddq_f32(vdupq_n_f32(1.0f), v15);
-            const float32x4_t v17 = vdivq_f32(vdupq_n_f32(1.0f), v16);
-            vst1q_f32(out0 + 16 * o1 + 208 * o0 + o2, v17);
+            const uint32x4_t v14 = vcgeq_f32(vacc4, vdupq_n_f32(0.0f));
+            const float32x4_t v15 = vabsq_f32(vacc4);
+            const float32x4_t v16 = vnegq_f32(v15);
+            const uint32x4_t v17 = vcgtq_f32(v16, vdupq_n_f32(88.8f));
+            const float32x4_t v18 = vbslq_f32(v17, vdupq_n_f32(88.8f), v16);
+            const uint32x4_t v19 = vcltq_f32(v18, vdupq_n_f32(-104.0f));
+            const float32x4_t v20 = vbslq_f32(v19, vdupq_n_f32(-104.0f), v18);
+            const float32x4_t v21 = vmulq_f32(v20, vdupq_n_f32(1.4426950216293335f));
+            const float32x4_t v22 = vaddq_f32(v21, vdupq_n_f32(12582912.0f));
+            const float32x4_t v23 = vsubq_f32(v22, vdupq_n_f32(12582912.0f));
+            const float32x4_t v24 = vmulq_f32(v23, vdupq_n_f32(0.693115234375f));
+            const float32x4_t v25 = vsubq_f32(v20, v24);
+            const float32x4_t v26 = vmulq_f32(v23, vdupq_n_f32(3.194618329871446e-05f));
+            const float32x4_t v27 = vsubq_f32(v25, v26);
+            const float32x4_t v28 = vmulq_f32(v27, v27);
+            const float32x4_t v29 = vmulq_f32(vdupq_n_f32(0.0013868323294445872f), v27);
+            const float32x4_t v30 = vaddq_f32(v29, vdupq_n_f32(0.008366423659026623f));
+            const float32x4_t v31 = vmulq_f32(v30, v27);
+            const float32x4_t v32 = vaddq_f32(v31, vdupq_n_f32(0.04166746512055397f));
+            const float32x4_t v33 = vmulq_f32(v32, v27);
+            const float32x4_t v34 = vaddq_f32(v33, vdupq_n_f32(0.1666654497385025f));
+            const float32x4_t v35 = vmulq_f32(v34, v27);
+            const float32x4_t v36 = vaddq_f32(v35, vdupq_n_f32(0.4999999701976776f));
+            const float32x4_t v37 = vmulq_f32(v28, v36);
+            const float32x4_t v38 = vaddq_f32(v27, v37);
+            const float32x4_t v39 = vaddq_f32(vdupq_n_f32(1.0f), v38);
+            const float32x4_t v40 = vmulq_f32(v23, vdupq_n_f32(0.5f));
+            const float32x4_t v41 = vaddq_f32(v40, vdupq_n_f32(12582912.0f));
+            const float32x4_t v42 = vsubq_f32(v41, vdupq_n_f32(12582912.0f));
+            const float32x4_t v43 = kg_exp2iq_f32(v42);
+            const float32x4_t v44 = vmulq_f32(v39, v43);
+            const float32x4_t v45 = vsubq_f32(v23, v42);
+            const float32x4_t v46 = kg_exp2iq_f32(v45);
+            const float32x4_t v47 = vmulq_f32(v44, v46);  // exp(v16)
+            const float32x4_t v48 = vaddq_f32(vdupq_n_f32(1.0f), v47);
+            const float32x4_t v49 = vdivq_f32(vdupq_n_f32(1.0f), v48);
+            const float32x4_t v50 = vmulq_f32(v47, v49);
+            const float32x4_t v51 = vbslq_f32(v14, v49, v50);
+            vst1q_f32(out0 + 16 * o1 + 208 * o0 + o2, v51);
         }
     }
 }

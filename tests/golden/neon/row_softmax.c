@@ -14,33 +14,20 @@
 #define KG_FLOORDIV(a, b) (((a) - ((((a) % (b)) + (b)) % (b))) / (b))
 #define KG_FLOORMOD(a, b) ((((a) % (b)) + (b)) % (b))
 
-// exp on four lanes: x = n*ln2 + r with |r| <= ln2/2, exp(r) by a degree-6 polynomial (Cephes
-// expf coefficients), and 2^n built in the exponent field in two halves so that n up to 128 and
-// down to -150 (subnormal results) stay exact. Overflow gives inf, NaN stays NaN.
-static inline float32x4_t kg_vexpq_f32(float32x4_t x)
+// 2^k for an integral k in [-126, 127] (exp2i of lower/fastmath.py): k + 1.5 * 2^23 holds k in
+// its low mantissa bits, which shifted into the exponent field with the bias give 2^k. No
+// float-to-int conversion, so every input (NaN too) has a defined result.
+static inline float kg_exp2if(float k)
 {
-    const float32x4_t hi = vdupq_n_f32(88.72283935546875f), lo = vdupq_n_f32(-103.97208f);
-    const float32x4_t xc = vminq_f32(vmaxq_f32(x, lo), hi);
-    const float32x4_t n = vrndnq_f32(vmulq_f32(xc, vdupq_n_f32(1.44269504088896341f)));
-    float32x4_t r = vfmsq_f32(xc, n, vdupq_n_f32(0.693359375f));
-    r = vfmsq_f32(r, n, vdupq_n_f32(-2.12194440e-4f));
-    float32x4_t p = vdupq_n_f32(1.9875691500e-4f);
-    p = vfmaq_f32(vdupq_n_f32(1.3981999507e-3f), p, r);
-    p = vfmaq_f32(vdupq_n_f32(8.3334519073e-3f), p, r);
-    p = vfmaq_f32(vdupq_n_f32(4.1665795894e-2f), p, r);
-    p = vfmaq_f32(vdupq_n_f32(1.6666665459e-1f), p, r);
-    p = vfmaq_f32(vdupq_n_f32(5.0000001201e-1f), p, r);
-    float32x4_t y = vfmaq_f32(vaddq_f32(r, vdupq_n_f32(1.0f)), p, vmulq_f32(r, r));
-    const int32x4_t ni = vcvtq_s32_f32(n);
-    const int32x4_t half = vshrq_n_s32(ni, 1);
-    const int32x4_t bias = vdupq_n_s32(127);
-    const float32x4_t s1 = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(half, bias), 23));
-    const float32x4_t s2 =
-        vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(vsubq_s32(ni, half), bias), 23));
-    y = vmulq_f32(vmulq_f32(y, s1), s2);
-    y = vbslq_f32(vcgtq_f32(x, hi), vdupq_n_f32(INFINITY), y);
-    y = vbslq_f32(vcltq_f32(x, lo), vdupq_n_f32(0.0f), y);
-    return vbslq_f32(vceqq_f32(x, x), y, x);
+    union { float f; uint32_t u; } v = { k + 12582912.0f };
+    v.u = (v.u + 127u) << 23;
+    return v.f;
+}
+
+static inline float32x4_t kg_exp2iq_f32(float32x4_t k)
+{
+    const uint32x4_t low = vreinterpretq_u32_f32(vaddq_f32(k, vdupq_n_f32(12582912.0f)));
+    return vreinterpretq_f32_u32(vshlq_n_u32(vaddq_u32(low, vdupq_n_u32(127)), 23));
 }
 
 // vmaxvq_f32 across the lanes, NaN when a lane is NaN (ONNX ReduceMax, MaxPool): AArch64's
@@ -59,7 +46,7 @@ static inline float kg_vmaxvq_f32(float32x4_t v)
 // fused_softmax
 //   in0: input 'x' float32[64, 1000]
 //   out0: output 'y' float32[64, 1000]
-void kg_fused_softmax_aaa6eb765442(const float* restrict in0,
+void kg_fused_softmax_6208c5b60c22(const float* restrict in0,
         float* restrict out0)
 {
     #pragma omp parallel for schedule(static)
@@ -77,17 +64,77 @@ void kg_fused_softmax_aaa6eb765442(const float* restrict in0,
         for (; i9 + 4 <= 1000; i9 += 4) {
             const float32x4_t v10 = vld1q_f32(in0 + 1000 * o0 + i9);
             const float32x4_t v11 = vsubq_f32(v10, vdupq_n_f32(acc4));
-            const float32x4_t v12 = kg_vexpq_f32(v11);
-            vacc7 = vaddq_f32(vacc7, v12);
+            const uint32x4_t v12 = vcgtq_f32(v11, vdupq_n_f32(88.8f));
+            const float32x4_t v13 = vbslq_f32(v12, vdupq_n_f32(88.8f), v11);
+            const uint32x4_t v14 = vcltq_f32(v13, vdupq_n_f32(-104.0f));
+            const float32x4_t v15 = vbslq_f32(v14, vdupq_n_f32(-104.0f), v13);
+            const float32x4_t v16 = vmulq_f32(v15, vdupq_n_f32(1.4426950216293335f));
+            const float32x4_t v17 = vaddq_f32(v16, vdupq_n_f32(12582912.0f));
+            const float32x4_t v18 = vsubq_f32(v17, vdupq_n_f32(12582912.0f));
+            const float32x4_t v19 = vmulq_f32(v18, vdupq_n_f32(0.693115234375f));
+            const float32x4_t v20 = vsubq_f32(v15, v19);
+            const float32x4_t v21 = vmulq_f32(v18, vdupq_n_f32(3.194618329871446e-05f));
+            const float32x4_t v22 = vsubq_f32(v20, v21);
+            const float32x4_t v23 = vmulq_f32(v22, v22);
+            const float32x4_t v24 = vmulq_f32(vdupq_n_f32(0.0013868323294445872f), v22);
+            const float32x4_t v25 = vaddq_f32(v24, vdupq_n_f32(0.008366423659026623f));
+            const float32x4_t v26 = vmulq_f32(v25, v22);
+            const float32x4_t v27 = vaddq_f32(v26, vdupq_n_f32(0.04166746512055397f));
+            const float32x4_t v28 = vmulq_f32(v27, v22);
+            const float32x4_t v29 = vaddq_f32(v28, vdupq_n_f32(0.1666654497385025f));
+            const float32x4_t v30 = vmulq_f32(v29, v22);
+            const float32x4_t v31 = vaddq_f32(v30, vdupq_n_f32(0.4999999701976776f));
+            const float32x4_t v32 = vmulq_f32(v23, v31);
+            const float32x4_t v33 = vaddq_f32(v22, v32);
+            const float32x4_t v34 = vaddq_f32(vdupq_n_f32(1.0f), v33);
+            const float32x4_t v35 = vmulq_f32(v18, vdupq_n_f32(0.5f));
+            const float32x4_t v36 = vaddq_f32(v35, vdupq_n_f32(12582912.0f));
+            const float32x4_t v37 = vsubq_f32(v36, vdupq_n_f32(12582912.0f));
+            const float32x4_t v38 = kg_exp2iq_f32(v37);
+            const float32x4_t v39 = vmulq_f32(v34, v38);
+            const float32x4_t v40 = vsubq_f32(v18, v37);
+            const float32x4_t v41 = kg_exp2iq_f32(v40);
+            const float32x4_t v42 = vmulq_f32(v39, v41);  // exp(v11)
+            vacc7 = vaddq_f32(vacc7, v42);
         }
         float acc8 = vaddvq_f32(vacc7);
         int o1 = 0;
         for (; o1 + 4 <= 1000; o1 += 4) {
-            const float32x4_t v13 = vld1q_f32(in0 + 1000 * o0 + o1);
-            const float32x4_t v14 = vsubq_f32(v13, vdupq_n_f32(acc4));
-            const float32x4_t v15 = kg_vexpq_f32(v14);
-            const float32x4_t v16 = vdivq_f32(v15, vdupq_n_f32(acc8));
-            vst1q_f32(out0 + 1000 * o0 + o1, v16);
+            const float32x4_t v43 = vld1q_f32(in0 + 1000 * o0 + o1);
+            const float32x4_t v44 = vsubq_f32(v43, vdupq_n_f32(acc4));
+            const uint32x4_t v45 = vcgtq_f32(v44, vdupq_n_f32(88.8f));
+            const float32x4_t v46 = vbslq_f32(v45, vdupq_n_f32(88.8f), v44);
+            const uint32x4_t v47 = vcltq_f32(v46, vdupq_n_f32(-104.0f));
+            const float32x4_t v48 = vbslq_f32(v47, vdupq_n_f32(-104.0f), v46);
+            const float32x4_t v49 = vmulq_f32(v48, vdupq_n_f32(1.4426950216293335f));
+            const float32x4_t v50 = vaddq_f32(v49, vdupq_n_f32(12582912.0f));
+            const float32x4_t v51 = vsubq_f32(v50, vdupq_n_f32(12582912.0f));
+            const float32x4_t v52 = vmulq_f32(v51, vdupq_n_f32(0.693115234375f));
+            const float32x4_t v53 = vsubq_f32(v48, v52);
+            const float32x4_t v54 = vmulq_f32(v51, vdupq_n_f32(3.194618329871446e-05f));
+            const float32x4_t v55 = vsubq_f32(v53, v54);
+            const float32x4_t v56 = vmulq_f32(v55, v55);
+            const float32x4_t v57 = vmulq_f32(vdupq_n_f32(0.0013868323294445872f), v55);
+            const float32x4_t v58 = vaddq_f32(v57, vdupq_n_f32(0.008366423659026623f));
+            const float32x4_t v59 = vmulq_f32(v58, v55);
+            const float32x4_t v60 = vaddq_f32(v59, vdupq_n_f32(0.04166746512055397f));
+            const float32x4_t v61 = vmulq_f32(v60, v55);
+            const float32x4_t v62 = vaddq_f32(v61, vdupq_n_f32(0.1666654497385025f));
+            const float32x4_t v63 = vmulq_f32(v62, v55);
+            const float32x4_t v64 = vaddq_f32(v63, vdupq_n_f32(0.4999999701976776f));
+            const float32x4_t v65 = vmulq_f32(v56, v64);
+            const float32x4_t v66 = vaddq_f32(v55, v65);
+            const float32x4_t v67 = vaddq_f32(vdupq_n_f32(1.0f), v66);
+            const float32x4_t v68 = vmulq_f32(v51, vdupq_n_f32(0.5f));
+            const float32x4_t v69 = vaddq_f32(v68, vdupq_n_f32(12582912.0f));
+            const float32x4_t v70 = vsubq_f32(v69, vdupq_n_f32(12582912.0f));
+            const float32x4_t v71 = kg_exp2iq_f32(v70);
+            const float32x4_t v72 = vmulq_f32(v67, v71);
+            const float32x4_t v73 = vsubq_f32(v51, v70);
+            const float32x4_t v74 = kg_exp2iq_f32(v73);
+            const float32x4_t v75 = vmulq_f32(v72, v74);  // exp(v44)
+            const float32x4_t v76 = vdivq_f32(v75, vdupq_n_f32(acc8));
+            vst1q_f32(out0 + 1000 * o0 + o1, v76);
         }
     }
 }

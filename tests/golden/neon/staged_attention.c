@@ -14,33 +14,20 @@
 #define KG_FLOORDIV(a, b) (((a) - ((((a) % (b)) + (b)) % (b))) / (b))
 #define KG_FLOORMOD(a, b) ((((a) % (b)) + (b)) % (b))
 
-// exp on four lanes: x = n*ln2 + r with |r| <= ln2/2, exp(r) by a degree-6 polynomial (Cephes
-// expf coefficients), and 2^n built in the exponent field in two halves so that n up to 128 and
-// down to -150 (subnormal results) stay exact. Overflow gives inf, NaN stays NaN.
-static inline float32x4_t kg_vexpq_f32(float32x4_t x)
+// 2^k for an integral k in [-126, 127] (exp2i of lower/fastmath.py): k + 1.5 * 2^23 holds k in
+// its low mantissa bits, which shifted into the exponent field with the bias give 2^k. No
+// float-to-int conversion, so every input (NaN too) has a defined result.
+static inline float kg_exp2if(float k)
 {
-    const float32x4_t hi = vdupq_n_f32(88.72283935546875f), lo = vdupq_n_f32(-103.97208f);
-    const float32x4_t xc = vminq_f32(vmaxq_f32(x, lo), hi);
-    const float32x4_t n = vrndnq_f32(vmulq_f32(xc, vdupq_n_f32(1.44269504088896341f)));
-    float32x4_t r = vfmsq_f32(xc, n, vdupq_n_f32(0.693359375f));
-    r = vfmsq_f32(r, n, vdupq_n_f32(-2.12194440e-4f));
-    float32x4_t p = vdupq_n_f32(1.9875691500e-4f);
-    p = vfmaq_f32(vdupq_n_f32(1.3981999507e-3f), p, r);
-    p = vfmaq_f32(vdupq_n_f32(8.3334519073e-3f), p, r);
-    p = vfmaq_f32(vdupq_n_f32(4.1665795894e-2f), p, r);
-    p = vfmaq_f32(vdupq_n_f32(1.6666665459e-1f), p, r);
-    p = vfmaq_f32(vdupq_n_f32(5.0000001201e-1f), p, r);
-    float32x4_t y = vfmaq_f32(vaddq_f32(r, vdupq_n_f32(1.0f)), p, vmulq_f32(r, r));
-    const int32x4_t ni = vcvtq_s32_f32(n);
-    const int32x4_t half = vshrq_n_s32(ni, 1);
-    const int32x4_t bias = vdupq_n_s32(127);
-    const float32x4_t s1 = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(half, bias), 23));
-    const float32x4_t s2 =
-        vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(vsubq_s32(ni, half), bias), 23));
-    y = vmulq_f32(vmulq_f32(y, s1), s2);
-    y = vbslq_f32(vcgtq_f32(x, hi), vdupq_n_f32(INFINITY), y);
-    y = vbslq_f32(vcltq_f32(x, lo), vdupq_n_f32(0.0f), y);
-    return vbslq_f32(vceqq_f32(x, x), y, x);
+    union { float f; uint32_t u; } v = { k + 12582912.0f };
+    v.u = (v.u + 127u) << 23;
+    return v.f;
+}
+
+static inline float32x4_t kg_exp2iq_f32(float32x4_t k)
+{
+    const uint32x4_t low = vreinterpretq_u32_f32(vaddq_f32(k, vdupq_n_f32(12582912.0f)));
+    return vreinterpretq_f32_u32(vshlq_n_u32(vaddq_u32(low, vdupq_n_u32(127)), 23));
 }
 
 // vmaxvq_f32 across the lanes, NaN when a lane is NaN (ONNX ReduceMax, MaxPool): AArch64's
@@ -61,7 +48,7 @@ static inline float kg_vmaxvq_f32(float32x4_t v)
 //   in1: input 'k' float32[8, 10]
 //   in2: input 'v' float32[10, 4]
 //   out0: output 'y' float32[16, 4]
-void kg_fused_matmul_softmax_matmul_9188fb631010(const float* restrict in0,
+void kg_fused_matmul_softmax_matmul_1edf3c73eb87(const float* restrict in0,
         const float* restrict in1,
         const float* restrict in2,
         float* restrict out0)
@@ -115,83 +102,323 @@ void kg_fused_matmul_softmax_matmul_9188fb631010(const float* restrict in0,
         for (; i26 + 4 <= 10; i26 += 4) {
             const float32x4_t v27 = vld1q_f32(kg_stage0_0 + i26);
             const float32x4_t v28 = vsubq_f32(v27, vdupq_n_f32(acc20));
-            const float32x4_t v29 = kg_vexpq_f32(v28);
-            vacc24 = vaddq_f32(vacc24, v29);
+            const uint32x4_t v29 = vcgtq_f32(v28, vdupq_n_f32(88.8f));
+            const float32x4_t v30 = vbslq_f32(v29, vdupq_n_f32(88.8f), v28);
+            const uint32x4_t v31 = vcltq_f32(v30, vdupq_n_f32(-104.0f));
+            const float32x4_t v32 = vbslq_f32(v31, vdupq_n_f32(-104.0f), v30);
+            const float32x4_t v33 = vmulq_f32(v32, vdupq_n_f32(1.4426950216293335f));
+            const float32x4_t v34 = vaddq_f32(v33, vdupq_n_f32(12582912.0f));
+            const float32x4_t v35 = vsubq_f32(v34, vdupq_n_f32(12582912.0f));
+            const float32x4_t v36 = vmulq_f32(v35, vdupq_n_f32(0.693115234375f));
+            const float32x4_t v37 = vsubq_f32(v32, v36);
+            const float32x4_t v38 = vmulq_f32(v35, vdupq_n_f32(3.194618329871446e-05f));
+            const float32x4_t v39 = vsubq_f32(v37, v38);
+            const float32x4_t v40 = vmulq_f32(v39, v39);
+            const float32x4_t v41 = vmulq_f32(vdupq_n_f32(0.0013868323294445872f), v39);
+            const float32x4_t v42 = vaddq_f32(v41, vdupq_n_f32(0.008366423659026623f));
+            const float32x4_t v43 = vmulq_f32(v42, v39);
+            const float32x4_t v44 = vaddq_f32(v43, vdupq_n_f32(0.04166746512055397f));
+            const float32x4_t v45 = vmulq_f32(v44, v39);
+            const float32x4_t v46 = vaddq_f32(v45, vdupq_n_f32(0.1666654497385025f));
+            const float32x4_t v47 = vmulq_f32(v46, v39);
+            const float32x4_t v48 = vaddq_f32(v47, vdupq_n_f32(0.4999999701976776f));
+            const float32x4_t v49 = vmulq_f32(v40, v48);
+            const float32x4_t v50 = vaddq_f32(v39, v49);
+            const float32x4_t v51 = vaddq_f32(vdupq_n_f32(1.0f), v50);
+            const float32x4_t v52 = vmulq_f32(v35, vdupq_n_f32(0.5f));
+            const float32x4_t v53 = vaddq_f32(v52, vdupq_n_f32(12582912.0f));
+            const float32x4_t v54 = vsubq_f32(v53, vdupq_n_f32(12582912.0f));
+            const float32x4_t v55 = kg_exp2iq_f32(v54);
+            const float32x4_t v56 = vmulq_f32(v51, v55);
+            const float32x4_t v57 = vsubq_f32(v35, v54);
+            const float32x4_t v58 = kg_exp2iq_f32(v57);
+            const float32x4_t v59 = vmulq_f32(v56, v58);
+            vacc24 = vaddq_f32(vacc24, v59);
         }
         float acc25 = vaddvq_f32(vacc24);
         for (; i26 < 10; ++i26) {
-            const float t30 = kg_stage0_0[i26];
-            const float t31 = t30 - acc20;
-            const float t32 = expf(t31);
-            acc25 = acc25 + t32;
+            const float t60 = kg_stage0_0[i26];
+            const float t61 = t60 - acc20;
+            const bool t62 = t61 > 88.8f;
+            const float t63 = t62 ? 88.8f : t61;
+            const bool t64 = t63 < -104.0f;
+            const float t65 = t64 ? -104.0f : t63;
+            const float t66 = t65 * 1.4426950216293335f;
+            const float t67 = t66 + 12582912.0f;
+            const float t68 = t67 - 12582912.0f;
+            const float t69 = t68 * 0.693115234375f;
+            const float t70 = t65 - t69;
+            const float t71 = t68 * 3.194618329871446e-05f;
+            const float t72 = t70 - t71;
+            const float t73 = t72 * t72;
+            const float t74 = 0.0013868323294445872f * t72;
+            const float t75 = t74 + 0.008366423659026623f;
+            const float t76 = t75 * t72;
+            const float t77 = t76 + 0.04166746512055397f;
+            const float t78 = t77 * t72;
+            const float t79 = t78 + 0.1666654497385025f;
+            const float t80 = t79 * t72;
+            const float t81 = t80 + 0.4999999701976776f;
+            const float t82 = t73 * t81;
+            const float t83 = t72 + t82;
+            const float t84 = 1.0f + t83;
+            const float t85 = t68 * 0.5f;
+            const float t86 = t85 + 12582912.0f;
+            const float t87 = t86 - 12582912.0f;
+            const float t88 = kg_exp2if(t87);
+            const float t89 = t84 * t88;
+            const float t90 = t68 - t87;
+            const float t91 = kg_exp2if(t90);
+            const float t92 = t89 * t91;
+            acc25 = acc25 + t92;
         }
-        float32x4_t vacc33 = vdupq_n_f32((-INFINITY));
-        int i35 = 0;
-        for (; i35 + 4 <= 10; i35 += 4) {
-            const float32x4_t v36 = vld1q_f32(kg_stage0_1 + i35);
-            vacc33 = vmaxq_f32(vacc33, v36);
+        float32x4_t vacc93 = vdupq_n_f32((-INFINITY));
+        int i95 = 0;
+        for (; i95 + 4 <= 10; i95 += 4) {
+            const float32x4_t v96 = vld1q_f32(kg_stage0_1 + i95);
+            vacc93 = vmaxq_f32(vacc93, v96);
         }
-        float acc34 = kg_vmaxvq_f32(vacc33);
-        for (; i35 < 10; ++i35) {
-            const float t37 = kg_stage0_1[i35];
-            acc34 = (((acc34 > t37) | isnan(acc34)) ? acc34 : t37);
+        float acc94 = kg_vmaxvq_f32(vacc93);
+        for (; i95 < 10; ++i95) {
+            const float t97 = kg_stage0_1[i95];
+            acc94 = (((acc94 > t97) | isnan(acc94)) ? acc94 : t97);
         }
-        float32x4_t vacc38 = vdupq_n_f32(0.0f);
-        int i40 = 0;
-        for (; i40 + 4 <= 10; i40 += 4) {
-            const float32x4_t v41 = vld1q_f32(kg_stage0_1 + i40);
-            const float32x4_t v42 = vsubq_f32(v41, vdupq_n_f32(acc34));
-            const float32x4_t v43 = kg_vexpq_f32(v42);
-            vacc38 = vaddq_f32(vacc38, v43);
+        float32x4_t vacc98 = vdupq_n_f32(0.0f);
+        int i100 = 0;
+        for (; i100 + 4 <= 10; i100 += 4) {
+            const float32x4_t v101 = vld1q_f32(kg_stage0_1 + i100);
+            const float32x4_t v102 = vsubq_f32(v101, vdupq_n_f32(acc94));
+            const uint32x4_t v103 = vcgtq_f32(v102, vdupq_n_f32(88.8f));
+            const float32x4_t v104 = vbslq_f32(v103, vdupq_n_f32(88.8f), v102);
+            const uint32x4_t v105 = vcltq_f32(v104, vdupq_n_f32(-104.0f));
+            const float32x4_t v106 = vbslq_f32(v105, vdupq_n_f32(-104.0f), v104);
+            const float32x4_t v107 = vmulq_f32(v106, vdupq_n_f32(1.4426950216293335f));
+            const float32x4_t v108 = vaddq_f32(v107, vdupq_n_f32(12582912.0f));
+            const float32x4_t v109 = vsubq_f32(v108, vdupq_n_f32(12582912.0f));
+            const float32x4_t v110 = vmulq_f32(v109, vdupq_n_f32(0.693115234375f));
+            const float32x4_t v111 = vsubq_f32(v106, v110);
+            const float32x4_t v112 = vmulq_f32(v109, vdupq_n_f32(3.194618329871446e-05f));
+            const float32x4_t v113 = vsubq_f32(v111, v112);
+            const float32x4_t v114 = vmulq_f32(v113, v113);
+            const float32x4_t v115 = vmulq_f32(vdupq_n_f32(0.0013868323294445872f), v113);
+            const float32x4_t v116 = vaddq_f32(v115, vdupq_n_f32(0.008366423659026623f));
+            const float32x4_t v117 = vmulq_f32(v116, v113);
+            const float32x4_t v118 = vaddq_f32(v117, vdupq_n_f32(0.04166746512055397f));
+            const float32x4_t v119 = vmulq_f32(v118, v113);
+            const float32x4_t v120 = vaddq_f32(v119, vdupq_n_f32(0.1666654497385025f));
+            const float32x4_t v121 = vmulq_f32(v120, v113);
+            const float32x4_t v122 = vaddq_f32(v121, vdupq_n_f32(0.4999999701976776f));
+            const float32x4_t v123 = vmulq_f32(v114, v122);
+            const float32x4_t v124 = vaddq_f32(v113, v123);
+            const float32x4_t v125 = vaddq_f32(vdupq_n_f32(1.0f), v124);
+            const float32x4_t v126 = vmulq_f32(v109, vdupq_n_f32(0.5f));
+            const float32x4_t v127 = vaddq_f32(v126, vdupq_n_f32(12582912.0f));
+            const float32x4_t v128 = vsubq_f32(v127, vdupq_n_f32(12582912.0f));
+            const float32x4_t v129 = kg_exp2iq_f32(v128);
+            const float32x4_t v130 = vmulq_f32(v125, v129);
+            const float32x4_t v131 = vsubq_f32(v109, v128);
+            const float32x4_t v132 = kg_exp2iq_f32(v131);
+            const float32x4_t v133 = vmulq_f32(v130, v132);
+            vacc98 = vaddq_f32(vacc98, v133);
         }
-        float acc39 = vaddvq_f32(vacc38);
-        for (; i40 < 10; ++i40) {
-            const float t44 = kg_stage0_1[i40];
-            const float t45 = t44 - acc34;
-            const float t46 = expf(t45);
-            acc39 = acc39 + t46;
+        float acc99 = vaddvq_f32(vacc98);
+        for (; i100 < 10; ++i100) {
+            const float t134 = kg_stage0_1[i100];
+            const float t135 = t134 - acc94;
+            const bool t136 = t135 > 88.8f;
+            const float t137 = t136 ? 88.8f : t135;
+            const bool t138 = t137 < -104.0f;
+            const float t139 = t138 ? -104.0f : t137;
+            const float t140 = t139 * 1.4426950216293335f;
+            const float t141 = t140 + 12582912.0f;
+            const float t142 = t141 - 12582912.0f;
+            const float t143 = t142 * 0.693115234375f;
+            const float t144 = t139 - t143;
+            const float t145 = t142 * 3.194618329871446e-05f;
+            const float t146 = t144 - t145;
+            const float t147 = t146 * t146;
+            const float t148 = 0.0013868323294445872f * t146;
+            const float t149 = t148 + 0.008366423659026623f;
+            const float t150 = t149 * t146;
+            const float t151 = t150 + 0.04166746512055397f;
+            const float t152 = t151 * t146;
+            const float t153 = t152 + 0.1666654497385025f;
+            const float t154 = t153 * t146;
+            const float t155 = t154 + 0.4999999701976776f;
+            const float t156 = t147 * t155;
+            const float t157 = t146 + t156;
+            const float t158 = 1.0f + t157;
+            const float t159 = t142 * 0.5f;
+            const float t160 = t159 + 12582912.0f;
+            const float t161 = t160 - 12582912.0f;
+            const float t162 = kg_exp2if(t161);
+            const float t163 = t158 * t162;
+            const float t164 = t142 - t161;
+            const float t165 = kg_exp2if(t164);
+            const float t166 = t163 * t165;
+            acc99 = acc99 + t166;
         }
         float kg_stage1_0[10];
         float kg_stage1_1[10];
-        int j47 = 0;
-        for (; j47 + 4 <= 10; j47 += 4) {
-            const float32x4_t v48 = vld1q_f32(kg_stage0_0 + j47);
-            const float32x4_t v49 = vsubq_f32(v48, vdupq_n_f32(acc20));
-            const float32x4_t v50 = kg_vexpq_f32(v49);
-            const float32x4_t v51 = vdivq_f32(v50, vdupq_n_f32(acc25));
-            vst1q_f32(kg_stage1_0 + j47, v51);
-            const float32x4_t v52 = vld1q_f32(kg_stage0_1 + j47);
-            const float32x4_t v53 = vsubq_f32(v52, vdupq_n_f32(acc34));
-            const float32x4_t v54 = kg_vexpq_f32(v53);
-            const float32x4_t v55 = vdivq_f32(v54, vdupq_n_f32(acc39));
-            vst1q_f32(kg_stage1_1 + j47, v55);
+        int j167 = 0;
+        for (; j167 + 4 <= 10; j167 += 4) {
+            const float32x4_t v168 = vld1q_f32(kg_stage0_0 + j167);
+            const float32x4_t v169 = vsubq_f32(v168, vdupq_n_f32(acc20));
+            const uint32x4_t v170 = vcgtq_f32(v169, vdupq_n_f32(88.8f));
+            const float32x4_t v171 = vbslq_f32(v170, vdupq_n_f32(88.8f), v169);
+            const uint32x4_t v172 = vcltq_f32(v171, vdupq_n_f32(-104.0f));
+            const float32x4_t v173 = vbslq_f32(v172, vdupq_n_f32(-104.0f), v171);
+            const float32x4_t v174 = vmulq_f32(v173, vdupq_n_f32(1.4426950216293335f));
+            const float32x4_t v175 = vaddq_f32(v174, vdupq_n_f32(12582912.0f));
+            const float32x4_t v176 = vsubq_f32(v175, vdupq_n_f32(12582912.0f));
+            const float32x4_t v177 = vmulq_f32(v176, vdupq_n_f32(0.693115234375f));
+            const float32x4_t v178 = vsubq_f32(v173, v177);
+            const float32x4_t v179 = vmulq_f32(v176, vdupq_n_f32(3.194618329871446e-05f));
+            const float32x4_t v180 = vsubq_f32(v178, v179);
+            const float32x4_t v181 = vmulq_f32(v180, v180);
+            const float32x4_t v182 = vmulq_f32(vdupq_n_f32(0.0013868323294445872f), v180);
+            const float32x4_t v183 = vaddq_f32(v182, vdupq_n_f32(0.008366423659026623f));
+            const float32x4_t v184 = vmulq_f32(v183, v180);
+            const float32x4_t v185 = vaddq_f32(v184, vdupq_n_f32(0.04166746512055397f));
+            const float32x4_t v186 = vmulq_f32(v185, v180);
+            const float32x4_t v187 = vaddq_f32(v186, vdupq_n_f32(0.1666654497385025f));
+            const float32x4_t v188 = vmulq_f32(v187, v180);
+            const float32x4_t v189 = vaddq_f32(v188, vdupq_n_f32(0.4999999701976776f));
+            const float32x4_t v190 = vmulq_f32(v181, v189);
+            const float32x4_t v191 = vaddq_f32(v180, v190);
+            const float32x4_t v192 = vaddq_f32(vdupq_n_f32(1.0f), v191);
+            const float32x4_t v193 = vmulq_f32(v176, vdupq_n_f32(0.5f));
+            const float32x4_t v194 = vaddq_f32(v193, vdupq_n_f32(12582912.0f));
+            const float32x4_t v195 = vsubq_f32(v194, vdupq_n_f32(12582912.0f));
+            const float32x4_t v196 = kg_exp2iq_f32(v195);
+            const float32x4_t v197 = vmulq_f32(v192, v196);
+            const float32x4_t v198 = vsubq_f32(v176, v195);
+            const float32x4_t v199 = kg_exp2iq_f32(v198);
+            const float32x4_t v200 = vmulq_f32(v197, v199);
+            const float32x4_t v201 = vdivq_f32(v200, vdupq_n_f32(acc25));
+            vst1q_f32(kg_stage1_0 + j167, v201);
+            const float32x4_t v202 = vld1q_f32(kg_stage0_1 + j167);
+            const float32x4_t v203 = vsubq_f32(v202, vdupq_n_f32(acc94));
+            const uint32x4_t v204 = vcgtq_f32(v203, vdupq_n_f32(88.8f));
+            const float32x4_t v205 = vbslq_f32(v204, vdupq_n_f32(88.8f), v203);
+            const uint32x4_t v206 = vcltq_f32(v205, vdupq_n_f32(-104.0f));
+            const float32x4_t v207 = vbslq_f32(v206, vdupq_n_f32(-104.0f), v205);
+            const float32x4_t v208 = vmulq_f32(v207, vdupq_n_f32(1.4426950216293335f));
+            const float32x4_t v209 = vaddq_f32(v208, vdupq_n_f32(12582912.0f));
+            const float32x4_t v210 = vsubq_f32(v209, vdupq_n_f32(12582912.0f));
+            const float32x4_t v211 = vmulq_f32(v210, vdupq_n_f32(0.693115234375f));
+            const float32x4_t v212 = vsubq_f32(v207, v211);
+            const float32x4_t v213 = vmulq_f32(v210, vdupq_n_f32(3.194618329871446e-05f));
+            const float32x4_t v214 = vsubq_f32(v212, v213);
+            const float32x4_t v215 = vmulq_f32(v214, v214);
+            const float32x4_t v216 = vmulq_f32(vdupq_n_f32(0.0013868323294445872f), v214);
+            const float32x4_t v217 = vaddq_f32(v216, vdupq_n_f32(0.008366423659026623f));
+            const float32x4_t v218 = vmulq_f32(v217, v214);
+            const float32x4_t v219 = vaddq_f32(v218, vdupq_n_f32(0.04166746512055397f));
+            const float32x4_t v220 = vmulq_f32(v219, v214);
+            const float32x4_t v221 = vaddq_f32(v220, vdupq_n_f32(0.1666654497385025f));
+            const float32x4_t v222 = vmulq_f32(v221, v214);
+            const float32x4_t v223 = vaddq_f32(v222, vdupq_n_f32(0.4999999701976776f));
+            const float32x4_t v224 = vmulq_f32(v215, v223);
+            const float32x4_t v225 = vaddq_f32(v214, v224);
+            const float32x4_t v226 = vaddq_f32(vdupq_n_f32(1.0f), v225);
+            const float32x4_t v227 = vmulq_f32(v210, vdupq_n_f32(0.5f));
+            const float32x4_t v228 = vaddq_f32(v227, vdupq_n_f32(12582912.0f));
+            const float32x4_t v229 = vsubq_f32(v228, vdupq_n_f32(12582912.0f));
+            const float32x4_t v230 = kg_exp2iq_f32(v229);
+            const float32x4_t v231 = vmulq_f32(v226, v230);
+            const float32x4_t v232 = vsubq_f32(v210, v229);
+            const float32x4_t v233 = kg_exp2iq_f32(v232);
+            const float32x4_t v234 = vmulq_f32(v231, v233);
+            const float32x4_t v235 = vdivq_f32(v234, vdupq_n_f32(acc99));
+            vst1q_f32(kg_stage1_1 + j167, v235);
         }
-        for (int j56 = j47; j56 < 10; ++j56) {
-            const float t57 = kg_stage0_0[j56];
-            const float t58 = t57 - acc20;
-            const float t59 = expf(t58);
-            const float t60 = t59 / acc25;
-            kg_stage1_0[j56] = t60;
-            const float t61 = kg_stage0_1[j56];
-            const float t62 = t61 - acc34;
-            const float t63 = expf(t62);
-            const float t64 = t63 / acc39;
-            kg_stage1_1[j56] = t64;
+        for (int j236 = j167; j236 < 10; ++j236) {
+            const float t237 = kg_stage0_0[j236];
+            const float t238 = t237 - acc20;
+            const bool t239 = t238 > 88.8f;
+            const float t240 = t239 ? 88.8f : t238;
+            const bool t241 = t240 < -104.0f;
+            const float t242 = t241 ? -104.0f : t240;
+            const float t243 = t242 * 1.4426950216293335f;
+            const float t244 = t243 + 12582912.0f;
+            const float t245 = t244 - 12582912.0f;
+            const float t246 = t245 * 0.693115234375f;
+            const float t247 = t242 - t246;
+            const float t248 = t245 * 3.194618329871446e-05f;
+            const float t249 = t247 - t248;
+            const float t250 = t249 * t249;
+            const float t251 = 0.0013868323294445872f * t249;
+            const float t252 = t251 + 0.008366423659026623f;
+            const float t253 = t252 * t249;
+            const float t254 = t253 + 0.04166746512055397f;
+            const float t255 = t254 * t249;
+            const float t256 = t255 + 0.1666654497385025f;
+            const float t257 = t256 * t249;
+            const float t258 = t257 + 0.4999999701976776f;
+            const float t259 = t250 * t258;
+            const float t260 = t249 + t259;
+            const float t261 = 1.0f + t260;
+            const float t262 = t245 * 0.5f;
+            const float t263 = t262 + 12582912.0f;
+            const float t264 = t263 - 12582912.0f;
+            const float t265 = kg_exp2if(t264);
+            const float t266 = t261 * t265;
+            const float t267 = t245 - t264;
+            const float t268 = kg_exp2if(t267);
+            const float t269 = t266 * t268;
+            const float t270 = t269 / acc25;
+            kg_stage1_0[j236] = t270;
+            const float t271 = kg_stage0_1[j236];
+            const float t272 = t271 - acc94;
+            const bool t273 = t272 > 88.8f;
+            const float t274 = t273 ? 88.8f : t272;
+            const bool t275 = t274 < -104.0f;
+            const float t276 = t275 ? -104.0f : t274;
+            const float t277 = t276 * 1.4426950216293335f;
+            const float t278 = t277 + 12582912.0f;
+            const float t279 = t278 - 12582912.0f;
+            const float t280 = t279 * 0.693115234375f;
+            const float t281 = t276 - t280;
+            const float t282 = t279 * 3.194618329871446e-05f;
+            const float t283 = t281 - t282;
+            const float t284 = t283 * t283;
+            const float t285 = 0.0013868323294445872f * t283;
+            const float t286 = t285 + 0.008366423659026623f;
+            const float t287 = t286 * t283;
+            const float t288 = t287 + 0.04166746512055397f;
+            const float t289 = t288 * t283;
+            const float t290 = t289 + 0.1666654497385025f;
+            const float t291 = t290 * t283;
+            const float t292 = t291 + 0.4999999701976776f;
+            const float t293 = t284 * t292;
+            const float t294 = t283 + t293;
+            const float t295 = 1.0f + t294;
+            const float t296 = t279 * 0.5f;
+            const float t297 = t296 + 12582912.0f;
+            const float t298 = t297 - 12582912.0f;
+            const float t299 = kg_exp2if(t298);
+            const float t300 = t295 * t299;
+            const float t301 = t279 - t298;
+            const float t302 = kg_exp2if(t301);
+            const float t303 = t300 * t302;
+            const float t304 = t303 / acc99;
+            kg_stage1_1[j236] = t304;
         }
         for (int o1 = 0; o1 < 4; ++o1) {
-            float acc65 = 0.0f;
-            float acc66 = 0.0f;
-            for (int r67 = 0; r67 < 10; ++r67) {
-                const float t68 = kg_stage1_0[r67];
-                const float t69 = in2[4 * r67 + o1];
-                const float t70 = t68 * t69;
-                acc65 = acc65 + t70;
-                const float t71 = kg_stage1_1[r67];
-                const float t72 = t71 * t69;
-                acc66 = acc66 + t72;
+            float acc305 = 0.0f;
+            float acc306 = 0.0f;
+            for (int r307 = 0; r307 < 10; ++r307) {
+                const float t308 = kg_stage1_0[r307];
+                const float t309 = in2[4 * r307 + o1];
+                const float t310 = t308 * t309;
+                acc305 = acc305 + t310;
+                const float t311 = kg_stage1_1[r307];
+                const float t312 = t311 * t309;
+                acc306 = acc306 + t312;
             }
-            out0[8 * o0 + o1] = acc65;
-            out0[8 * o0 + o1 + 4] = acc66;
+            out0[8 * o0 + o1] = acc305;
+            out0[8 * o0 + o1 + 4] = acc306;
         }
     }
 }

@@ -79,7 +79,7 @@ __kernel void fused_conv_relu(__global const float* restrict x,
             if (kg_c0 == kg_own) {  // a whole tile: one vector store a column block
                 _Pragma("unroll") for (int kg_v = 0; kg_v < 1; ++kg_v) {
                     const int kg_col = kg_c0 + kg_v * 8;
-                    const float8 v10 = (((kg_acc[kg_i][kg_v] > ((float8)(0.0f))) | isnan(kg_acc[kg_i][kg_v])) ? kg_acc[kg_i][kg_v] : ((float8)(0.0f)));
+                    const float8 v10 = (((kg_acc[kg_i][kg_v] > ((float8)(0.0f))) | (kg_acc[kg_i][kg_v] != kg_acc[kg_i][kg_v])) ? kg_acc[kg_i][kg_v] : ((float8)(0.0f)));
                     vstore8(v10, 0, y + 11 * o1 + 99 * o0 + kg_col);
                 }
             } else {  // the shifted last tile: only the columns from kg_own on
@@ -90,7 +90,7 @@ __kernel void fused_conv_relu(__global const float* restrict x,
                     const int kg_col = kg_c0 + kg_j;
                     if (kg_col < kg_own) continue;
                     const int o2 = kg_col;
-                    const float t12 = (((kg_sums[kg_j] > 0.0f) | isnan(kg_sums[kg_j])) ? kg_sums[kg_j] : 0.0f);
+                    const float t12 = (((kg_sums[kg_j] > 0.0f) | (kg_sums[kg_j] != kg_sums[kg_j])) ? kg_sums[kg_j] : 0.0f);
                     y[11 * o1 + 99 * o0 + o2] = t12;
                 }
             }

@@ -84,7 +84,7 @@ __kernel void fused_gemm_relu(__global const float* restrict a,
                 const int kg_col = kg_c0 + kg_v * 8;
                 const float8 v6 = vload8(0, c + kg_col);
                 const float8 v7 = kg_acc[kg_i][kg_v] + v6;
-                const float8 v8 = (((v7 > ((float8)(0.0f))) | isnan(v7)) ? v7 : ((float8)(0.0f)));
+                const float8 v8 = (((v7 > ((float8)(0.0f))) | (v7 != v7)) ? v7 : ((float8)(0.0f)));
                 vstore8(v8, 0, y + 9 * o0 + kg_col);
             }
         } else {  // the shifted last tile: only the columns from kg_own on
@@ -97,7 +97,7 @@ __kernel void fused_gemm_relu(__global const float* restrict a,
                 const int o1 = kg_col;
                 const float t10 = c[o1];
                 const float t11 = kg_sums[kg_j] + t10;
-                const float t12 = (((t11 > 0.0f) | isnan(t11)) ? t11 : 0.0f);
+                const float t12 = (((t11 > 0.0f) | (t11 != t11)) ? t11 : 0.0f);
                 y[9 * o0 + o1] = t12;
             }
         }

@@ -13,7 +13,7 @@ __kernel void fused_softmax(__global const float* restrict x,
     int i3 = 0;
     for (; i3 + 8 <= 1000; i3 += 8) {
         const float8 v4 = vload8(0, x + 1000 * o0 + i3);
-        vacc1 = (((vacc1 > v4) | isnan(vacc1)) ? vacc1 : v4);
+        vacc1 = (((vacc1 > v4) | (vacc1 != vacc1)) ? vacc1 : v4);
     }
     const float4 h5 = (((vacc1.lo > vacc1.hi) | isnan(vacc1.lo)) ? vacc1.lo : vacc1.hi);
     const float2 h6 = (((h5.lo > h5.hi) | isnan(h5.lo)) ? h5.lo : h5.hi);
@@ -24,19 +24,79 @@ __kernel void fused_softmax(__global const float* restrict x,
     for (; i10 + 8 <= 1000; i10 += 8) {
         const float8 v11 = vload8(0, x + 1000 * o0 + i10);
         const float8 v12 = v11 - ((float8)(acc2));
-        const float8 v13 = exp(v12);
-        vacc8 = vacc8 + v13;
+        const int8 v13 = v12 > ((float8)(88.8f));
+        const float8 v14 = select(v12, ((float8)(88.8f)), v13);
+        const int8 v15 = v14 < ((float8)(-104.0f));
+        const float8 v16 = select(v14, ((float8)(-104.0f)), v15);
+        const float8 v17 = v16 * ((float8)(1.4426950216293335f));
+        const float8 v18 = v17 + ((float8)(12582912.0f));
+        const float8 v19 = v18 - ((float8)(12582912.0f));
+        const float8 v20 = v19 * ((float8)(0.693115234375f));
+        const float8 v21 = v16 - v20;
+        const float8 v22 = v19 * ((float8)(3.194618329871446e-05f));
+        const float8 v23 = v21 - v22;
+        const float8 v24 = v23 * v23;
+        const float8 v25 = ((float8)(0.0013868323294445872f)) * v23;
+        const float8 v26 = v25 + ((float8)(0.008366423659026623f));
+        const float8 v27 = v26 * v23;
+        const float8 v28 = v27 + ((float8)(0.04166746512055397f));
+        const float8 v29 = v28 * v23;
+        const float8 v30 = v29 + ((float8)(0.1666654497385025f));
+        const float8 v31 = v30 * v23;
+        const float8 v32 = v31 + ((float8)(0.4999999701976776f));
+        const float8 v33 = v24 * v32;
+        const float8 v34 = v23 + v33;
+        const float8 v35 = ((float8)(1.0f)) + v34;
+        const float8 v36 = v19 * ((float8)(0.5f));
+        const float8 v37 = v36 + ((float8)(12582912.0f));
+        const float8 v38 = v37 - ((float8)(12582912.0f));
+        const float8 v39 = as_float8((as_uint8(v38 + 12582912.0f) + 127u) << 23);
+        const float8 v40 = v35 * v39;
+        const float8 v41 = v19 - v38;
+        const float8 v42 = as_float8((as_uint8(v41 + 12582912.0f) + 127u) << 23);
+        const float8 v43 = v40 * v42;  // exp(v12)
+        vacc8 = vacc8 + v43;
     }
-    const float4 h14 = vacc8.lo + vacc8.hi;
-    const float2 h15 = h14.lo + h14.hi;
-    const float h16 = h15.lo + h15.hi;
-    float acc9 = h16;
+    const float4 h44 = vacc8.lo + vacc8.hi;
+    const float2 h45 = h44.lo + h44.hi;
+    const float h46 = h45.lo + h45.hi;
+    float acc9 = h46;
     int o1 = 0;
     for (; o1 + 8 <= 1000; o1 += 8) {
-        const float8 v17 = vload8(0, x + 1000 * o0 + o1);
-        const float8 v18 = v17 - ((float8)(acc2));
-        const float8 v19 = exp(v18);
-        const float8 v20 = v19 / ((float8)(acc9));
-        vstore8(v20, 0, y + 1000 * o0 + o1);
+        const float8 v47 = vload8(0, x + 1000 * o0 + o1);
+        const float8 v48 = v47 - ((float8)(acc2));
+        const int8 v49 = v48 > ((float8)(88.8f));
+        const float8 v50 = select(v48, ((float8)(88.8f)), v49);
+        const int8 v51 = v50 < ((float8)(-104.0f));
+        const float8 v52 = select(v50, ((float8)(-104.0f)), v51);
+        const float8 v53 = v52 * ((float8)(1.4426950216293335f));
+        const float8 v54 = v53 + ((float8)(12582912.0f));
+        const float8 v55 = v54 - ((float8)(12582912.0f));
+        const float8 v56 = v55 * ((float8)(0.693115234375f));
+        const float8 v57 = v52 - v56;
+        const float8 v58 = v55 * ((float8)(3.194618329871446e-05f));
+        const float8 v59 = v57 - v58;
+        const float8 v60 = v59 * v59;
+        const float8 v61 = ((float8)(0.0013868323294445872f)) * v59;
+        const float8 v62 = v61 + ((float8)(0.008366423659026623f));
+        const float8 v63 = v62 * v59;
+        const float8 v64 = v63 + ((float8)(0.04166746512055397f));
+        const float8 v65 = v64 * v59;
+        const float8 v66 = v65 + ((float8)(0.1666654497385025f));
+        const float8 v67 = v66 * v59;
+        const float8 v68 = v67 + ((float8)(0.4999999701976776f));
+        const float8 v69 = v60 * v68;
+        const float8 v70 = v59 + v69;
+        const float8 v71 = ((float8)(1.0f)) + v70;
+        const float8 v72 = v55 * ((float8)(0.5f));
+        const float8 v73 = v72 + ((float8)(12582912.0f));
+        const float8 v74 = v73 - ((float8)(12582912.0f));
+        const float8 v75 = as_float8((as_uint8(v74 + 12582912.0f) + 127u) << 23);
+        const float8 v76 = v71 * v75;
+        const float8 v77 = v55 - v74;
+        const float8 v78 = as_float8((as_uint8(v77 + 12582912.0f) + 127u) << 23);
+        const float8 v79 = v76 * v78;  // exp(v48)
+        const float8 v80 = v79 / ((float8)(acc9));
+        vstore8(v80, 0, y + 1000 * o0 + o1);
     }
 }

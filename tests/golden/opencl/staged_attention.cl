@@ -36,28 +36,88 @@ __kernel void fused_matmul_softmax_matmul(__global const float* restrict q,
     for (int r11 = 0; r11 < 10; ++r11) {
         const float t12 = kg_stage0[r11];
         const float t13 = t12 - acc7;
-        const float t14 = exp(t13);
-        acc10 = acc10 + t14;
+        const bool t14 = t13 > 88.8f;
+        const float t15 = t14 ? 88.8f : t13;
+        const bool t16 = t15 < -104.0f;
+        const float t17 = t16 ? -104.0f : t15;
+        const float t18 = t17 * 1.4426950216293335f;
+        const float t19 = t18 + 12582912.0f;
+        const float t20 = t19 - 12582912.0f;
+        const float t21 = t20 * 0.693115234375f;
+        const float t22 = t17 - t21;
+        const float t23 = t20 * 3.194618329871446e-05f;
+        const float t24 = t22 - t23;
+        const float t25 = t24 * t24;
+        const float t26 = 0.0013868323294445872f * t24;
+        const float t27 = t26 + 0.008366423659026623f;
+        const float t28 = t27 * t24;
+        const float t29 = t28 + 0.04166746512055397f;
+        const float t30 = t29 * t24;
+        const float t31 = t30 + 0.1666654497385025f;
+        const float t32 = t31 * t24;
+        const float t33 = t32 + 0.4999999701976776f;
+        const float t34 = t25 * t33;
+        const float t35 = t24 + t34;
+        const float t36 = 1.0f + t35;
+        const float t37 = t20 * 0.5f;
+        const float t38 = t37 + 12582912.0f;
+        const float t39 = t38 - 12582912.0f;
+        const float t40 = as_float((as_uint(t39 + 12582912.0f) + 127u) << 23);
+        const float t41 = t36 * t40;
+        const float t42 = t20 - t39;
+        const float t43 = as_float((as_uint(t42 + 12582912.0f) + 127u) << 23);
+        const float t44 = t41 * t43;  // exp(t13)
+        acc10 = acc10 + t44;
     }
     float kg_stage1[10];
-    for (int j15 = 0; j15 < 10; ++j15) {
-        const float t16 = kg_stage0[j15];
-        const float t17 = t16 - acc7;
-        const float t18 = exp(t17);
-        const float t19 = t18 / acc10;
-        kg_stage1[j15] = t19;
+    for (int j45 = 0; j45 < 10; ++j45) {
+        const float t46 = kg_stage0[j45];
+        const float t47 = t46 - acc7;
+        const bool t48 = t47 > 88.8f;
+        const float t49 = t48 ? 88.8f : t47;
+        const bool t50 = t49 < -104.0f;
+        const float t51 = t50 ? -104.0f : t49;
+        const float t52 = t51 * 1.4426950216293335f;
+        const float t53 = t52 + 12582912.0f;
+        const float t54 = t53 - 12582912.0f;
+        const float t55 = t54 * 0.693115234375f;
+        const float t56 = t51 - t55;
+        const float t57 = t54 * 3.194618329871446e-05f;
+        const float t58 = t56 - t57;
+        const float t59 = t58 * t58;
+        const float t60 = 0.0013868323294445872f * t58;
+        const float t61 = t60 + 0.008366423659026623f;
+        const float t62 = t61 * t58;
+        const float t63 = t62 + 0.04166746512055397f;
+        const float t64 = t63 * t58;
+        const float t65 = t64 + 0.1666654497385025f;
+        const float t66 = t65 * t58;
+        const float t67 = t66 + 0.4999999701976776f;
+        const float t68 = t59 * t67;
+        const float t69 = t58 + t68;
+        const float t70 = 1.0f + t69;
+        const float t71 = t54 * 0.5f;
+        const float t72 = t71 + 12582912.0f;
+        const float t73 = t72 - 12582912.0f;
+        const float t74 = as_float((as_uint(t73 + 12582912.0f) + 127u) << 23);
+        const float t75 = t70 * t74;
+        const float t76 = t54 - t73;
+        const float t77 = as_float((as_uint(t76 + 12582912.0f) + 127u) << 23);
+        const float t78 = t75 * t77;  // exp(t47)
+        const float t79 = t78 / acc10;
+        kg_stage1[j45] = t79;
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     for (int o1 = 0; o1 < 4; ++o1) {
-        float acc20 = 0.0f;
+        float acc80 = 0.0f;
         _Pragma("unroll")
-        for (int r21 = 0; r21 < 10; ++r21) {
-            const float t22 = kg_stage1[r21];
-            const float t23 = v[4 * r21 + o1];
-            const float t24 = t22 * t23;
-            acc20 = acc20 + t24;
+        for (int r81 = 0; r81 < 10; ++r81) {
+            const float t82 = kg_stage1[r81];
+            const float t83 = v[4 * r81 + o1];
+            const float t84 = t82 * t83;
+            acc80 = acc80 + t84;
         }
-        if (in_range) y[4 * o0 + o1] = acc20;
+        if (in_range) y[4 * o0 + o1] = acc80;
         barrier(CLK_LOCAL_MEM_FENCE);
     }
 }

@@ -15,7 +15,7 @@ def kg_max(a, b):
 #   in1: input 'w' float32[4, 1, 3, 3]
 #   out0: output 'y' float32[1, 4, 13, 16]
 @triton.jit
-def kg_fused_relu_conv_sigmoid_e65aaea6607b(in0, in1, out0, BLOCK_R: tl.constexpr, BLOCK_E: tl.constexpr):
+def kg_fused_relu_conv_sigmoid_ef13ad3a1a23(in0, in1, out0, BLOCK_R: tl.constexpr, BLOCK_E: tl.constexpr):
     o0 = tl.program_id(0) // 208
     o1 = (tl.program_id(0) // 16) % 13
     o2 = tl.program_id(0) % 16
@@ -34,8 +34,12 @@ def kg_fused_relu_conv_sigmoid_e65aaea6607b(in0, in1, out0, BLOCK_R: tl.constexp
         t15 = (t13 * t14)
         vacc4 = (vacc4 + tl.where(p6_live, t15, 0.0))
     red16 = tl.sum(vacc4, axis=0)
-    t17 = (-red16)
-    t18 = tl.exp(t17)
-    t19 = (1.0 + t18)
-    t20 = (1.0 / t19)
-    tl.store(out0 + (16 * o1 + 208 * o0 + o2), t20)
+    t17 = (red16 >= 0.0)
+    t18 = tl.abs(red16)
+    t19 = (-t18)
+    t20 = tl.exp(t19)
+    t21 = (1.0 + t20)
+    t22 = (1.0 / t21)
+    t23 = (t20 * t22)
+    t24 = tl.where(t17, t22, t23)
+    tl.store(out0 + (16 * o1 + 208 * o0 + o2), t24)

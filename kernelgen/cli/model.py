@@ -1,0 +1,189 @@
+"""The CLI's ONNX model commands: ``run`` (compile, check against onnxruntime, time), ``plan``
+(the fusion report) and ``emit`` (kernels, plan and constants as files)."""
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from onnx import ModelProto
+
+from ..errors import ArgumentError, ModelError
+from ..graph import Graph, compile_model, fusion_report, import_onnx
+from ..graph.export import export
+from ..graph.onnx_import import InputShapes, load_model
+
+
+def parse_shapes(items: Sequence[str]) -> dict[str, list[int]]:
+    """``NAME=D0,D1,...`` options as input name -> shape; ``ArgumentError`` names the bad one."""
+    shapes: dict[str, list[int]] = {}
+    for item in items:
+        name, eq, dims = item.partition("=")
+        try:
+            shape = [int(d) for d in dims.split(",")] if eq and dims else None
+        except ValueError:
+            shape = None
+        if not name or shape is None or any(d < 1 for d in shape):
+            raise ArgumentError(f"--shape {item!r}: expected NAME=D0,D1,... with positive "
+                                "integer dimensions")
+        shapes[name] = shape
+    return shapes
+
+
+def run_model(path: str, backend: str, fusion: str, *, inputs: str | None = None,
+              repeat: int = 20, shapes: InputShapes | None = None, rtol: float = 1e-3,
+              atol: float = 1e-4, tuning: str = "stored") -> int:
+    """Compile the model, run it on random inputs (or those of an .npz file), check every output
+    against onnxruntime and print the latency (median of ``repeat`` runs) beside onnxruntime's.
+    Returns 0 when every output matches, 1 when one does not."""
+    proto = load_model(path)
+    start = time.perf_counter()
+    graph = import_onnx(proto, shapes)
+    feeds = _feeds(graph, inputs)
+    session = compile_model(graph, backend=backend, fusion=fusion, tuning=tuning)
+    compiled = time.perf_counter() - start
+    print(f"model {path}: {len(graph.ops)} operators in {len(session.blocks)} kernels "
+          f"({fusion}) on {session.backend}, imported and compiled in {compiled:.2f} s")
+    got = dict(zip(session.graph.outputs, session.run(None, feeds)))
+    ok = _check(proto, feeds, got, rtol, atol)
+    ours = _median_ms(lambda: session.run(None, feeds), repeat)
+    line = f"latency: {ours:.3f} ms (median of {repeat})"
+    theirs = _onnxruntime_ms(proto, feeds, repeat)
+    if theirs is not None:
+        line += (f"; onnxruntime (all optimisations) {theirs:.3f} ms: kernelgen takes "
+                 f"{ours / theirs:.2f}x its time")
+    print(line)
+    return 0 if ok else 1
+
+
+def plan_model(path: str, fusion: str | None, as_json: bool,
+               shapes: InputShapes | None = None) -> int:
+    """Print the fusion report (every planner's counts; the blocks and unfused edges of
+    ``fusion``, of every planner when None), as text or JSON. Nothing is compiled."""
+    proto = load_model(path)
+    report = fusion_report(import_onnx(proto, shapes), model=proto)
+    if as_json:
+        print(json.dumps(report.to_dict(), indent=1))
+    else:
+        print(report.format(details=None if fusion is None else [fusion]))
+    return 0
+
+
+def emit_model(path: str, directory: str, backend: str, fusion: str,
+               shapes: InputShapes | None = None) -> int:
+    """Compile the model (building nothing) and write every kernel's source, the launch order,
+    the buffer assignment, the constants (.npy) and one manifest.json under ``directory``."""
+    session = compile_model(path, backend=backend, fusion=fusion, input_shapes=shapes,
+                            warmup=False)
+    manifest = export(session, directory)
+    files = sum(len(k["files"]) for k in json.loads(manifest.read_text())["kernels"])
+    print(f"wrote {len(session.plan.kernels)} kernels ({files} source files), "
+          f"{len(session.plan.launches)} launches, "
+          f"{len(session.plan.role('constant'))} constants: {manifest}")
+    return 0
+
+
+def _feeds(graph: Graph, inputs: str | None) -> dict[str, np.ndarray]:
+    """The arrays of ``inputs`` (an .npz file, cast within their kind to the model's dtypes),
+    else seeded random ones: normal floats, integers in [0, 4), booleans."""
+    infos = graph.inputs
+    if inputs is None:
+        rng = np.random.default_rng(0)
+        feeds = {}
+        for info in infos:
+            dtype = np.dtype(info.dtype.numpy)
+            if dtype.kind == "f":
+                feeds[info.name] = rng.standard_normal(info.shape).astype(dtype)
+            elif dtype.kind == "b":
+                feeds[info.name] = rng.random(info.shape) < 0.5
+            else:
+                feeds[info.name] = rng.integers(0, 4, info.shape).astype(dtype)
+        return feeds
+    try:
+        with np.load(inputs, allow_pickle=False) as data:
+            given = {k: data[k] for k in data.files}
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"--inputs {inputs}: cannot read the .npz file ({exc})") from exc
+    names = [i.name for i in infos]
+    unknown = sorted(set(given) - set(names))
+    missing = [n for n in names if n not in given]
+    if unknown or missing:
+        raise ArgumentError(f"--inputs {inputs}: the model's inputs are {names}; "
+                            + (f"missing {missing}" if missing else "")
+                            + ("; " if missing and unknown else "")
+                            + (f"unknown {unknown}" if unknown else ""))
+    feeds = {}
+    for info in infos:
+        array, dtype = given[info.name], np.dtype(info.dtype.numpy)
+        if array.dtype.kind != dtype.kind or array.shape != tuple(info.shape):
+            raise ArgumentError(f"--inputs {inputs}: input '{info.name}' is {array.dtype}"
+                                f"{list(array.shape)}, the model takes {dtype}"
+                                f"{list(info.shape)}")
+        feeds[info.name] = array.astype(dtype, copy=False)
+    return feeds
+
+
+def _check(proto: ModelProto, feeds: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray],
+           rtol: float, atol: float) -> bool:
+    """Print each output's largest error against onnxruntime (no graph optimisation, so that
+    its rewrites are no part of the reference); True when all are within tolerance."""
+    want = _onnxruntime(proto, feeds, optimise=False)
+    if want is None:
+        print("onnxruntime is not installed: outputs not checked")
+        return True
+    ok = True
+    for name, array in got.items():
+        ref = want[name]
+        close = np.allclose(array, ref, rtol=rtol, atol=atol, equal_nan=True)
+        ok &= bool(close)
+        err = float(np.max(np.abs(array.astype(np.float64) - ref), initial=0.0))
+        print(f"  {name}: {array.dtype}{list(array.shape)} max |kernelgen - onnxruntime| = "
+              f"{err:.3g} ({'ok' if close else f'MISMATCH, rtol {rtol} atol {atol}'})")
+    return ok
+
+
+def _onnxruntime(proto: ModelProto, feeds: Mapping[str, np.ndarray], optimise: bool
+                 ) -> dict[str, np.ndarray] | None:
+    session = _ort_session(proto, optimise)
+    if session is None:
+        return None
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(names, dict(feeds))))
+
+
+def _onnxruntime_ms(proto: ModelProto, feeds: Mapping[str, np.ndarray], repeat: int
+                    ) -> float | None:
+    session = _ort_session(proto, optimise=True)
+    if session is None:
+        return None
+    session.run(None, dict(feeds))
+    return _median_ms(lambda: session.run(None, dict(feeds)), repeat)
+
+
+def _ort_session(proto: ModelProto, optimise: bool) -> Any:
+    """An onnxruntime CPU session (all graph optimisations, or none), None without it."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return None
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    if not optimise:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(proto.SerializeToString(), options,
+                                providers=["CPUExecutionProvider"])
+
+
+def _median_ms(call: Callable[[], object], repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        call()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+__all__ = ["emit_model", "parse_shapes", "plan_model", "run_model"]

@@ -1,0 +1,111 @@
+"""DNNFusion's fusion plan (seed selection, then successor and predecessor propagation by the
+mapping-type table), as a planner: ``plan_dnnfusion(graph) -> list[Block]``.
+
+1. Seeds: the operators not yet in a block, One-to-One ones first, smallest output first
+   (DNNFusion starts from the operators whose fusion costs least and removes most), then the
+   rest in graph order.
+2. Grow: from a seed, try each consumer of the block (successors), then each producer
+   (predecessors), repeating until nothing joins. An operator joins when ``fuse`` accepts the
+   enlarged block, which is the constraint check: every in-block edge is a table cell that is
+   not red (no two reductions or contractions in one kernel), the block stays convex (no path
+   leaves it and comes back), and its outputs share one shape (one kernel, one iteration space).
+3. Yellow cells (fusion pays only where measured) are not fused: the Fast-Run measurement that
+   would decide them is not wired in yet, so the plan keeps the cheaper certain choice.
+
+Each block's note names its operators and every neighbour that stopped growth; its ``stops``
+hold every edge to a refused neighbour with the rule that stopped it (the fusion report's
+material). Every unfused edge is recorded once, by the block grown first: the other end was
+unassigned then, so it was a neighbour that the block refused.
+"""
+from __future__ import annotations
+
+from ..errors import FusionError
+from ..ir.node import Op
+from ..mapping_types import Colour, MappingType
+from .blocks import Block, Stop, fusible, order_blocks
+from .model import Graph
+
+
+def plan_dnnfusion(graph: Graph) -> list[Block]:
+    """DNNFusion's blocks for ``graph`` (green edges only), in an executable order."""
+    order = graph.producer_index()
+    assigned: set[int] = set()
+    blocks: list[Block] = []
+    for seed in _seeds(graph):
+        if id(seed) in assigned:
+            continue
+        members, refused = _grow(graph, seed, assigned)
+        members.sort(key=lambda op: order[id(op)])
+        assigned.update(id(op) for op in members)
+        blocks.append(Block(tuple(members), _note(graph, members, refused),
+                            _stops(graph, members, refused)))
+    return order_blocks(graph, blocks)
+
+
+def _seeds(graph: Graph) -> list[Op]:
+    oto = [op for op in graph.ops if op.mapping_type is MappingType.ONE_TO_ONE]
+    oto.sort(key=lambda op: op.numel * op.dtype.itemsize)
+    return oto + [op for op in graph.ops if op.mapping_type is not MappingType.ONE_TO_ONE]
+
+
+def _grow(graph: Graph, seed: Op, assigned: set[int]) -> tuple[list[Op], dict[int, str]]:
+    """The block grown from ``seed`` and, per refused neighbour (by id), why it was refused."""
+    members = [seed]
+    refused: dict[int, str] = {}
+    changed = True
+    while changed:
+        changed = False
+        for candidate in _neighbours(graph, members):
+            if id(candidate) in assigned or id(candidate) in refused:
+                continue
+            why = _refusal(graph, members, candidate)
+            if why is None:
+                members.append(candidate)
+                changed = True
+            else:
+                refused[id(candidate)] = why
+    return members, refused
+
+
+def _neighbours(graph: Graph, members: list[Op]) -> list[Op]:
+    """Consumers of the block first (successor propagation), then its producers."""
+    inside = {id(op) for op in members}
+    after = [c for op in members for c in graph.consumers(op) if id(c) not in inside]
+    before = [v for op in members for v in op.inputs
+              if isinstance(v, Op) and id(v) not in inside]
+    return list({id(op): op for op in (*after, *before)}.values())
+
+
+def _refusal(graph: Graph, members: list[Op], candidate: Op) -> str | None:
+    """None when ``candidate`` may join the block, else the rule that stops it."""
+    try:
+        block = fusible(graph, [*members, candidate])
+    except FusionError as exc:
+        return str(exc).removesuffix(" Pass force=True to fuse anyway.")
+    yellow = [e for e in block.edges if e.rule.colour is Colour.YELLOW]
+    if yellow:
+        return (f"yellow cell {yellow[0]}: fusion pays only where measured, and no "
+                "measurement decides it yet, so it is left unfused")
+    return None
+
+
+def _stops(graph: Graph, members: list[Op], refused: dict[int, str]) -> tuple[Stop, ...]:
+    """Every edge between the block and a neighbour it refused, with the refusal."""
+    inside = {id(op) for op in members}
+    stops = []
+    for op in members:
+        stops += [Stop(v.name, op.name, refused[id(v)]) for v in dict.fromkeys(op.inputs)
+                  if id(v) in refused]
+        stops += [Stop(op.name, c.name, refused[id(c)]) for c in graph.consumers(op)
+                  if id(c) in refused and id(c) not in inside]
+    return tuple(stops)
+
+
+def _note(graph: Graph, ops: list[Op], refused: dict[int, str]) -> str:
+    kinds = "+".join(op.kind for op in ops)
+    note = f"dnnfusion: {kinds}"
+    if refused:
+        by_id = {id(op): op for op in graph.ops}
+        note += "; not fused: " + "; ".join(f"{by_id[k].name} ({by_id[k].kind}): {why}"
+                                             for k, why in refused.items())
+    return note

@@ -1,0 +1,338 @@
+"""Compile a planned graph once, run it many times (``compile_plan`` -> ``CompiledModel``).
+
+    model = compile_plan(graph, plan_none(graph), backend)
+    outputs = model.run({"x": x})        # output name -> array
+
+Compiling: each block is fused and compiled by the driver (``kernelgen.compile.compile``, the
+backend's tunables from the Fast-Run database by default); blocks of the same structure (the
+same loop-IR fingerprint and the same inputs being constants) share one executable, unless it
+folded a block's constant weights into itself (Winograd's transformed filters); kernels of a
+backend that builds in batches are built together; constants are uploaded to the device once;
+then one warm-up run builds whatever the backend builds lazily. The result's ``plan`` is plain
+data (``plan.py``).
+
+Running: inputs are copied to the device, every launch is enqueued on device buffers (the
+intermediates in liveness-shared slots, ``memory.py``), and the outputs are copied back. Runs
+may come from several threads at once: each takes its own set of slots from a pool (more
+concurrent runs, more sets), and the executables are thread-safe (``docs/calling.md``).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from .. import backends
+from ..backends import Backend, Runtime
+from ..compile import STORED, TuningPolicy, compile
+from ..dtypes import DType
+from ..exec import Executable, Kernel, Program
+from ..exec.arguments import bind_inputs
+from ..fusion import FusedBlock, fuse
+from ..ir.fingerprint import fingerprint
+from ..ir.loop import Buffer
+from ..ir.node import Constant, Op, Placeholder, Value
+from ..lower import lower
+from . import memory
+from .model import Graph
+from .plan import BufferSpec, KernelSpec, Launch, Plan
+from .blocks import Block, check_plan
+
+
+@dataclass
+class _Compiled:
+    """The executables of a model and, per block, which one runs it on which names."""
+
+    executables: list[Executable] = field(default_factory=list)
+    uses: list[int] = field(default_factory=list)
+    launches: list[tuple[int, list[str]]] = field(default_factory=list)  # (kernel, arg names)
+
+
+def compile_plan(graph: Graph, blocks: Sequence[Block], backend: str | Backend = backends.DEFAULT,
+                 *, tuning: TuningPolicy = STORED, algorithm: str | None = None,
+                 warmup: bool = True, **options: Any) -> CompiledModel:
+    """``graph`` compiled block by block for ``backend``. ``algorithm`` names the convolution
+    algorithm of blocks that hold a Conv (default: the stored or heuristic choice); ``options``
+    are backend tunables applied to every block."""
+    check_plan(graph, blocks)
+    be = backends.get(backend)
+    start = time.perf_counter()
+    fused, names = zip(*(_fuse(graph, block) for block in blocks)) if blocks else ((), ())
+    compiled = _compile_blocks(fused, names, be, tuning, algorithm, options)
+    timings = {"compile_s": time.perf_counter() - start}
+    plan = _plan(graph, blocks, compiled, be)
+    start = time.perf_counter()
+    if warmup:  # else each kernel builds at its first run (the CLI's emit builds none)
+        _prebuild(be, compiled.executables)
+    model = CompiledModel(graph, plan, compiled.executables, timings)
+    if warmup:
+        model.run({v.name: np.zeros(v.shape, v.dtype.numpy) for v in graph.inputs})
+    timings["build_s"] = time.perf_counter() - start
+    return model
+
+
+def _fuse(graph: Graph, block: Block) -> tuple[FusedBlock, dict[str, str]]:
+    """The block as one fused kernel whose outputs are what other blocks and the graph read,
+    built on copies named by position (inputs ``in0``.., outputs ``out0``.., the rest ``t0``..)
+    so that blocks of one structure print the same source and share one build; and the map
+    from those names to the graph's."""
+    members = {id(op) for op in block.ops}
+    swap: dict[int, Value] = {}
+    real: dict[str, str] = {}
+    for op in block.ops:
+        for v in op.inputs:
+            if id(v) not in members and id(v) not in swap:
+                name = f"in{len(swap)}"
+                swap[id(v)] = (Constant(name, v.shape, v.dtype, v.value)
+                               if isinstance(v, Constant) else Placeholder(name, v.shape, v.dtype))
+                real[name] = v.name
+    outputs: list[Op] = []
+    copies: list[Op] = []
+    for k, op in enumerate(block.ops):
+        is_out = graph.is_output(op) or any(id(c) not in members for c in graph.consumers(op))
+        name = f"out{len(outputs)}" if is_out else f"t{k}"
+        copy = replace(op, name=name, inputs=tuple(swap.get(id(v), v) for v in op.inputs))
+        swap[id(op)] = copy
+        real[name] = op.name
+        copies.append(copy)
+        if is_out:
+            outputs.append(copy)
+    # the planner chose the block (TVM's rules ignore the table's colours), so no veto here
+    return fuse(*copies, outputs=outputs, force=True), real
+
+
+def _shareable(exe: Executable) -> bool:
+    # a program that folded constants holds one block's weights; kernels take every input
+    return isinstance(exe, Kernel) or (isinstance(exe, Program) and not exe.folded)
+
+
+def _compile_blocks(fused: Sequence[FusedBlock], names: Sequence[dict[str, str]], be: Backend,
+                    tuning: TuningPolicy, algorithm: str | None, options: dict[str, Any]
+                    ) -> _Compiled:
+    out = _Compiled()
+    shared: dict[tuple[str, tuple[bool, ...]], int] = {}
+    for block, real in zip(fused, names):
+        key = (fingerprint(lower(block)), tuple(isinstance(v, Constant) for v in block.inputs))
+        k = shared.get(key)
+        if k is None:
+            conv = algorithm if any(op.kind == "Conv" for op in block.ops) else None
+            exe = compile(block, be, algorithm=conv, tuning=tuning, **options)
+            k = len(out.executables)
+            out.executables.append(exe)
+            out.uses.append(0)
+            if _shareable(exe):
+                shared[key] = k
+            _check_args(exe, _arg_names(block, exe))
+        out.uses[k] += 1
+        out.launches.append((k, [real[n] for n in _arg_names(block, out.executables[k])]))
+    return out
+
+
+def _arg_names(block: FusedBlock, exe: Executable) -> list[str]:
+    """The names ``exe.launch`` takes for ``block``: a kernel its loop's buffers, a program the
+    block's inputs and its output (positions agree between blocks of one fingerprint)."""
+    if isinstance(exe, Program):
+        return [v.name for v in block.inputs] + [block.outputs[0].name]
+    loop = lower(block)
+    return [b.name for b in (*loop.inputs, *loop.outputs)]
+
+
+def _check_args(exe: Executable, names: list[str]) -> None:
+    declared = [a["name"] for a in exe.metadata["args"]]
+    if declared != names:
+        raise AssertionError(f"kernel '{exe.name}' takes {declared}, the executor passes {names}")
+
+
+def _plan(graph: Graph, blocks: Sequence[Block], compiled: _Compiled, be: Backend) -> Plan:
+    values = _values(graph, blocks)
+    ids = {v.name: k for k, v in enumerate(values)}
+    owner = {id(op): b for b, block in enumerate(blocks) for op in block.ops}
+    resident = _resident(graph, compiled, ids)
+    intervals = []
+    for v in values:
+        if isinstance(v, Op) and not graph.is_output(v):
+            uses = [owner[id(c)] for c in graph.consumers(v) if owner[id(c)] != owner[id(v)]]
+            start = owner[id(v)]
+            intervals.append(memory.Interval(ids[v.name], start, max(uses, default=start),
+                                             str(v.dtype), v.numel, _nbytes(v)))
+    slot_of, slots = memory.assign(intervals)
+    buffers = tuple(BufferSpec(k, v.name, _role(graph, v), str(v.dtype), tuple(v.shape),
+                               _nbytes(v), slot_of.get(k), k in resident)
+                    for k, v in enumerate(values))
+    kernels = tuple(_kernel_spec(k, exe, compiled.uses[k])
+                    for k, exe in enumerate(compiled.executables))
+    launches = tuple(Launch(k, blocks[b].names, tuple(ids[n] for n in names))
+                     for b, (k, names) in enumerate(compiled.launches))
+    return Plan(be.name, buffers, tuple(slots), kernels, launches,
+                tuple(ids[v.name] for v in graph.inputs),
+                tuple((name, ids[v.name]) for name, v in graph.outputs.items()),
+                memory.live_peak(intervals))
+
+
+def _values(graph: Graph, blocks: Sequence[Block]) -> list[Value]:
+    """Every buffer's value: the inputs, what blocks read from outside, what they write for
+    other blocks or the graph, the graph's outputs."""
+    found: dict[int, Value] = {id(v): v for v in graph.inputs}
+    for block in blocks:
+        members = {id(op) for op in block.ops}
+        for op in block.ops:
+            found.update((id(v), v) for v in op.inputs if id(v) not in members)
+            if graph.is_output(op) or any(id(c) not in members for c in graph.consumers(op)):
+                found[id(op)] = op
+    found.update((id(v), v) for v in graph.outputs.values())
+    return list(found.values())
+
+
+def _resident(graph: Graph, compiled: _Compiled, ids: dict[str, int]) -> set[int]:
+    """Constants some launch reads from the device (a program's folded ones it does not)."""
+    constants = {c.name for c in graph.constants}
+    out: set[int] = set()
+    for k, names in compiled.launches:
+        exe = compiled.executables[k]
+        read = names
+        if isinstance(exe, Program):  # positions agree with this block's inputs
+            read = [names[i] for i, v in enumerate(exe.inputs) if any(v is u for u in exe.used)]
+        out.update(ids[n] for n in read if n in constants)
+    return out
+
+
+def _role(graph: Graph, v: Value) -> str:
+    if isinstance(v, Constant):
+        return "constant"
+    if isinstance(v, Placeholder):
+        return "input"
+    return "output" if graph.is_output(v) else "intermediate"
+
+
+def _nbytes(v: Value) -> int:
+    return v.numel * v.dtype.itemsize
+
+
+def _kernel_spec(k: int, exe: Executable, uses: int) -> KernelSpec:
+    meta = exe.metadata
+    kind = "program" if isinstance(exe, Program) else "kernel"
+    return KernelSpec(k, exe.name, kind, uses, meta.get("schedule", kind), meta.get("algorithm"))
+
+
+def _prebuild(be: Backend, executables: Sequence[Executable]) -> None:
+    """Build every kernel at once where the backend builds in batches (NEON: one SIMDe parse
+    per translation unit), from sources re-rendered with each kernel's own tunables (which
+    give the same source, so the lazy build finds them built)."""
+    if not be.batch_builds:
+        return
+    kernels = [k for exe in executables
+               for k in (exe.kernels if isinstance(exe, Program) else [exe])
+               if isinstance(k, Kernel)]
+    # each source once: unshared programs repeat their stages, and kernels of different
+    # shapes can print the same code (a reshape is a copy), differing only in comments
+    structures = {(fingerprint(k.loop), repr(sorted(k.metadata["tunables"].items()))): k
+                  for k in kernels}
+    unique: dict[str, Any] = {}
+    for k in structures.values():
+        source = be.render(be.choose(k.loop, k.metadata["tunables"]))
+        code = "\n".join(line for line in source.text.splitlines()
+                         if not line.lstrip().startswith(be.comment))
+        unique.setdefault(code, source)
+    be.prebuild(list(unique.values()))
+
+
+def _runtime(exe: Executable) -> Runtime:
+    """The runtime ``exe`` launches on (a program's kernels share their backend's)."""
+    kernel = exe.kernels[0] if isinstance(exe, Program) else exe
+    assert isinstance(kernel, Kernel)
+    return kernel.runtime
+
+
+class CompiledModel:
+    """A graph compiled for one backend: ``run(feeds)`` returns output name -> array.
+    ``plan`` is plain data; ``executables[k]`` is the plan's kernel ``k``; ``timings`` are the
+    compile phases' seconds."""
+
+    def __init__(self, graph: Graph, plan: Plan, executables: Sequence[Executable],
+                 timings: dict[str, float]) -> None:
+        self.graph = graph
+        self.plan = plan
+        self.executables = tuple(executables)
+        self.timings = timings
+        self.runtime: Runtime | None = _runtime(self.executables[0]) if executables else None
+        values = {v.name: v for v in graph.constants}
+        self.constants = {b.name: np.asarray(values[b.name].value)  # type: ignore[attr-defined]
+                          for b in plan.buffers if b.role == "constant"}
+        self._resident = {b.id: self._device(self.constants[b.name]) for b in plan.buffers
+                          if b.resident}
+        self._pool: list[dict[int, Any]] = []
+        self._lock = threading.Lock()
+
+    def _device(self, array: np.ndarray) -> Any:
+        assert self.runtime is not None
+        return self.runtime.device_array(array)
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The graph's outputs by name, for ``feeds`` (input name -> array, each of the input's
+        shape and dtype; ``ArgumentError`` otherwise)."""
+        arrays = bind_inputs(f"model '{self.graph.name}'", self.graph.inputs, (), feeds)
+        host = {self.plan.inputs[k]: a for k, a in enumerate(arrays)}
+        if self.plan.launches:
+            arena = self._take()
+            try:
+                handles = self._handles(arena, host)
+                for launch in self.plan.launches:
+                    self.executables[launch.kernel].launch(
+                        *(handles[a] for a in launch.args), wait=False)
+                return self._outputs(handles, host)
+            finally:
+                with self._lock:
+                    self._pool.append(arena)
+        return self._outputs([], host)
+
+    def _take(self) -> dict[int, Any]:
+        """A set of slot and output buffers no other run is using."""
+        with self._lock:
+            if self._pool:
+                return self._pool.pop()
+        assert self.runtime is not None
+        arena = {-1 - s.id: self.runtime.device_empty(Buffer(f"slot{s.id}", (s.numel,),
+                                                             DType(s.dtype)))
+                 for s in self.plan.slots}
+        arena.update((b.id, self.runtime.device_empty(Buffer(b.name, b.shape, DType(b.dtype))))
+                     for b in self.plan.role("output"))
+        return arena
+
+    def _handles(self, arena: dict[int, Any], host: dict[int, np.ndarray]) -> list[Any]:
+        assert self.runtime is not None
+        handles: list[Any] = [None] * len(self.plan.buffers)
+        for b in self.plan.buffers:
+            if b.role == "intermediate":
+                handles[b.id] = arena[-1 - b.slot]  # type: ignore[operator]
+            elif b.role == "output":
+                handles[b.id] = arena[b.id]
+            elif b.role == "input":
+                handles[b.id] = self.runtime.device_array(host[b.id])
+            elif b.resident:
+                handles[b.id] = self._resident[b.id]
+        return handles
+
+    def _outputs(self, handles: list[Any], host: dict[int, np.ndarray]) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        if self.runtime is not None:
+            self.runtime.sync()
+        for name, k in self.plan.outputs:
+            b = self.plan.buffers[k]
+            if b.role == "input":
+                out[name] = host[k].copy()
+            elif b.role == "constant":
+                out[name] = self.constants[b.name].reshape(b.shape).copy()
+            else:
+                array = np.empty(b.shape, np.dtype(b.dtype))
+                assert self.runtime is not None
+                self.runtime.to_host(handles[k], array)
+                out[name] = array
+        return out
+
+    def sources(self) -> list[str]:
+        """Each executable's source, by kernel id."""
+        return [exe.source for exe in self.executables]

@@ -1,0 +1,98 @@
+"""A compiled model's plan as plain data: which kernel runs when, on which buffers, and where
+each buffer lives. No Python callables: ``to_dict()`` is JSON, so a host program in another
+language (the C deployment on the roadmap) can run a model from the plan and the kernels'
+sources and metadata alone.
+
+Buffers are numbered. Inputs are copied in per run; constants are uploaded once when the model
+is compiled (``resident``; a constant a convolution program folded into its own transformed
+copy is not); outputs get buffers of their own; intermediates live in shared ``slots`` assigned
+by liveness (``memory.py``), each tenant at offset 0 of its slot.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .memory import Slot
+
+
+@dataclass(frozen=True)
+class BufferSpec:
+    """One tensor the launches read or write. ``role``: 'input', 'constant', 'output' or
+    'intermediate'; ``slot`` (intermediates): the slot it lives in."""
+
+    id: int
+    name: str
+    role: str
+    dtype: str
+    shape: tuple[int, ...]
+    nbytes: int
+    slot: int | None = None
+    resident: bool = False  # a constant uploaded to the device at compile time
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One compiled executable: a single kernel, or a program of stages (a Winograd or im2col
+    convolution, padded operands). Blocks of the same structure share one (``uses``)."""
+
+    id: int
+    name: str
+    kind: str  # 'kernel' or 'program'
+    uses: int
+    schedule: str
+    algorithm: str | None = None
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Run kernel ``kernel`` on buffers ``args`` (its inputs, then its outputs), computing the
+    graph operators ``ops``."""
+
+    kernel: int
+    ops: tuple[str, ...]
+    args: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    backend: str
+    buffers: tuple[BufferSpec, ...]
+    slots: tuple[Slot, ...]
+    kernels: tuple[KernelSpec, ...]
+    launches: tuple[Launch, ...]
+    inputs: tuple[int, ...]              # buffer ids, in the graph's input order
+    outputs: tuple[tuple[str, int], ...]  # (output name, buffer id)
+    live_peak: int                       # bytes of intermediates alive at once, at most
+
+    def role(self, role: str) -> list[BufferSpec]:
+        return [b for b in self.buffers if b.role == role]
+
+    def memory(self) -> dict[str, int]:
+        """Bytes: every intermediate added up, the slots that hold them (the peak this plan
+        allocates), the lower bound (most bytes alive at once), and the resident constants."""
+        return {"intermediates_total": sum(b.nbytes for b in self.role("intermediate")),
+                "intermediates_peak": sum(s.nbytes for s in self.slots),
+                "intermediates_live_peak": self.live_peak,
+                "constants_resident": sum(b.nbytes for b in self.role("constant")
+                                          if b.resident),
+                "outputs": sum(b.nbytes for b in self.role("output"))}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan as JSON-serialisable data."""
+        out = asdict(self)
+        out["memory"] = self.memory()
+        return out
+
+    def __str__(self) -> str:
+        mem = self.memory()
+        names = {b.id: b.name for b in self.buffers}
+        lines = [f"plan on {self.backend}: {len(self.launches)} launches, {len(self.kernels)} "
+                 f"kernels, {len(self.slots)} slots; intermediates {mem['intermediates_peak']:,}"
+                 f" bytes peak of {mem['intermediates_total']:,} total (live peak "
+                 f"{mem['intermediates_live_peak']:,})"]
+        for k, launch in enumerate(self.launches):
+            kernel = self.kernels[launch.kernel]
+            args = ", ".join(names[a] for a in launch.args)
+            lines.append(f"  {k:4d} k{kernel.id} {kernel.name} ({kernel.schedule}): {args}")
+        return "\n".join(lines)

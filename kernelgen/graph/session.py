@@ -1,0 +1,166 @@
+"""Running a whole model the way an onnxruntime user expects.
+
+    session = kernelgen.compile_model("model.onnx", backend="opencl", fusion="none")
+    probs, = session.run(None, {"data": x})        # or run(["prob"], ...)
+    session.get_inputs()[0].name, .shape, .type    # 'data', (1, 3, 224, 224), 'tensor(float)'
+    print(session.report())                        # blocks, kernels, memory, fusion
+    session.fusion_report().to_dict()              # the fusion report as JSON data
+
+``compile_model`` imports the model (``import_onnx``; a ``Graph`` from another frontend is
+taken as it is), plans its fusion blocks with the planner ``fusion`` names (``PLANNERS``),
+and compiles them once (``compile_plan``). ``session.plan`` is the plan as plain data,
+``session.blocks`` the planner's blocks, ``session.ecg`` the extended computation graph.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+from onnx import ModelProto
+
+from .. import backends
+from ..api import Tuning, tuning_policy
+from ..backends import Backend
+from ..errors import ArgumentError
+from ..ir.node import Value
+from .ecg import ECG
+from .executor import CompiledModel, compile_plan
+from .model import Graph
+from .onnx_import import InputShapes, ModelLike, import_onnx, load_model
+from .plan import Plan
+from .blocks import Block, Planner
+from .planners import PLANNERS, planner
+from .report import FusionReport, fusion_report
+
+_ONNX_TYPES = {"float32": "float", "float64": "double", "float16": "float16", "int32": "int32",
+               "int64": "int64", "bool": "bool"}
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """A model input or output, as onnxruntime's ``NodeArg``: name, shape, type."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def type(self) -> str:
+        """ONNX's spelling: 'tensor(float)'."""
+        return f"tensor({_ONNX_TYPES.get(self.dtype, self.dtype)})"
+
+
+class Session:
+    """A compiled model: ``run(output_names, {input name: array})`` -> list of arrays.
+    ``source`` is the ONNX model it was compiled from (None for a ``Graph``)."""
+
+    def __init__(self, graph: Graph, blocks: Sequence[Block], model: CompiledModel,
+                 fusion: str, source: ModelProto | None = None) -> None:
+        self.graph = graph
+        self.blocks = tuple(blocks)
+        self.model = model
+        self.fusion = fusion
+        self.source = source
+        self._reports: dict[tuple[str, ...], FusionReport] = {}
+
+    @property
+    def plan(self) -> Plan:
+        return self.model.plan
+
+    @property
+    def backend(self) -> str:
+        return self.plan.backend
+
+    @cached_property
+    def ecg(self) -> ECG:
+        return ECG(self.graph)
+
+    def get_inputs(self) -> list[TensorInfo]:
+        return [_info(v.name, v) for v in self.graph.inputs]
+
+    def get_outputs(self) -> list[TensorInfo]:
+        return [_info(name, v) for name, v in self.graph.outputs.items()]
+
+    def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
+            run_options: None = None) -> list[np.ndarray]:
+        """The outputs ``output_names`` (all, in the model's order, for None) for the inputs
+        ``input_feed`` by name. A missing, unknown or mis-shaped input or an unknown output
+        name is an ``ArgumentError``. Runs may come from several threads at once."""
+        if run_options is not None:
+            raise ArgumentError("run_options are not supported (pass None)")
+        names = list(self.graph.outputs) if output_names is None else list(output_names)
+        unknown = [n for n in names if n not in self.graph.outputs]
+        if unknown:
+            raise ArgumentError(f"model '{self.graph.name}' has no output(s) {unknown}; its "
+                                f"outputs are {list(self.graph.outputs)}")
+        results = self.model.run(input_feed)
+        return [results[n] for n in names]
+
+    def fusion_report(self, planners: Sequence[str] = tuple(PLANNERS)) -> FusionReport:
+        """The fusion report (``report.fusion_report``): this session's blocks, and those of
+        the other ``planners`` planned (not compiled) for comparison, with onnxruntime's
+        optimised node count when the session came from an ONNX model."""
+        key = tuple(planners)
+        if key not in self._reports:
+            self._reports[key] = fusion_report(self.graph, key, self.source,
+                                               planned={self.fusion: self.blocks})
+        return self._reports[key]
+
+    def report(self) -> str:
+        """What ran how: the planner, each block's operators and kernel, memory, then the
+        fusion report (every planner's counts, this session's blocks and unfused edges)."""
+        mem = self.plan.memory()
+        kernels = self.plan.kernels
+        lines = [f"model '{self.graph.name}' on {self.backend}, fusion '{self.fusion}': "
+                 f"{len(self.graph.ops)} operators in {len(self.blocks)} blocks, "
+                 f"{len(kernels)} distinct kernels",
+                 f"intermediates: {mem['intermediates_peak']:,} bytes in "
+                 f"{len(self.plan.slots)} slots, of {mem['intermediates_total']:,} if none "
+                 f"were shared (at least {mem['intermediates_live_peak']:,} alive at once); "
+                 f"constants on the device: {mem['constants_resident']:,} bytes",
+                 "compile: " + ", ".join(f"{k} {v:.2f}" for k, v in self.model.timings.items())]
+        for k, (block, launch) in enumerate(zip(self.blocks, self.plan.launches)):
+            kernel = kernels[launch.kernel]
+            how = kernel.algorithm or kernel.schedule
+            kinds = "+".join(op.kind for op in block.ops)
+            lines.append(f"  {k:4d} {kinds:32s} k{kernel.id:<4d} {how:14s} "
+                         f"{', '.join(block.names)}")
+        lines += ["", self.fusion_report().format(details=[self.fusion])]
+        return "\n".join(lines)
+
+
+def _info(name: str, v: Value) -> TensorInfo:
+    return TensorInfo(name, tuple(v.shape), str(v.dtype))
+
+
+def compile_model(model: ModelLike | Graph, backend: str | Backend = backends.DEFAULT,
+                  fusion: str | Planner = "none", input_shapes: InputShapes | None = None,
+                  **options: Any) -> Session:
+    """A ``Session`` running ``model`` (an ONNX path, bytes, ``ModelProto``, or a ``Graph``)
+    on ``backend``. ``fusion`` names the planner (``kernelgen.graph.PLANNERS``: 'none' runs
+    one kernel per operator); ``input_shapes`` fixes symbolic input dimensions by input name.
+    Options: ``tuning`` ('stored', the default: the Fast-Run database's tunables, else the
+    defaults; 'none'; 'measure'; or a policy), ``algorithm`` (the convolution algorithm of
+    every block holding a Conv), ``warmup`` (True: build every kernel now, not at the first
+    run), and backend tunables applied to every block."""
+    plan_blocks = planner(fusion)
+    if isinstance(model, Graph) and input_shapes is not None:
+        raise TypeError("input_shapes fixes an ONNX model's inputs; a Graph has its shapes")
+    start = time.perf_counter()
+    source = None
+    if isinstance(model, Graph):
+        graph = model
+    else:
+        source = load_model(model)
+        graph = import_onnx(source, input_shapes)
+    imported = time.perf_counter() - start
+    blocks = plan_blocks(graph)
+    tuning: Tuning = options.pop("tuning", "stored")
+    compiled = compile_plan(graph, blocks, backend, tuning=tuning_policy(tuning), **options)
+    compiled.timings = {"import_s": imported, **compiled.timings}
+    name = fusion if isinstance(fusion, str) else getattr(fusion, "__name__", "custom")
+    return Session(graph, blocks, compiled, name, source)

@@ -1,0 +1,160 @@
+"""The executor and the Session API: small ONNX graphs compiled once (module-scoped sessions)
+agree with onnxruntime; constants are uploaded at compile time, not per run; intermediates share
+device memory by liveness; the planner contract and the liveness assignment on their own."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import require
+from onnx import helper
+from onnx_graphs import CASES, io, model, onnxruntime_run, randn
+
+import kernelgen as kg
+from kernelgen.graph import Block, check_plan, memory, plan_none
+
+DEVICES = ("opencl", "neon")
+
+
+@pytest.fixture(scope="module", params=DEVICES)
+def device(request: pytest.FixtureRequest) -> str:
+    require(request.param)
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def sessions(device: str) -> dict[str, tuple[kg.Session, dict[str, np.ndarray]]]:
+    """Every small graph compiled once per device, with its feeds."""
+    out = {}
+    for name, make in CASES.items():
+        m, feeds = make()
+        out[name] = (kg.compile_model(m, backend=device, fusion="none"), feeds, m)
+    return out
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_session_agrees_with_onnxruntime(sessions: dict[str, Any], case: str) -> None:
+    session, feeds, m = sessions[case]
+    want = onnxruntime_run(m, feeds)
+    for _ in range(2):  # a second run reuses the slots and the resident constants
+        got = session.run(None, feeds)
+        assert len(got) == len(want)
+        for array, (name, ref) in zip(got, want.items()):
+            np.testing.assert_allclose(array, ref, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+class _Counting:
+    """A runtime that counts host-to-device copies."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.uploads = inner, 0
+
+    def device_array(self, array: np.ndarray) -> Any:
+        self.uploads += 1
+        return self.inner.device_array(array)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_constants_are_uploaded_once(sessions: dict[str, Any],
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Per run only the inputs go to the device: Conv's weight and bias were uploaded when the
+    model was compiled."""
+    session, feeds, _ = sessions["conv_relu_add"]
+    plan = session.plan
+    resident = [b.name for b in plan.buffers if b.role == "constant" and b.resident]
+    assert sorted(resident) == ["b", "w"]
+    counting = _Counting(session.model.runtime)
+    monkeypatch.setattr(session.model, "runtime", counting)
+    session.run(None, feeds)
+    session.run(None, feeds)
+    assert counting.uploads == 2 * len(feeds)
+
+
+def test_session_api(sessions: dict[str, Any]) -> None:
+    session, feeds, _ = sessions["conv_relu_add"]
+    (inp,) = session.get_inputs()
+    assert (inp.name, inp.shape, inp.type) == ("x", (1, 4, 7, 5), "tensor(float)")
+    assert [o.name for o in session.get_outputs()] == ["y", "z"]
+    (z,) = session.run(["z"], feeds)
+    y, z_all = session.run(None, feeds)
+    np.testing.assert_array_equal(z, z_all)
+    with pytest.raises(kg.ArgumentError, match=r"no output\(s\) \['nope'\]"):
+        session.run(["nope"], feeds)
+    with pytest.raises(kg.ArgumentError):
+        session.run(None, {})
+    with pytest.raises(kg.ArgumentError):
+        session.run(None, {"x": randn(1, 4, 7, 6)})
+    report = session.report()
+    assert "fusion 'none'" in report and "Conv" in report
+    assert "onnxruntime's optimised graph" in report and "planner 'none': 4 block(s)" in report
+    fusion = session.fusion_report()
+    assert fusion["none"].counts.kernels == len(session.plan.launches) == 4
+    assert fusion["none"].counts.intermediate_bytes == session.plan.memory()[
+        "intermediates_total"]
+
+
+def _chain(length: int) -> Any:
+    """x -> (Exp, Neg)* -> y: every intermediate dies at the next launch but one."""
+    nodes, prev = [], "x"
+    for k in range(length):
+        out = "y" if k == length - 1 else f"t{k}"
+        nodes.append(helper.make_node("Neg" if k % 2 else "Sigmoid", [prev], [out]))
+        prev = out
+    return model(nodes, [io("x", (3, 17))], [io("y", (3, 17))])
+
+
+def test_intermediates_share_slots(device: str) -> None:
+    """Eight launches in a chain: seven intermediates of one size fit in two slots, and the
+    plan reports the sum beside the peak."""
+    m = _chain(8)
+    session = kg.compile_model(m, backend=device)
+    feeds = {"x": randn(3, 17)}
+    np.testing.assert_allclose(session.run(None, feeds)[0], onnxruntime_run(m, feeds)["y"],
+                               rtol=1e-5, atol=1e-6)
+    mem = session.plan.memory()
+    assert len(session.plan.slots) == 2
+    assert mem["intermediates_total"] == 7 * 3 * 17 * 4
+    assert mem["intermediates_peak"] == mem["intermediates_live_peak"] == 2 * 3 * 17 * 4
+    assert mem["intermediates_peak"] < mem["intermediates_total"]
+    assert "slots" in str(session.plan) and session.plan.to_dict()["memory"] == mem
+
+
+def test_liveness_assignment() -> None:
+    """Overlapping lives never share a slot; a slot is as large as its largest tenant; dtypes
+    do not mix."""
+    iv = memory.Interval
+    intervals = [iv(0, 0, 1, "float32", 100, 400), iv(1, 1, 2, "float32", 50, 200),
+                 iv(2, 2, 3, "float32", 100, 400), iv(3, 3, 4, "int64", 10, 80),
+                 iv(4, 0, 4, "float32", 1, 4)]
+    where, slots = memory.assign(intervals)
+    by = {i.buffer: i for i in intervals}
+    for a in intervals:
+        for b in intervals:
+            if a.buffer < b.buffer and where[a.buffer] == where[b.buffer]:
+                assert not a.overlaps(b) and a.dtype == b.dtype
+    for buf, slot in where.items():
+        assert slots[slot].nbytes >= by[buf].nbytes
+    assert where[0] == where[2] and where[3] != where[0]
+    assert memory.live_peak(intervals) == 400 + 200 + 4
+
+
+def test_check_plan_names_the_operator() -> None:
+    m, _ = CASES["conv_relu_add"]()
+    graph = kg.import_onnx(m)
+    blocks = plan_none(graph)
+    check_plan(graph, blocks)
+    with pytest.raises(kg.FusionError, match="leaves out 1 operator"):
+        check_plan(graph, blocks[:-1])
+    with pytest.raises(kg.FusionError, match="is in blocks 0 and 1"):
+        check_plan(graph, [blocks[0], Block(blocks[0].ops), *blocks[1:]])
+    with pytest.raises(kg.FusionError, match="computes later"):
+        check_plan(graph, [blocks[1], blocks[0], *blocks[2:]])
+
+
+def test_unknown_planner_is_named() -> None:
+    m, _ = CASES["conv_relu_add"]()
+    with pytest.raises(kg.AttributeError_, match="fusion"):
+        kg.compile_model(m, fusion="bogus")

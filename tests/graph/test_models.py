@@ -1,0 +1,130 @@
+"""Whole models through ``kernelgen.compile_model`` on OpenCL against onnxruntime: the
+BERT-style encoder layer and the MobileNetV2 stack of ``tests/models/model_zoo.py`` under every
+planner, and two of onnx's light models (random weights) under DNNFusion's. Each model is
+compiled once per module (building kernels is what costs: about a minute per light model on
+PoCL), and the planners' small graphs are checked here too.
+
+Tolerances: outputs are compared relative to their largest magnitude (float32 kernels summing
+in a different order from onnxruntime's): 1e-4 for the layers, 1e-4 for the light models.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import require
+from models.model_zoo import bert_layer, light, mobilenet_v2
+from onnx_graphs import CASES, onnxruntime_run
+
+import kernelgen as kg
+
+PLANNERS = ("none", "tvm", "dnnfusion")
+rng = np.random.default_rng(5)
+
+
+def _bert() -> tuple[Any, dict[str, np.ndarray], dict[str, Any]]:
+    mask = np.ones((2, 13), np.int64)
+    mask[1, 9:] = 0
+    feeds = {"x": rng.standard_normal((2, 13, 64)).astype(np.float32), "mask": mask}
+    return bert_layer(), feeds, {"input_shapes": {"x": (2, 13, 64), "mask": (2, 13)}}
+
+
+def _mobilenet() -> tuple[Any, dict[str, np.ndarray], dict[str, Any]]:
+    return mobilenet_v2(), {"image": rng.standard_normal((1, 3, 32, 32)).astype(np.float32)}, {}
+
+
+def _light(name: str) -> tuple[Any, dict[str, np.ndarray], dict[str, Any]]:
+    m = light(name)
+    weights = {i.name for i in m.graph.initializer}
+    x = next(i for i in m.graph.input if i.name not in weights)  # IR 3 lists weights as inputs
+    shape = [d.dim_value for d in x.type.tensor_type.shape.dim]
+    return m, {x.name: rng.standard_normal(shape).astype(np.float32)}, {}
+
+
+MODELS = {"bert_layer": _bert, "mobilenet_v2": _mobilenet}
+LIGHT = ("squeezenet", "shufflenet")
+
+
+def _check(session: kg.Session, m: Any, feeds: dict[str, np.ndarray], rtol: float) -> None:
+    want = onnxruntime_run(m, feeds)
+    got = session.run(None, feeds)
+    assert [o.name for o in session.get_outputs()] == list(want)
+    for array, (name, ref) in zip(got, want.items()):
+        assert array.shape == ref.shape, name
+        scale = max(float(np.abs(ref).max()), 1e-6)
+        err = float(np.abs(array.astype(np.float64) - ref).max())
+        assert err <= rtol * scale, f"{name}: max error {err:.3g} against magnitude {scale:.3g}"
+
+
+@pytest.fixture(scope="module")
+def opencl() -> str:
+    require("opencl")
+    return "opencl"
+
+
+@pytest.fixture(scope="module", params=[(m, p) for m in MODELS for p in PLANNERS],
+                ids=lambda c: f"{c[0]}-{c[1]}")
+def layer(request: pytest.FixtureRequest, opencl: str) -> tuple[kg.Session, Any, dict]:
+    name, fusion = request.param
+    m, feeds, kwargs = MODELS[name]()
+    return kg.compile_model(m, backend=opencl, fusion=fusion, **kwargs), m, feeds
+
+
+def test_layer_agrees_with_onnxruntime(layer: tuple[kg.Session, Any, dict]) -> None:
+    session, m, feeds = layer
+    _check(session, m, feeds, rtol=1e-4)
+
+
+def test_fusion_cuts_launches_and_memory(layer: tuple[kg.Session, Any, dict]) -> None:
+    """Fused plans launch fewer kernels and hold fewer intermediate bytes than one op each."""
+    session, _, _ = layer
+    ops = len(session.graph.ops)
+    mem = session.plan.memory()
+    assert mem["intermediates_peak"] <= mem["intermediates_total"]
+    assert mem["intermediates_live_peak"] <= mem["intermediates_peak"]
+    if session.fusion == "none":
+        assert len(session.plan.launches) == ops
+    else:
+        assert len(session.plan.launches) < ops / 2
+        assert session.fusion in session.report()
+
+
+@pytest.fixture(scope="module", params=LIGHT)
+def light_session(request: pytest.FixtureRequest, opencl: str) -> tuple[kg.Session, Any, dict]:
+    m, feeds, _ = _light(request.param)
+    return kg.compile_model(m, backend=opencl, fusion="dnnfusion"), m, feeds
+
+
+def test_light_model_agrees_with_onnxruntime(light_session: tuple[kg.Session, Any, dict]
+                                             ) -> None:
+    session, m, feeds = light_session
+    _check(session, m, feeds, rtol=1e-4)
+
+
+@pytest.mark.parametrize("fusion", ["tvm", "dnnfusion"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_planners_on_small_graphs(opencl: str, case: str, fusion: str) -> None:
+    m, feeds = CASES[case]()
+    session = kg.compile_model(m, backend=opencl, fusion=fusion)
+    _check(session, m, feeds, rtol=1e-5)
+    assert len(session.blocks) <= len(session.graph.ops)
+
+
+def test_dnnfusion_fuses_conv_with_its_epilogue() -> None:
+    """Conv -> Relu -> Add -> Sigmoid is one block (green edges), with both outputs written."""
+    m, _ = CASES["conv_relu_add"]()
+    graph = kg.import_onnx(m)
+    (block,) = kg.graph.plan_dnnfusion(graph)
+    assert [op.kind for op in block.ops] == ["Conv", "Relu", "Add", "Sigmoid"]
+
+
+def test_dnnfusion_reports_red_edges() -> None:
+    """Two contractions never share a block, and the note names the rule that kept them
+    apart."""
+    m, _ = _mobilenet()[:2]
+    graph = kg.import_onnx(m)
+    blocks = kg.graph.plan_dnnfusion(graph)
+    for block in blocks:
+        assert sum(op.kind == "Conv" for op in block.ops) <= 1
+    assert any("red" in block.note for block in blocks)
