@@ -45,8 +45,8 @@ def neon_peak_gflops() -> float:
     return 2 * 4 * 12 * iterations * threads / best / 1e9
 
 
-def tuned_kernel(n: int, backend: str, a: np.ndarray, b: np.ndarray, want: np.ndarray
-                 ) -> tuple[kg.Kernel | Program, str]:
+def tuned_kernel(n: int, backend: str, a: np.ndarray, b: np.ndarray, want: np.ndarray,
+                 budget_s: float = 240.0) -> tuple[kg.Kernel | Program, str]:
     """Tune the n^3 GEMM's tiles on ``backend`` at its own size, with NumPy's product as the
     reference (the interpreter would need n^3 memory), then emit it the default way: the
     template reads the stored tiles from the Fast-Run database."""
@@ -61,7 +61,7 @@ def tuned_kernel(n: int, backend: str, a: np.ndarray, b: np.ndarray, want: np.nd
         env[stage.loop.outputs[0].name] = stage(*(env[x.name] for x in stage.loop.inputs))
     gemm = stages[-1]
     result = tune(gemm.loop, backend, [env[x.name] for x in gemm.loop.inputs],
-                  reference=[want], repeat=3, budget_s=240)
+                  reference=[want], repeat=3, budget_s=budget_s)
     kernel = fused.emit(backend)
     np.testing.assert_allclose(kernel(a, b), want, rtol=1e-3, atol=1e-3 * np.sqrt(n))
     return kernel, str(result.best)
@@ -71,6 +71,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes", default="1024,2048")
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--tune-s", type=float, default=240.0,
+                        help="tuning budget per size in seconds")
+    parser.add_argument("--opencl-only", action="store_true",
+                        help="skip NEON (bench/implementations.py: NEON is the same on each)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     threads = os.environ.get("OPENBLAS_NUM_THREADS", "unset")
@@ -78,7 +82,7 @@ def main() -> int:
     for n in map(int, args.sizes.split(",")):
         rng = np.random.default_rng(n)
         a, b = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
-        kernel, tiles = tuned_kernel(n, "opencl", a, b, a @ b)
+        kernel, tiles = tuned_kernel(n, "opencl", a, b, a @ b, args.tune_s)
         ms = bench(kernel, a, b, repeat=args.repeat, warmup=1).median_ms
         times = []
         for _ in range(args.repeat):
@@ -96,7 +100,7 @@ def main() -> int:
               f"ratio {r['ratio']:.3f}")
     peak = neon_peak_gflops()
     neon_rows = []
-    for n in map(int, args.sizes.split(",")):
+    for n in [] if args.opencl_only else map(int, args.sizes.split(",")):
         rng = np.random.default_rng(n)
         a, b = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
         kernel, tiles = tuned_kernel(n, "neon", a, b, a @ b)

@@ -4,6 +4,7 @@ table, GEMM 1024^3 and 2048^3 against OpenBLAS, the three convolutions against o
 the cost of a call from NumPy.
 
     python bench/implementations.py [--impls "pocl 3.1,intel,pocl 3.0"] [--quick]
+                                    [--tune-s 120]
 
 Each benchmark script runs in its own process with ``KERNELGEN_OPENCL_DEVICE`` naming the
 implementation (the device is chosen once per process) and writes
@@ -28,15 +29,16 @@ IMPLS = {"pocl 3.1": "Debian PoCL 3.1 (LLVM 15)", "intel": "Intel CPU runtime 20
          "pocl 3.0": "pip PoCL 3.0 (LLVM 14, generic x86-64)"}
 
 
-def scripts(quick: bool) -> dict[str, list[str]]:
+def scripts(quick: bool, tune_s: float) -> dict[str, list[str]]:
     """Benchmark name -> its command line (before ``--json``)."""
     repeat = ["--repeat", "5"] if quick else []
     return {
         "elementwise_chain": ["elementwise_chain.py", "--backends", "opencl",
                               *(["--rounds", "2"] if quick else []), *repeat],
         "transcendentals": ["transcendentals.py", "--backends", "opencl", *repeat],
-        "gemm": ["gemm.py", "--sizes", "1024,2048", *(["--repeat", "2"] if quick else [])],
-        "conv": ["conv.py", "--backends", "opencl", "--tune-s", "10" if quick else "120",
+        "gemm": ["gemm.py", "--opencl-only", "--sizes", "1024,2048",
+                 "--tune-s", "10" if quick else str(tune_s), *(["--repeat", "2"] if quick else [])],
+        "conv": ["conv.py", "--backends", "opencl", "--tune-s", "10" if quick else str(tune_s),
                  *repeat],
         "call_overhead": ["call_overhead.py", *repeat],
     }
@@ -46,12 +48,12 @@ def slug(impl: str) -> str:
     return impl.replace(" ", "-").replace(".", "")
 
 
-def run(impl: str, quick: bool) -> dict[str, Any]:
+def run(impl: str, quick: bool, tune_s: float) -> dict[str, Any]:
     out_dir = RESULTS / slug(impl)
     out_dir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "KERNELGEN_OPENCL_DEVICE": impl, "OPENBLAS_NUM_THREADS": "2"}
     results: dict[str, Any] = {}
-    for name, cmd in scripts(quick).items():
+    for name, cmd in scripts(quick, tune_s).items():
         path = out_dir / f"{name}.json"
         start = time.time()
         done = subprocess.run([sys.executable, str(HERE / cmd[0]), *cmd[1:], "--json",
@@ -124,16 +126,19 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--impls", default=",".join(IMPLS))
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--tune-s", type=float, default=120.0,
+                    help="the tuning budget per GEMM size and per convolution block")
     args = ap.parse_args()
     all_results = {}
     for impl in [i.strip() for i in args.impls.split(",") if i.strip()]:
         print(f"{IMPLS.get(impl, impl)}:", flush=True)
-        all_results[impl] = run(impl, args.quick)
+        all_results[impl] = run(impl, args.quick, args.tune_s)
     text = table(all_results)
     print("\n" + text)
     (RESULTS / "implementations.md").write_text(
         f"Command: python bench/implementations.py --impls \"{args.impls}\""
-        f"{' --quick' if args.quick else ''}; load average {os.getloadavg()[0]:.2f}\n\n"
+        f"{' --quick' if args.quick else ''} --tune-s {args.tune_s:g}; "
+        f"load average {os.getloadavg()[0]:.2f}\n\n"
         + text + "\n")
     return 0
 

@@ -4,7 +4,8 @@ over every float32 bit pattern (2^32 inputs, in chunks), against float64 referen
 NaN) that differs from the float64 result rounded to float32 (-0 for +0 counts).
 
     python bench/math_accuracy.py [--backends opencl,neon] [--functions exp,erf]
-                                  [--stride 1] [--json bench/results/math_accuracy.json]
+                                  [--stride 1] [--min-x X]
+                                  [--json bench/results/math_accuracy.json]
 
 An ulp is the float32 spacing at the float64 result (2^-149 for subnormal and zero results).
 OpenCL and NEON run kernelgen's own math library (``kernelgen/lower/fastmath.py``); 'interp'
@@ -109,6 +110,7 @@ class Tally:
 
     def __init__(self) -> None:
         self.max_ulp, self.at, self.got, self.want = 0.0, 0, 0.0, 0.0
+        self.max_ulp_normal, self.max_abs = 0.0, 0.0  # where the result is normal; absolute
         self.special_mismatches, self.examples = 0, []
 
     def add(self, bits: np.ndarray, got: np.ndarray, want: np.ndarray) -> None:
@@ -124,6 +126,11 @@ class Tally:
         finite = ~special
         _, e = np.frexp(np.abs(want[finite]))
         err = np.abs(got64[finite] - want[finite]) / np.maximum(np.ldexp(1.0, e - 24), 2.0**-149)
+        normal = np.abs(want[finite]) >= 2.0**-126  # results that are normal floats
+        if err[normal].size:
+            self.max_ulp_normal = max(self.max_ulp_normal, float(err[normal].max()))
+        if err.size:
+            self.max_abs = max(self.max_abs, float(np.abs(got64[finite] - want[finite]).max()))
         if err.size and err.max() > self.max_ulp:
             k = int(err.argmax())
             self.max_ulp = float(err[k])
@@ -131,12 +138,16 @@ class Tally:
             self.got, self.want = float(got64[finite][k]), float(want[finite][k])
 
     def as_dict(self) -> dict:
-        return {"max_ulp": round(self.max_ulp, 3), "at_bits": f"{self.at:#010x}",
+        return {"max_ulp": round(self.max_ulp, 3),
+                "max_ulp_normal_results": round(self.max_ulp_normal, 3),
+                "max_abs_error": self.max_abs, "at_bits": f"{self.at:#010x}",
                 "at": float(np.uint32(self.at).view(F32)), "got": self.got, "want": self.want,
                 "special_mismatches": self.special_mismatches, "examples": self.examples}
 
 
-def measure(fn: str, backends: list[str], stride: int) -> dict[str, Tally]:
+def measure(fn: str, backends: list[str], stride: int, min_x: float | None = None
+            ) -> dict[str, Tally]:
+    """Every ``stride``-th float32 bit pattern (from ``min_x`` up, NaN kept, if given)."""
     n = min(CHUNK, -(-ALL // stride))
     runs = {b: kernel(fn, b, n) for b in backends}
     tallies = {b: Tally() for b in backends}
@@ -149,8 +160,9 @@ def measure(fn: str, backends: list[str], stride: int) -> dict[str, Tally]:
         with np.errstate(all="ignore"):
             want = (COMPOSITES[fn][1] if fn in COMPOSITES else REFERENCE[fn])(
                 x.astype(np.float64))
+        keep = slice(None) if min_x is None else ~(x < min_x)
         for b in backends:
-            tallies[b].add(bits, runs[b](x), want)
+            tallies[b].add(bits[keep], runs[b](x)[keep], want[keep])
     return tallies
 
 
@@ -162,6 +174,8 @@ def main() -> int:
                         help=f"any of {', '.join([*REFERENCE, *COMPOSITES])}")
     parser.add_argument("--stride", type=int, default=1,
                         help="measure every stride-th bit pattern (1: all 2^32)")
+    parser.add_argument("--min-x", type=float, default=None,
+                        help="only inputs from this value up (the rest are not counted)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     backends = args.backends.split(",")
@@ -169,17 +183,18 @@ def main() -> int:
     started = time.time()
     for fn in args.functions.split(","):
         t0 = time.time()
-        tallies = measure(fn, backends, args.stride)
+        tallies = measure(fn, backends, args.stride, args.min_x)
         results[fn] = {b: t.as_dict() for b, t in tallies.items()}
-        cells = "  ".join(f"{b} {t.max_ulp:5.2f} ulp ({t.special_mismatches} special wrong)"
-                          for b, t in tallies.items())
+        cells = "  ".join(f"{b} {t.max_ulp:5.2f} ulp ({t.max_ulp_normal:.2f} on normal results, "
+                          f"{t.special_mismatches} special wrong)" for b, t in tallies.items())
         print(f"{fn:<6} {cells}   [{time.time() - t0:.0f} s]", flush=True)
     patterns = -(-ALL // args.stride)
     print(f"{patterns} inputs per function; {time.time() - started:.0f} s in all")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({
-            "patterns": patterns, "stride": args.stride, "seconds": round(time.time() - started),
+            "patterns": patterns, "stride": args.stride, "min_x": args.min_x,
+            "seconds": round(time.time() - started),
             "opencl_device": device().name if "opencl" in backends else None,
             "host": platform.machine(), "loadavg": os.getloadavg()[0],
             "labels": {b: LABELS[b] for b in backends}, "functions": results}, indent=2))

@@ -12,7 +12,6 @@ import sympy
 from ..dtypes import DType
 from ..ir.expr import Call, Cast, Const, DataBindings, Expr, IndexCond, Load, Reduce, Select
 from ..ir.loop import LoopKernel
-from ..lower import fastmath
 from ..mapping_types import FloorDiv, FloorMod
 from ..mapping_types.index import is_provably_nonnegative
 from .base import Capabilities
@@ -176,7 +175,7 @@ class Emitter:
     def annotate(self, scope: Scope, node: Expr, name_of: Callable[[Expr], str]) -> None:
         """After the line that completes an expansion of the math library (``node``), a
         comment naming the call it computes: ``t32 = t29 * t31;  // exp(t1)``."""
-        called = fastmath.origin(node)
+        called = self.kernel.origins.get(node)
         if called is not None:
             fn, args = called
             scope.lines[-1] += f"  {self.comment} {fn}({', '.join(map(name_of, args))})"

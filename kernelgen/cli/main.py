@@ -106,6 +106,9 @@ def _model_options(parser: argparse.ArgumentParser, backend: bool = True,
                              + (fusion or "every planner's blocks are listed") + ")")
     parser.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...",
                         help="fix an ONNX model input's symbolic dimensions (repeatable)")
+    parser.add_argument("--rewrite", action="store_true",
+                        help="apply the math-property rewrites (identities, constant folding, "
+                             "BatchNormalization folding, DNNFusion Table 4) first")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -160,14 +163,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "devices":
             return devices()
         if args.command == "plan":
-            return plan_model(args.model, args.fusion, args.json, parse_shapes(args.shape))
+            return plan_model(args.model, args.fusion, args.json, parse_shapes(args.shape),
+                              args.rewrite)
         if args.command == "emit":
             return emit_model(args.model, args.output, args.backend, args.fusion,
-                              parse_shapes(args.shape))
-        if args.command == "run" and args.chain.endswith(".onnx"):
+                              parse_shapes(args.shape), args.rewrite)
+        if args.command == "run" and args.chain.lower().endswith(".onnx"):
             return run_model(args.chain, args.backend, args.fusion, inputs=args.inputs,
                              repeat=args.repeat, shapes=parse_shapes(args.shape),
-                             rtol=args.rtol, atol=args.atol, tuning=args.tuning)
+                             rtol=args.rtol, atol=args.atol, tuning=args.tuning,
+                             rewrite=args.rewrite)
         if args.command in (None, "run"):
             return run(getattr(args, "chain", str(DEFAULT_CHAIN)), getattr(args, "force", False),
                        getattr(args, "repeat", 20), getattr(args, "backend", backends.DEFAULT))

@@ -6,15 +6,17 @@ import json
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 from onnx import ModelProto
 
 from ..errors import ArgumentError, ModelError
-from ..graph import Graph, compile_model, fusion_report, import_onnx
+from ..graph import Graph, compile_model, fusion_report, import_onnx, simplify
 from ..graph.export import export
 from ..graph.onnx_import import InputShapes, load_model
+from ..graph.simplify import Applied
 
 
 def parse_shapes(items: Sequence[str]) -> dict[str, list[int]]:
@@ -35,7 +37,7 @@ def parse_shapes(items: Sequence[str]) -> dict[str, list[int]]:
 
 def run_model(path: str, backend: str, fusion: str, *, inputs: str | None = None,
               repeat: int = 20, shapes: InputShapes | None = None, rtol: float = 1e-3,
-              atol: float = 1e-4, tuning: str = "stored") -> int:
+              atol: float = 1e-4, tuning: str = "stored", rewrite: bool = False) -> int:
     """Compile the model, run it on random inputs (or those of an .npz file), check every output
     against onnxruntime and print the latency (median of ``repeat`` runs) beside onnxruntime's.
     Returns 0 when every output matches, 1 when one does not."""
@@ -43,10 +45,13 @@ def run_model(path: str, backend: str, fusion: str, *, inputs: str | None = None
     start = time.perf_counter()
     graph = import_onnx(proto, shapes)
     feeds = _feeds(graph, inputs)
-    session = compile_model(graph, backend=backend, fusion=fusion, tuning=tuning)
+    session = compile_model(graph, backend=backend, fusion=fusion, tuning=tuning,
+                            rewrite=rewrite)
     compiled = time.perf_counter() - start
-    print(f"model {path}: {len(graph.ops)} operators in {len(session.blocks)} kernels "
+    print(f"model {path}: {len(session.graph.ops)} operators in {len(session.blocks)} kernels "
           f"({fusion}) on {session.backend}, imported and compiled in {compiled:.2f} s")
+    if rewrite:
+        print(f"rewrites: {_rewrites(session.rewrites)}")
     got = dict(zip(session.graph.outputs, session.run(None, feeds)))
     ok = _check(proto, feeds, got, rtol, atol)
     ours = _median_ms(lambda: session.run(None, feeds), repeat)
@@ -60,24 +65,42 @@ def run_model(path: str, backend: str, fusion: str, *, inputs: str | None = None
 
 
 def plan_model(path: str, fusion: str | None, as_json: bool,
-               shapes: InputShapes | None = None) -> int:
+               shapes: InputShapes | None = None, rewrite: bool = False) -> int:
     """Print the fusion report (every planner's counts; the blocks and unfused edges of
-    ``fusion``, of every planner when None), as text or JSON. Nothing is compiled."""
+    ``fusion``, of every planner when None), as text or JSON, of the model as imported or
+    (``rewrite``) after the math-property rewrites. Nothing is compiled."""
     proto = load_model(path)
-    report = fusion_report(import_onnx(proto, shapes), model=proto)
+    graph = import_onnx(proto, shapes)
+    applied: tuple[Applied, ...] = ()
+    if rewrite:
+        result = simplify(graph)
+        graph, applied = result.graph, result.applied
+    report = fusion_report(graph, model=proto)
     if as_json:
-        print(json.dumps(report.to_dict(), indent=1))
+        data = report.to_dict()
+        if rewrite:
+            data["rewrites"] = [asdict(a) for a in applied]
+        print(json.dumps(data, indent=1))
     else:
+        if rewrite:
+            print(f"rewrites: {_rewrites(applied)}")
         print(report.format(details=None if fusion is None else [fusion]))
     return 0
 
 
+def _rewrites(applied: Sequence[Applied]) -> str:
+    counts: dict[str, int] = {}
+    for a in applied:
+        counts[a.rule] = counts.get(a.rule, 0) + 1
+    return ", ".join(f"{rule} x{n}" for rule, n in counts.items()) or "none applied"
+
+
 def emit_model(path: str, directory: str, backend: str, fusion: str,
-               shapes: InputShapes | None = None) -> int:
+               shapes: InputShapes | None = None, rewrite: bool = False) -> int:
     """Compile the model (building nothing) and write every kernel's source, the launch order,
     the buffer assignment, the constants (.npy) and one manifest.json under ``directory``."""
     session = compile_model(path, backend=backend, fusion=fusion, input_shapes=shapes,
-                            warmup=False)
+                            rewrite=rewrite, warmup=False)
     manifest = export(session, directory)
     files = sum(len(k["files"]) for k in json.loads(manifest.read_text())["kernels"])
     print(f"wrote {len(session.plan.kernels)} kernels ({files} source files), "

@@ -12,6 +12,8 @@
 - ``session``: ``compile_model`` and the onnxruntime-like ``Session``;
 - ``report``: ``fusion_report``, per planner its blocks, unfused edges and the rules that
   stopped them, DNNFusion's Table 5 counts and onnxruntime's optimised node count;
+- ``simplify``: math-property rewriting to a fixpoint (DNNFusion Table 4, identities,
+  constant folding, BatchNormalization folding), each rewrite kept only if FLOPs do not grow;
 - ``reference``: ``interpret_graph``, a graph on the IR interpreter (the reference semantics);
 - ``rewrite`` (Conv-BN folding, kernel enlarging) and ``chain`` (the CLI's chain splitter).
 
@@ -28,10 +30,11 @@ from .planners import PLANNERS, planner
 from .tvm_fusion import plan_tvm
 from .reference import interpret_graph
 from .report import FusionReport, fusion_report
+from .simplify import Simplified, simplify
 from .session import Session, TensorInfo, compile_model
 
 __all__ = ["ECG", "PLANNERS", "Block", "BufferSpec", "CompiledModel", "ECGNode", "FusionReport",
-           "Graph", "KernelSpec", "Launch", "Plan", "Planner", "Session", "Stop", "TensorInfo",
-           "check_plan", "compile_model", "compile_plan", "fusion_report", "import_onnx",
-           "interpret_graph", "order_blocks", "plan_dnnfusion", "plan_none", "plan_tvm",
-           "planner"]
+           "Graph", "KernelSpec", "Launch", "Plan", "Planner", "Session", "Simplified", "Stop",
+           "TensorInfo", "check_plan", "compile_model", "compile_plan", "fusion_report",
+           "import_onnx", "interpret_graph", "order_blocks", "plan_dnnfusion", "plan_none",
+           "plan_tvm", "planner", "simplify"]

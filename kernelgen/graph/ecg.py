@@ -13,13 +13,15 @@ and math-property rewriting read, per operator:
 
     ecg = ECG(graph)
     print(ecg)                   # one row per operator
+    ecg.to_dict()                # the same as JSON data
     ecg["conv1"].mapping_type    # by operator name
 """
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import cached_property
+from typing import Any
 
 from ..fusion import fuse
 from ..ir.node import MathProperties, Op
@@ -86,6 +88,18 @@ class ECG:
         return {"flops": sum(n.flops for n in self.nodes),
                 "bytes": sum(n.bytes for n in self.nodes),
                 "removable_bytes": sum(n.output_bytes for n in self.nodes if n.removable)}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The graph as JSON-serialisable data: one entry per operator, and the totals."""
+        nodes = []
+        for n in self.nodes:
+            entry = asdict(n)
+            entry["shape"] = list(n.shape)
+            entry["mapping_type"] = n.mapping_type.value
+            entry["input_types"] = [t.value for t in n.input_types]
+            entry["properties"]["distributes_over"] = list(n.properties.distributes_over)
+            nodes.append(entry)
+        return {"graph": self.graph.name, "nodes": nodes, "totals": self.totals()}
 
     def __str__(self) -> str:
         header = ("name", "kind", "shape", "mapping type", "removable", "properties", "FLOPs",

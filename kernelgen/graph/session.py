@@ -35,6 +35,7 @@ from .plan import Plan
 from .blocks import Block, Planner
 from .planners import PLANNERS, planner
 from .report import FusionReport, fusion_report
+from .simplify import Applied, simplify
 
 _ONNX_TYPES = {"float32": "float", "float64": "double", "float16": "float16", "int32": "int32",
                "int64": "int64", "bool": "bool"}
@@ -65,6 +66,7 @@ class Session:
         self.model = model
         self.fusion = fusion
         self.source = source
+        self.rewrites: tuple[Applied, ...] = ()  # the math-property rewrites applied
         self._reports: dict[tuple[str, ...], FusionReport] = {}
 
     @property
@@ -123,6 +125,11 @@ class Session:
                  f"were shared (at least {mem['intermediates_live_peak']:,} alive at once); "
                  f"constants on the device: {mem['constants_resident']:,} bytes",
                  "compile: " + ", ".join(f"{k} {v:.2f}" for k, v in self.model.timings.items())]
+        if self.rewrites:
+            counts: dict[str, int] = {}
+            for a in self.rewrites:
+                counts[a.rule] = counts.get(a.rule, 0) + 1
+            lines.append("rewrites: " + ", ".join(f"{k} x{n}" for k, n in counts.items()))
         for k, (block, launch) in enumerate(zip(self.blocks, self.plan.launches)):
             kernel = kernels[launch.kernel]
             how = kernel.algorithm or kernel.schedule
@@ -139,10 +146,11 @@ def _info(name: str, v: Value) -> TensorInfo:
 
 def compile_model(model: ModelLike | Graph, backend: str | Backend = backends.DEFAULT,
                   fusion: str | Planner = "none", input_shapes: InputShapes | None = None,
-                  **options: Any) -> Session:
+                  rewrite: bool = False, **options: Any) -> Session:
     """A ``Session`` running ``model`` (an ONNX path, bytes, ``ModelProto``, or a ``Graph``)
     on ``backend``. ``fusion`` names the planner (``kernelgen.graph.PLANNERS``: 'none' runs
-    one kernel per operator); ``input_shapes`` fixes symbolic input dimensions by input name.
+    one kernel per operator); ``input_shapes`` fixes symbolic input dimensions by input name;
+    ``rewrite`` applies the math-property rewrites (``simplify``) before planning.
     Options: ``tuning`` ('stored', the default: the Fast-Run database's tunables, else the
     defaults; 'none'; 'measure'; or a policy), ``algorithm`` (the convolution algorithm of
     every block holding a Conv), ``warmup`` (True: build every kernel now, not at the first
@@ -158,9 +166,19 @@ def compile_model(model: ModelLike | Graph, backend: str | Backend = backends.DE
         source = load_model(model)
         graph = import_onnx(source, input_shapes)
     imported = time.perf_counter() - start
+    rewrites: tuple[Applied, ...] = ()
+    if rewrite:
+        graph, rewrites = _rewritten(graph)
     blocks = plan_blocks(graph)
     tuning: Tuning = options.pop("tuning", "stored")
     compiled = compile_plan(graph, blocks, backend, tuning=tuning_policy(tuning), **options)
     compiled.timings = {"import_s": imported, **compiled.timings}
     name = fusion if isinstance(fusion, str) else getattr(fusion, "__name__", "custom")
-    return Session(graph, blocks, compiled, name, source)
+    session = Session(graph, blocks, compiled, name, source)
+    session.rewrites = rewrites
+    return session
+
+
+def _rewritten(graph: Graph) -> tuple[Graph, tuple[Applied, ...]]:
+    result = simplify(graph)
+    return result.graph, result.applied

@@ -67,6 +67,10 @@ class LoopKernel:
     group: tuple[int, ...] = ()  # positions in ``domain`` that key the hoisted reductions
     staged: tuple[Staged, ...] = ()  # computed per group point before the hoisted reductions
     ranges: dict[sympy.Symbol, int] = field(default_factory=dict, compare=False)
+    # the math library's expansions in this kernel (``lower/fastmath.py``): each expansion's
+    # root -> (function, arguments) of the call it computes, which the printers name in a comment
+    origins: dict[Expr, tuple[str, tuple[Expr, ...]]] = field(default_factory=dict,
+                                                              compare=False)
 
     @property
     def numel(self) -> int:

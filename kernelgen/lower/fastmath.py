@@ -27,7 +27,6 @@ The polynomial coefficients and the ln2 split are produced by ``tools/fastmath_f
 """
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
@@ -74,24 +73,16 @@ SUBNORMAL_SCALE = 23.0  # a subnormal times 2^23 is normal
 
 def expand(kernel: LoopKernel, functions: frozenset[str]) -> LoopKernel:
     """``kernel`` with the calls of ``functions`` (a subset of ``EXPANDABLE``) expanded in its
-    stores, hoisted reductions and staged rows; ``kernel`` itself when it has none."""
+    stores, hoisted reductions and staged rows, each expansion's root recorded in ``origins``
+    (the printers name the call it computes); ``kernel`` itself when it has none."""
     if not any(_expands(n, functions) for root in kernel.roots() for n in walk(root)):
         return kernel
-    go = _expander(functions)
+    origins = dict(kernel.origins)
+    go = _expander(functions, origins)
     return replace(kernel, stores=tuple(Store(st.buffer, go(st.value)) for st in kernel.stores),
                    hoisted=tuple(go(r) for r in kernel.hoisted),  # type: ignore[misc]
-                   staged=tuple(replace(st, value=go(st.value)) for st in kernel.staged))
-
-
-# each expansion's root -> the call it replaced (function, expanded arguments): the printers
-# name it in a comment; weak, so that it forgets kernels nobody holds
-_ORIGINS: weakref.WeakKeyDictionary[Expr, tuple[str, tuple[Expr, ...]]] = \
-    weakref.WeakKeyDictionary()
-
-
-def origin(node: Expr) -> tuple[str, tuple[Expr, ...]] | None:
-    """(function, arguments) of the call that ``node`` computes as an expansion, else None."""
-    return _ORIGINS.get(node)
+                   staged=tuple(replace(st, value=go(st.value)) for st in kernel.staged),
+                   origins=origins)
 
 
 def _expands(node: Expr, functions: frozenset[str]) -> bool:
@@ -104,14 +95,15 @@ def _expands(node: Expr, functions: frozenset[str]) -> bool:
 
 def expand_expr(root: Expr, functions: frozenset[str]) -> Expr:
     """``root`` with the calls of ``functions`` expanded."""
-    return _expander(functions)(root)
+    return _expander(functions, {})(root)
 
 
-def _expander(functions: frozenset[str]) -> Callable[[Expr], Expr]:
+def _expander(functions: frozenset[str], origins: dict[Expr, tuple[str, tuple[Expr, ...]]]
+              ) -> Callable[[Expr], Expr]:
     """A rewriter whose memo, shared by every root it is given, is keyed by value: a hoisted
     reduction and its equal copy in a store (``merge_axes`` rewrites them apart) come out as one
     object, which the printers then find by identity (an expansion's NaN constant would make
-    two equal copies compare unequal)."""
+    two equal copies compare unequal). Each expansion's root goes into ``origins``."""
     memo: dict[Expr, Expr] = {}
 
     def visit(node: Expr) -> Expr:
@@ -124,7 +116,7 @@ def _expander(functions: frozenset[str]) -> Callable[[Expr], Expr]:
             assert isinstance(node, Call)
             out = reduce_pow(*kids) if node.fn == "pow" else EXPANSIONS[node.fn](kids[0])
             if out is not None and not isinstance(out, Const) and out not in kids:
-                _ORIGINS[out] = (node.fn, tuple(kids))
+                origins[out] = (node.fn, tuple(kids))
         memo[node] = out if out is not None else rebuild(node, kids)
         return memo[node]
 

@@ -12,12 +12,13 @@ import numpy as np
 import onnx
 import pytest
 from conftest import require
-from onnx import numpy_helper
-from onnx_graphs import CASES
+from onnx import helper, numpy_helper
+from onnx_graphs import CASES, init, io, model, randn, rng
 
 import kernelgen as kg
 from kernelgen.cli import main
 from kernelgen.graph import fusion_report
+from kernelgen.graph.export import export
 
 
 @pytest.fixture
@@ -118,3 +119,53 @@ def test_errors_are_one_line_and_status_2(case: str, conv_model: tuple, tmp_path
     lines = captured.err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("kernelgen: error: ")
     assert expected in lines[0], lines[0]
+
+
+def _conv_bn_model(tmp_path: Path) -> Path:
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "g", "bb", "m", "v"], ["bn"]),
+             helper.make_node("Relu", ["bn"], ["y"])]
+    inits = [init("w", randn(4, 3, 3, 3, scale=0.3)), init("g", rng.uniform(0.5, 1.5, 4)),
+             init("bb", randn(4, scale=0.1)), init("m", randn(4, scale=0.1)),
+             init("v", rng.uniform(0.5, 1.5, 4))]
+    path = tmp_path / "conv_bn.onnx"
+    onnx.save(model(nodes, [io("x", (1, 3, 5, 6))], [io("y", (1, 4, 5, 6))], inits), str(path))
+    return path
+
+
+def test_plan_with_rewrites(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    path = _conv_bn_model(tmp_path)
+    assert main(["plan", str(path), "--rewrite", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [a["rule"] for a in data["rewrites"]] == ["fold_bn"]
+    assert data["layers"]["kernels"] == 2 and data["onnx_nodes"] == 3
+    assert main(["plan", str(path), "--rewrite"]) == 0
+    assert capsys.readouterr().out.startswith("rewrites: fold_bn x1\n")
+
+
+def test_run_with_rewrites(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    require("opencl")
+    path = _conv_bn_model(tmp_path)
+    assert main(["run", str(path), "--rewrite", "--backend", "opencl", "--repeat", "1",
+                 "--fusion", "none"]) == 0
+    out = capsys.readouterr().out
+    assert "2 operators in 2 kernels (none)" in out and "rewrites: fold_bn x1" in out
+    assert "(ok)" in out
+
+
+def test_export_a_program(tmp_path: Path) -> None:
+    """A Winograd convolution is a program: one source file per stage, in launch order, and
+    its transformed filter (folded at compile time) saved beside the constants it replaces."""
+    require("opencl")
+    m, _ = CASES["conv_relu_add"]()
+    session = kg.compile_model(m, backend="opencl", fusion="none", algorithm="winograd",
+                               warmup=False)
+    manifest = json.loads(export(session, tmp_path).read_text())
+    program = manifest["kernels"][0]
+    assert program["kind"] == "program" and len(program["files"]) >= 2
+    assert [s["name"] for s in program["metadata"]["stages"]] == [
+        Path(f).stem.split("_", 2)[2] for f in program["files"]]
+    (folded,) = program["folded"].values()
+    assert np.load(tmp_path / folded).ndim >= 2
+    assert {b["name"]: b["resident"] for b in manifest["buffers"] if b["role"] == "constant"} \
+        == {"w": False, "b": True}  # the raw filter is not read on the device

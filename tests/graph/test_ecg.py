@@ -4,6 +4,8 @@ MatMul, one operation per element for an elementwise operator, each input read o
 output written once), and its printed table."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from onnx_graphs import CASES
@@ -99,3 +101,14 @@ def test_conv_from_onnx() -> None:
     assert conv.input_types[0] is MTM and conv.input_types[2] is OTM  # data window, bias
     assert [n.removable for n in ecg] == [True, True, False, False]
     assert ecg.totals()["removable_bytes"] == 2 * F32 * out
+
+
+def test_json() -> None:
+    ecg = ECG(_graph())
+    data = json.loads(json.dumps(ecg.to_dict()))
+    assert data["graph"] == "small" and data["totals"] == ecg.totals()
+    m = data["nodes"][3]
+    assert (m["name"], m["mapping_type"], m["input_types"], m["flops"], m["removable"]) == (
+        "m", "Many-to-Many", ["Many-to-Many", "Many-to-Many"], 48, False)
+    assert data["nodes"][0]["properties"] == {"associative": True, "commutative": True,
+                                              "distributes_over": []}

@@ -128,3 +128,16 @@ def test_dnnfusion_reports_red_edges() -> None:
     for block in blocks:
         assert sum(op.kind == "Conv" for op in block.ops) <= 1
     assert any("red" in block.note for block in blocks)
+
+
+def test_rewritten_mobilenet_agrees_with_onnxruntime(opencl: str) -> None:
+    """Every BatchNormalization folded into its Conv (13 of them), then DNNFusion's plan: the
+    same outputs, fewer operators and no more kernels than without rewriting."""
+    m, feeds, _ = _mobilenet()
+    session = kg.compile_model(m, backend=opencl, fusion="dnnfusion", rewrite=True)
+    _check(session, m, feeds, rtol=1e-4)
+    assert {a.rule for a in session.rewrites} == {"fold_bn"} and len(session.rewrites) == 13
+    assert not any(op.kind == "BatchNormalization" for op in session.graph.ops)
+    plain = kg.graph.plan_dnnfusion(kg.import_onnx(m))
+    assert len(session.blocks) <= len(plain)
+    assert "rewrites: fold_bn x13" in session.report()
