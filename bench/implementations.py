@@ -4,7 +4,7 @@ table, GEMM 1024^3 and 2048^3 against OpenBLAS, the three convolutions against o
 the cost of a call from NumPy.
 
     python bench/implementations.py [--impls "pocl 3.1,intel,pocl 3.0"] [--quick]
-                                    [--tune-s 120]
+                                    [--tune-s 120] [--only transcendentals,...]
 
 Each benchmark script runs in its own process with ``KERNELGEN_OPENCL_DEVICE`` naming the
 implementation (the device is chosen once per process) and writes
@@ -48,13 +48,17 @@ def slug(impl: str) -> str:
     return impl.replace(" ", "-").replace(".", "")
 
 
-def run(impl: str, quick: bool, tune_s: float) -> dict[str, Any]:
+def run(impl: str, quick: bool, tune_s: float, only: set[str] | None = None) -> dict[str, Any]:
+    """Each benchmark on ``impl`` (those in ``only``; the others' last results are read)."""
     out_dir = RESULTS / slug(impl)
     out_dir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "KERNELGEN_OPENCL_DEVICE": impl, "OPENBLAS_NUM_THREADS": "2"}
     results: dict[str, Any] = {}
     for name, cmd in scripts(quick, tune_s).items():
         path = out_dir / f"{name}.json"
+        if only is not None and name not in only:
+            results[name] = json.loads(path.read_text()) if path.exists() else None
+            continue
         start = time.time()
         done = subprocess.run([sys.executable, str(HERE / cmd[0]), *cmd[1:], "--json",
                                str(path)], env=env, capture_output=True, text=True)
@@ -107,7 +111,8 @@ def _call(r: Any) -> str:
     if not r:
         return "-"
     row = r["results"][0]
-    return f"{row['kernel(x) / launch']:.2f}x"
+    aligned = row.get("kernel(aligned x) / launch")
+    return f"{row['kernel(x) / launch']:.2f}x" + (f" ({aligned:.2f}x aligned)" if aligned else "")
 
 
 def table(all_results: dict[str, dict[str, Any]]) -> str:
@@ -126,18 +131,22 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--impls", default=",".join(IMPLS))
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--only", default=None,
+                    help="run only these benchmarks (comma-separated), reuse the others' JSON")
     ap.add_argument("--tune-s", type=float, default=120.0,
                     help="the tuning budget per GEMM size and per convolution block")
     args = ap.parse_args()
     all_results = {}
     for impl in [i.strip() for i in args.impls.split(",") if i.strip()]:
         print(f"{IMPLS.get(impl, impl)}:", flush=True)
-        all_results[impl] = run(impl, args.quick, args.tune_s)
+        all_results[impl] = run(impl, args.quick, args.tune_s,
+                                set(args.only.split(",")) if args.only else None)
     text = table(all_results)
     print("\n" + text)
     (RESULTS / "implementations.md").write_text(
         f"Command: python bench/implementations.py --impls \"{args.impls}\""
-        f"{' --quick' if args.quick else ''} --tune-s {args.tune_s:g}; "
+        f"{' --quick' if args.quick else ''} --tune-s {args.tune_s:g}"
+        f"{f' --only {args.only}' if args.only else ''}; "
         f"load average {os.getloadavg()[0]:.2f}\n\n"
         + text + "\n")
     return 0

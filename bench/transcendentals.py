@@ -2,7 +2,7 @@
 GB/s (the input read once, the output written once) and as a ratio to a plain copy kernel of
 the same backend timed round-robin with them in the same run.
 
-    python bench/transcendentals.py [--repeat 15] [--rounds 3] \
+    python bench/transcendentals.py [--repeat 15] [--rounds 3] [--library] \
         [--json bench/results/transcendentals.json]
 
 Ops: abs (a control: no arithmetic to speak of), exp, log, tanh, sigmoid, erf, GELU (erf),
@@ -20,6 +20,7 @@ import os
 import platform
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from elementwise_chain import BACKEND_LABELS, timeable_backends  # noqa: E402
 
 import kernelgen as kg  # noqa: E402
+from kernelgen import backends  # noqa: E402
+from kernelgen.backends import Backend  # noqa: E402
 from kernelgen.backends.opencl.runtime import device  # noqa: E402
 from kernelgen.compile import copy_kernel  # noqa: E402
 from kernelgen.ir.expr import call  # noqa: E402
@@ -123,16 +126,33 @@ def _checked(kernel: kg.Kernel, args: list[np.ndarray], want: np.ndarray, name: 
                                err_msg=f"{kernel.name} ({name})")
 
 
-def variants(backend: str, arrays: dict[str, np.ndarray]) -> dict[str, tuple]:
+# with --library: these ops again as the OpenCL library's calls (exp(), erf(), ...), the way
+# kernelgen emitted them before its math library, timed in the same rounds
+LIBRARY = ("exp", "log", "tanh", "sigmoid", "erf", "gelu (erf)")
+
+
+def library_calls(backend: str) -> Backend:
+    """``backend`` with nothing expanded but pow's constant exponents."""
+    bound = backends.get(backend)
+    return replace(bound, caps=replace(bound.caps, fast_math=frozenset({"pow"})))
+
+
+def variants(backend: str, arrays: dict[str, np.ndarray], library: bool = False
+             ) -> dict[str, tuple]:
     """name -> (kernel, input arrays), the copy kernel first, each checked."""
     out: dict[str, tuple] = {"copy": (copy_kernel(arrays["real"].shape, backend=backend),
                                       [arrays["real"]])}
     head = slice(0, CHECKED // N)
     for name, (build, ref, domain) in UNARY.items():
         x = kg.tensor("x", arrays[domain].shape)
-        kernel = kg.fuse(*build(x)).emit(backend)
-        _checked(kernel, [arrays[domain]], ref(arrays[domain][head].astype(np.float64)), name)
-        out[name] = (kernel, [arrays[domain]])
+        targets = {name: backends.get(backend)}
+        if library and name in LIBRARY:
+            targets[f"{name} [library]"] = library_calls(backend)
+        for label, target in targets.items():
+            kernel = kg.fuse(*build(x)).emit(target)
+            _checked(kernel, [arrays[domain]], ref(arrays[domain][head].astype(np.float64)),
+                     label)
+            out[label] = (kernel, [arrays[domain]])
     for name, (build, ref) in chains().items():
         x, s, b = kg.tensor("x", (N, N)), kg.tensor("scale", (N,)), kg.tensor("shift", (N,))
         kernel = kg.fuse(*build(x, s, b)).emit(backend)
@@ -142,8 +162,9 @@ def variants(backend: str, arrays: dict[str, np.ndarray]) -> dict[str, tuple]:
     return out
 
 
-def run_backend(backend: str, arrays: dict[str, np.ndarray], repeat: int, rounds: int) -> dict:
-    timed = variants(backend, arrays)
+def run_backend(backend: str, arrays: dict[str, np.ndarray], repeat: int, rounds: int,
+                library: bool = False) -> dict:
+    timed = variants(backend, arrays, library)
     per_round = [bench_interleaved(timed, repeat=repeat) for _ in range(rounds)]
     rows = []
     for name in timed:
@@ -166,12 +187,14 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3,
                         help="interleaved rounds; each op's round with the median ratio is shown")
     parser.add_argument("--backends", default=",".join(timeable_backends()))
+    parser.add_argument("--library", action="store_true",
+                        help=f"also time {', '.join(LIBRARY)} as library calls")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
 
     arrays = _inputs(N)
     load = os.getloadavg()[0]
-    results = [run_backend(b, arrays, args.repeat, args.rounds)
+    results = [run_backend(b, arrays, args.repeat, args.rounds, args.library)
                for b in args.backends.split(",")]
     print(f"OpenCL device: {device().name}; load average {load:.2f} before, "
           f"{os.getloadavg()[0]:.2f} after; {args.rounds} rounds of {args.repeat} interleaved "

@@ -36,17 +36,20 @@ FLOAT: dict[str, str | dict[DType, str]] = {
 
 
 def _bits(n: str) -> dict[str, str]:
-    """The math library's bit-level primitives (``lower/fastmath.py``) on a float (``n`` '') or
-    a floatN: 2^k from k + 1.5 * 2^23, whose low mantissa bits hold the integral k (no
-    float-to-int conversion, so NaN has a defined result too), shifted into the exponent field
-    with the bias; the exponent field unbiased; the significand under the exponent of 1."""
-    return {"exp2i": f"as_float{n}((as_uint{n}({{0}} + 12582912.0f) + 127u) << 23)",
+    """Bit-level spellings on a float (``n`` '') or a floatN: |x| with the sign bit cleared
+    (pip's PoCL calls fabs() lane by lane); the math library's primitives
+    (``lower/fastmath.py``): 2^k from k + 1.5 * 2^23, whose low mantissa bits hold the integral
+    k (no float-to-int conversion, so NaN has a defined result too), shifted into the exponent
+    field with the bias; the exponent field unbiased; the significand under the exponent of 1."""
+    return {"abs": f"as_float{n}(as_uint{n}({{0}}) & 0x7fffffffu)",  # pip's PoCL: fabs() per lane
+            "exp2i": f"as_float{n}((as_uint{n}({{0}} + 12582912.0f) + 127u) << 23)",
             "logb": f"convert_float{n}(((as_int{n}({{0}}) >> 23) & 0xff) - 127)",
             "significand": f"as_float{n}((as_uint{n}({{0}}) & 0x807fffffu) | 0x3f800000u)"}
 
 
-# float32 only (a double's bits differ), float16 computing in float32 included
+# float32 only (a double's bits differ; it keeps fabs), float16 computing in float32 included
 FLOAT.update({f: {DType.float32: fmt} for f, fmt in _bits("").items()})
+FLOAT["abs"] = {DType.float32: _bits("")["abs"], DType.float64: "fabs({0})"}
 INT = {
     "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / {1}",
     "neg": "-{0}", "abs": "({0} < 0 ? -{0} : {0})", "max": "max({0}, {1})",

@@ -24,6 +24,8 @@ class Device:
     queue: Any
     device: Any
     info: DeviceInfo  # what code is generated for
+    # the alignment a host array needs for a call to use it in place (``host_alignment``)
+    host_alignment: int = 1
 
     @property
     def name(self) -> str:
@@ -48,6 +50,18 @@ def _import_cl() -> Any:
 
 
 _PROBE = "__kernel void kg_probe(__global float* x) { x[get_global_id(0)] += 1.0f; }"
+
+
+def host_alignment(info: DeviceInfo) -> int:
+    """The alignment a host array needs to be used in place by a ``USE_HOST_PTR`` buffer:
+    PoCL's CPU device runs kernels on the host's memory at any address, so 1 there; others get
+    the device's base alignment (Intel's CPU runtime copies a buffer that misses it to memory of
+    its own and back at each map: a 64 MiB call took 10x the kernel, docs/toolchain.md). A
+    probe cannot tell the two apart: Intel's copy back also lands before the map. NumPy's large
+    arrays sit 16 bytes past a page, so this decides whether calls copy every input."""
+    if info.unified_memory and "pocl" in info.name.lower():
+        return 1
+    return info.alignment
 
 
 def _usable(cl: Any, dev: Any) -> bool:
@@ -124,7 +138,8 @@ def device() -> Device:
         dev = cl.get_platforms()[pi].get_devices()[di]
         ctx = cl.Context([dev])
         queue = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
-        _device = Device(ctx, queue, dev, read(cl, pi, di))
+        info = read(cl, pi, di)
+        _device = Device(ctx, queue, dev, info, host_alignment(info))
         return _device
 
 
@@ -248,7 +263,7 @@ class OpenCLRuntime:
         handles = [self._constant(i, a, wrap) if i < len(keep) and keep[i] else wrap(a)
                    for i, a in enumerate(inputs)]
         if shared:
-            written = [o if hostmem.aligned(o.ctypes.data, dev.info.alignment)
+            written = [o if hostmem.aligned(o.ctypes.data, dev.host_alignment)
                        else hostmem.empty(o.shape, o.dtype) for o in outputs]
             out_handles = [self._in_place(o, writable=True) for o in written]
         else:
@@ -273,11 +288,11 @@ class OpenCLRuntime:
         return self.device_array(array)
 
     def _in_place(self, array: np.ndarray, writable: bool = False) -> Any:
-        """A buffer over ``array``'s own memory (an aligned copy of an input that is not
-        aligned as the device needs)."""
+        """A buffer over ``array``'s own memory (an aligned copy of an array that is not
+        aligned as the device needs to use it in place, ``host_alignment``)."""
         cl = _import_cl()
         mf = cl.mem_flags
-        if not hostmem.aligned(array.ctypes.data, device().info.alignment):
+        if not hostmem.aligned(array.ctypes.data, device().host_alignment):
             array = hostmem.copy(array)
         flags = (mf.READ_WRITE if writable else mf.READ_ONLY) | mf.USE_HOST_PTR
         return cl.Buffer(device().context, flags, hostbuf=array if array.nbytes else

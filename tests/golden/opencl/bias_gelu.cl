@@ -15,7 +15,7 @@ __kernel void fused_add_gelu(__global const float* restrict x,
     const float t3 = t1 + t2;
     const float t4 = 0.5f * t3;
     const float t5 = t3 * 0.7071067811865475f;
-    const float t6 = fabs(t5);
+    const float t6 = as_float(as_uint(t5) & 0x7fffffffu);
     const bool t7 = t6 < 0.875f;
     const float t8 = t5 * t5;
     const float t9 = -0.0006033660029061139f * t8;

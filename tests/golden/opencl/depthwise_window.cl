@@ -138,7 +138,7 @@ __kernel void fused_relu_conv_sigmoid(__global const float* restrict x,
     const float8 v81 = select(((float8)(0.0f)), v80, v79);
     kg_acc0_1 = fma(((float8)(t9)), v81, kg_acc0_1);
     const int8 v82 = kg_acc0_0 >= ((float8)(0.0f));
-    const float8 v83 = fabs(kg_acc0_0);
+    const float8 v83 = as_float8(as_uint8(kg_acc0_0) & 0x7fffffffu);
     const float8 v84 = -v83;
     const int8 v85 = v84 > ((float8)(88.8f));
     const float8 v86 = select(v84, ((float8)(88.8f)), v85);
@@ -177,7 +177,7 @@ __kernel void fused_relu_conv_sigmoid(__global const float* restrict x,
     const float8 v119 = select(v118, v117, v82);
     vstore8(v119, 0, y + 16 * o1 + 208 * o0);
     const int8 v120 = kg_acc0_1 >= ((float8)(0.0f));
-    const float8 v121 = fabs(kg_acc0_1);
+    const float8 v121 = as_float8(as_uint8(kg_acc0_1) & 0x7fffffffu);
     const float8 v122 = -v121;
     const int8 v123 = v122 > ((float8)(88.8f));
     const float8 v124 = select(v122, ((float8)(88.8f)), v123);
