@@ -33,7 +33,8 @@ from kernelgen import backends  # noqa: E402
 from kernelgen.backends import Backend  # noqa: E402
 from kernelgen.backends.opencl.runtime import device  # noqa: E402
 from kernelgen.compile import copy_kernel  # noqa: E402
-from kernelgen.ir.expr import call  # noqa: E402
+from kernelgen.ir.expr import Call, Cast, Select, call, walk  # noqa: E402
+from kernelgen.ir.loop import LoopKernel  # noqa: E402
 from kernelgen.measure import bench_interleaved  # noqa: E402
 from kernelgen.ops.common import broadcast_read, make_op  # noqa: E402
 
@@ -150,16 +151,29 @@ def variants(backend: str, arrays: dict[str, np.ndarray], library: bool = False
             targets[f"{name} [library]"] = library_calls(backend)
         for label, target in targets.items():
             kernel = kg.fuse(*build(x)).emit(target)
+            OPERATIONS[label] = operations(target.expand(kernel.loop))
             _checked(kernel, [arrays[domain]], ref(arrays[domain][head].astype(np.float64)),
                      label)
             out[label] = (kernel, [arrays[domain]])
     for name, (build, ref) in chains().items():
         x, s, b = kg.tensor("x", (N, N)), kg.tensor("scale", (N,)), kg.tensor("shift", (N,))
         kernel = kg.fuse(*build(x, s, b)).emit(backend)
+        OPERATIONS[name] = operations(backends.get(backend).expand(kernel.loop))
         args = [arrays["real"], arrays["scale"], arrays["shift"]]
         _checked(kernel, args, ref(arrays["real"][head], arrays["scale"], arrays["shift"]), name)
         out[name] = (kernel, args)
     return out
+
+
+def operations(loop: LoopKernel) -> int:
+    """Arithmetic, compare, select and cast nodes per element of ``loop``'s stores (shared
+    nodes once): the work of one element once the math library is expanded."""
+    nodes = {id(n): n for st in loop.stores for n in walk(st.value)}
+    return sum(isinstance(n, (Call, Select, Cast)) for n in nodes.values())
+
+
+# label -> operations per element of the kernel timed under it (filled by ``variants``)
+OPERATIONS: dict[str, int] = {}
 
 
 def run_backend(backend: str, arrays: dict[str, np.ndarray], repeat: int, rounds: int,
@@ -173,7 +187,8 @@ def run_backend(backend: str, arrays: dict[str, np.ndarray], repeat: int, rounds
         ratios = [m[name].gbps / m["copy"].gbps for m in per_round]
         mid = sorted(range(rounds), key=lambda k: ratios[k])[rounds // 2]  # the median round
         m = per_round[mid]
-        rows.append({"op": name, "ms": m[name].median_ms, "gbps": m[name].gbps,
+        rows.append({"op": name, "operations": OPERATIONS[name], "ms": m[name].median_ms,
+                     "gbps": m[name].gbps,
                      "copy_gbps": m["copy"].gbps, "vs_copy": ratios[mid],
                      "vs_copy_rounds": ratios, "loadavg": m[name].loadavg})
     return {"backend": backend, "label": BACKEND_LABELS[backend],
@@ -202,11 +217,11 @@ def main() -> int:
     for r in results:
         copy = r["copy_gbps_rounds"]
         print(f"\n{r['label']}: copy {min(copy):.1f}-{max(copy):.1f} GB/s over the rounds")
-        print(f"{'op':<18} {'ms':>8} {'GB/s':>7} {'vs copy':>8} {'rounds':>16}")
+        print(f"{'op':<21} {'ops':>4} {'ms':>8} {'GB/s':>7} {'vs copy':>8} {'rounds':>16}")
         for row in r["ops"]:
             spread = "-".join(f"{v:.2f}" for v in (min(row["vs_copy_rounds"]),
                                                    max(row["vs_copy_rounds"])))
-            print(f"{row['op']:<18} {row['ms']:>8.3f} {row['gbps']:>7.1f} "
+            print(f"{row['op']:<21} {row['operations']:>4} {row['ms']:>8.3f} {row['gbps']:>7.1f} "
                   f"{row['vs_copy']:>8.2f} {spread:>16}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
