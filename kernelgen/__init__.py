@@ -32,7 +32,7 @@ from .errors import (
 )
 from .exec import Executable, Kernel, Program
 from .fusion import FusedBlock
-from .graph import ECG, Graph, Session, compile_model, import_onnx
+from .graph import ECG, Graph, Session, compile_model, import_onnx, load_model
 from .ir.interp import interpret
 from .ir.node import Constant, MathProperties, Op, Placeholder, Value, constant, tensor
 from .measure import Measurement, bench
@@ -86,7 +86,7 @@ __all__ = [
     "cast", "clip", "compile", "compile_kernel", "compile_loop", "compile_model", "concat",
     "constant", "conv", "depth_to_space", "dropout", "expand", "flatten", "fuse", "gather", "gemm",
     "global_pool", "import_onnx", "instance_normalization", "interpret", "layer_normalization",
-    "log_softmax", "lrn", "matmul", "max_pool", "mod", "pad", "prelu", "reshape", "resize", "slice",
-    "snake", "softmax", "space_to_depth", "split", "squeeze", "tensor", "transpose",
-    "tuning_policy", "unsqueeze", "where",
+    "load_model", "log_softmax", "lrn", "matmul", "max_pool", "mod", "pad", "prelu", "reshape",
+    "resize", "slice", "snake", "softmax", "space_to_depth", "split", "squeeze", "tensor",
+    "transpose", "tuning_policy", "unsqueeze", "where",
 ]

@@ -10,6 +10,8 @@
 - ``executor``: ``compile_plan``, a planned graph compiled once and run many times, its plan
   plain data (``plan``) and its intermediates sharing memory by liveness (``memory``);
 - ``session``: ``compile_model`` and the onnxruntime-like ``Session``;
+- ``saved``: ``Session.save`` and ``load_model``, a compiled model saved and loaded back
+  without compiling again;
 - ``report``: ``fusion_report``, per planner its blocks, unfused edges and the rules that
   stopped them, DNNFusion's Table 5 counts and onnxruntime's optimised node count;
 - ``simplify``: math-property rewriting to a fixpoint (DNNFusion Table 4, identities,
@@ -31,10 +33,10 @@ from .tvm_fusion import plan_tvm
 from .reference import interpret_graph
 from .report import FusionReport, fusion_report
 from .simplify import Simplified, simplify
-from .session import Session, TensorInfo, compile_model
+from .session import Session, TensorInfo, compile_model, load_model
 
 __all__ = ["ECG", "PLANNERS", "Block", "BufferSpec", "CompiledModel", "ECGNode", "FusionReport",
            "Graph", "KernelSpec", "Launch", "Plan", "Planner", "Session", "Simplified", "Stop",
            "TensorInfo", "check_plan", "compile_model", "compile_plan", "fusion_report",
-           "import_onnx", "interpret_graph", "order_blocks", "plan_dnnfusion", "plan_none",
-           "plan_tvm", "planner", "simplify"]
+           "import_onnx", "interpret_graph", "load_model", "order_blocks", "plan_dnnfusion",
+           "plan_none", "plan_tvm", "planner", "simplify"]

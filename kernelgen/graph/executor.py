@@ -250,18 +250,21 @@ def _runtime(exe: Executable) -> Runtime:
 class CompiledModel:
     """A graph compiled for one backend: ``run(feeds)`` returns output name -> array.
     ``plan`` is plain data; ``executables[k]`` is the plan's kernel ``k``; ``timings`` are the
-    compile phases' seconds."""
+    compile phases' seconds. ``constants`` (name -> array) default to the graph's values (a
+    model loaded from a save has no operators to read them from)."""
 
     def __init__(self, graph: Graph, plan: Plan, executables: Sequence[Executable],
-                 timings: dict[str, float]) -> None:
+                 timings: dict[str, float],
+                 constants: Mapping[str, np.ndarray] | None = None) -> None:
         self.graph = graph
         self.plan = plan
         self.executables = tuple(executables)
         self.timings = timings
         self.runtime: Runtime | None = _runtime(self.executables[0]) if executables else None
-        values = {v.name: v for v in graph.constants}
-        self.constants = {b.name: np.asarray(values[b.name].value)  # type: ignore[attr-defined]
-                          for b in plan.buffers if b.role == "constant"}
+        if constants is None:
+            constants = {v.name: v.value for v in graph.constants}
+        self.constants = {b.name: np.asarray(constants[b.name]) for b in plan.buffers
+                          if b.role == "constant"}
         self._resident = {b.id: self._device(self.constants[b.name]) for b in plan.buffers
                           if b.resident}
         self._pool: list[dict[int, Any]] = []

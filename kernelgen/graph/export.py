@@ -17,19 +17,32 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from .. import backends
 from ..exec import Executable, Program
 from ..version import __version__
-from .session import Session
+from .executor import CompiledModel
+from .model import Graph
+from .plan import Plan
 
 MANIFEST = "manifest.json"
 
 
-def export(session: Session, directory: str | Path) -> Path:
+class Compiled(Protocol):
+    """What ``export`` writes: a ``Session`` (``session.py``, which imports this module)."""
+
+    graph: Graph
+    model: CompiledModel
+    fusion: str
+
+    @property
+    def plan(self) -> Plan: ...
+
+
+def export(session: Compiled, directory: str | Path) -> Path:
     """Write ``session``'s kernels, constants and plan under ``directory`` (created if need
     be); returns the manifest's path."""
     root = Path(directory)

@@ -5,6 +5,8 @@
     session.get_inputs()[0].name, .shape, .type    # 'data', (1, 3, 224, 224), 'tensor(float)'
     print(session.report())                        # blocks, kernels, memory, fusion
     session.fusion_report().to_dict()              # the fusion report as JSON data
+    session.save("model.kg")                       # kernels, plan and weights, as files
+    session = kernelgen.load_model("model.kg")     # runs as saved, compiling nothing
 
 ``compile_model`` imports the model (``import_onnx``; a ``Graph`` from another frontend is
 taken as it is), plans its fusion blocks with the planner ``fusion`` names (``PLANNERS``),
@@ -17,6 +19,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,11 +33,13 @@ from ..ir.node import Value
 from .ecg import ECG
 from .executor import CompiledModel, compile_plan
 from .model import Graph
-from .onnx_import import InputShapes, ModelLike, import_onnx, load_model
+from .onnx_import import InputShapes, ModelLike, import_onnx
+from .onnx_import import load_model as load_onnx
 from .plan import Plan
 from .blocks import Block, Planner
 from .planners import PLANNERS, planner
 from .report import FusionReport, fusion_report
+from .saved import load, save
 from .simplify import Applied, simplify
 
 _ONNX_TYPES = {"float32": "float", "float64": "double", "float16": "float16", "int32": "int32",
@@ -102,10 +107,18 @@ class Session:
         results = self.model.run(input_feed)
         return [results[n] for n in names]
 
+    def save(self, path: str | Path) -> Path:
+        """Write this session under the directory ``path`` (kernels, plan, constants), to be
+        loaded by ``load_model`` without compiling again (``saved.py``)."""
+        return save(self, path)
+
     def fusion_report(self, planners: Sequence[str] = tuple(PLANNERS)) -> FusionReport:
         """The fusion report (``report.fusion_report``): this session's blocks, and those of
         the other ``planners`` planned (not compiled) for comparison, with onnxruntime's
         optimised node count when the session came from an ONNX model."""
+        if self.plan.launches and not self.graph.ops:
+            raise ArgumentError(f"model '{self.graph.name}' was loaded from a save, which holds "
+                                f"its kernels, not its operators: no fusion report")
         key = tuple(planners)
         if key not in self._reports:
             self._reports[key] = fusion_report(self.graph, key, self.source,
@@ -115,6 +128,9 @@ class Session:
     def report(self) -> str:
         """What ran how: the planner, each block's operators and kernel, memory, then the
         fusion report (every planner's counts, this session's blocks and unfused edges)."""
+        if self.plan.launches and not self.graph.ops:  # loaded from a save
+            return (f"model '{self.graph.name}' on {self.backend}, fusion '{self.fusion}', "
+                    f"loaded: {len(self.plan.kernels)} distinct kernels\n{self.plan}")
         mem = self.plan.memory()
         kernels = self.plan.kernels
         lines = [f"model '{self.graph.name}' on {self.backend}, fusion '{self.fusion}': "
@@ -140,6 +156,16 @@ class Session:
         return "\n".join(lines)
 
 
+def load_model(path: str | Path, *, warmup: bool = True) -> Session:
+    """The ``Session`` that ``Session.save`` wrote under ``path``, running exactly as the saved
+    one did, without compiling or tuning: the backend's driver builds the saved sources
+    (``warmup``: now; else at the first run). A missing or corrupted file, or a model saved by
+    another kernelgen version or for another device, is a ``ModelError`` naming it; its
+    ``graph`` holds the inputs and outputs only (no operators, so no fusion report)."""
+    model, fusion = load(path, warmup=warmup)
+    return Session(model.graph, (), model, fusion)
+
+
 def _info(name: str, v: Value) -> TensorInfo:
     return TensorInfo(name, tuple(v.shape), str(v.dtype))
 
@@ -163,7 +189,7 @@ def compile_model(model: ModelLike | Graph, backend: str | Backend = backends.DE
     if isinstance(model, Graph):
         graph = model
     else:
-        source = load_model(model)
+        source = load_onnx(model)
         graph = import_onnx(source, input_shapes)
     imported = time.perf_counter() - start
     rewrites: tuple[Applied, ...] = ()

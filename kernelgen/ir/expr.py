@@ -7,6 +7,7 @@ inputs through ``Read`` leaves; fusion replaces each ``Read`` by the producer's 
 """
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from functools import cache
@@ -115,11 +116,18 @@ class Reduce(Expr):
         return (self.body,)
 
 
+# the pairs of distinct nodes found equal during the outermost comparison in progress (per
+# thread): a pair met again on another path is answered at once
+_equal_pairs = threading.local()
+
+
 def _remember_hashes(cls: type[Expr]) -> None:
-    """Give ``cls`` a hash computed once per node, and an equality that compares hashes
-    first. The generated ones walk the whole subtree on every call, counting a shared node once
-    per path to it: the math library's expansions (``lower/fastmath.py``) reuse their input
-    several times at every level, and one hash of a Mish kernel's store took seconds."""
+    """Give ``cls`` a hash computed once per node, and an equality that compares hashes first
+    and compares each pair of nodes once. The generated ones walk the whole subtree on every
+    call, counting a shared node once per path to it: the math library's expansions
+    (``lower/fastmath.py``) reuse their input several times at every level, so one hash of a
+    Mish kernel's store took seconds, and comparing two equal copies of a fused block with
+    several expansions never finished (the fuzzer's long run hung on one)."""
     generated_hash, generated_eq = cls.__hash__, cls.__eq__
 
     def __hash__(self: Expr) -> int:
@@ -132,9 +140,24 @@ def _remember_hashes(cls: type[Expr]) -> None:
     def __eq__(self: Expr, other: object) -> bool:
         if self is other:
             return True
-        if type(other) is type(self) and hash(self) != hash(other):
+        if type(other) is not type(self):
+            return generated_eq(self, other)  # type: ignore[no-any-return]
+        if hash(self) != hash(other):
             return False
-        return generated_eq(self, other)  # type: ignore[no-any-return]
+        pairs: set[tuple[int, int]] | None = getattr(_equal_pairs, "seen", None)
+        outermost = pairs is None
+        if pairs is None:
+            pairs = _equal_pairs.seen = set()
+        elif (id(self), id(other)) in pairs:
+            return True
+        try:
+            equal: bool = generated_eq(self, other)
+            if equal:
+                pairs.add((id(self), id(other)))  # both stay alive until the outermost returns
+            return equal
+        finally:
+            if outermost:
+                _equal_pairs.seen = None
 
     cls.__hash__ = __hash__  # type: ignore[method-assign,assignment]
     cls.__eq__ = __eq__  # type: ignore[method-assign,assignment]

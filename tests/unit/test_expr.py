@@ -40,3 +40,22 @@ def test_transform_visits_a_shared_subtree_once() -> None:
 
     assert transform(root, fn) is root  # nothing replaced: the very same tree
     assert seen.count(shared) == 1
+
+
+def _doubling(depth: int, leaf: float) -> Expr:
+    """x_{k+1} = x_k + x_k, ``depth`` times: ``depth + 1`` nodes, 2^depth paths to the leaf."""
+    node: Expr = Const(F32, leaf)
+    for _ in range(depth):
+        node = Call(F32, "add", (node, node))
+    return node
+
+
+def test_equal_dags_built_apart_compare_each_pair_once() -> None:
+    """Regression: two equal copies of a block whose math expansions share nodes (the fuzzer's
+    long run built one) were compared path by path, 2^depth steps; hashing was already once per
+    node. Each pair of nodes is now compared once, so this returns at once (it never would)."""
+    a, b = _doubling(60, 1.0), _doubling(60, 1.0)
+    assert a is not b and a == b and hash(a) == hash(b)
+    assert a != _doubling(60, 2.0)  # a different leaf: unequal, the hashes already say so
+    # unequal with equal hashes is decided by the fields: two Consts whose hashes collide
+    assert Const(F32, -1) != Const(F32, -2) and hash(Const(F32, -1)) == hash(Const(F32, -2))
