@@ -26,7 +26,7 @@ MAX_NAN = f"((({{0}} > {{1}}) | {ISNAN}) ? {{0}} : {{1}})"
 MIN_NAN = f"((({{0}} < {{1}}) | {ISNAN}) ? {{0}} : {{1}})"
 FLOAT: dict[str, str | dict[DType, str]] = {
     "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / {1}",
-    "neg": "-{0}", "abs": "fabs({0})", "max": MAX_NAN, "min": MIN_NAN,
+    "neg": "-{0}", "max": MAX_NAN, "min": MIN_NAN,  # "abs": after _bits below
     "pow": "pow({0}, {1})", "fmod": "fmod({0}, {1})",
     # sign() of OpenCL C gives 0 for NaN; NumPy and ONNX give NaN (the input itself)
     "sign": "({0} > 0 ? 1 : ({0} < 0 ? -1 : {0}))",
@@ -41,7 +41,7 @@ def _bits(n: str) -> dict[str, str]:
     (``lower/fastmath.py``): 2^k from k + 1.5 * 2^23, whose low mantissa bits hold the integral
     k (no float-to-int conversion, so NaN has a defined result too), shifted into the exponent
     field with the bias; the exponent field unbiased; the significand under the exponent of 1."""
-    return {"abs": f"as_float{n}(as_uint{n}({{0}}) & 0x7fffffffu)",  # pip's PoCL: fabs() per lane
+    return {"abs": f"as_float{n}(as_uint{n}({{0}}) & 0x7fffffffu)",
             "exp2i": f"as_float{n}((as_uint{n}({{0}} + 12582912.0f) + 127u) << 23)",
             "logb": f"convert_float{n}(((as_int{n}({{0}}) >> 23) & 0xff) - 127)",
             "significand": f"as_float{n}((as_uint{n}({{0}}) & 0x807fffffu) | 0x3f800000u)"}
