@@ -259,7 +259,7 @@ class OpenCLRuntime:
         same array on every call), made a device buffer once."""
         dev = device()
         shared = dev.info.unified_memory
-        wrap = self._in_place if shared else self._copied
+        wrap = self._in_place if shared else self.device_array
         handles = [self._constant(i, a, wrap) if i < len(keep) and keep[i] else wrap(a)
                    for i, a in enumerate(inputs)]
         if shared:
@@ -283,9 +283,6 @@ class OpenCLRuntime:
                 kept = (array, wrap(array))
                 self._kept[index] = kept
             return kept[1]
-
-    def _copied(self, array: np.ndarray) -> Any:
-        return self.device_array(array)
 
     def _in_place(self, array: np.ndarray, writable: bool = False) -> Any:
         """A buffer over ``array``'s own memory (an aligned copy of an array that is not
