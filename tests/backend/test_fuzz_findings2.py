@@ -88,6 +88,23 @@ def test_float16_block_rounds_only_its_outputs(backend: str) -> None:
     assert got.shape == (1, 1) and got[0, 0] == -np.inf, got
 
 
+@pytest.mark.parametrize("m", [17, 1])
+def test_matmul_of_inf_by_a_signed_zero_is_nan(backend: str, m: int) -> None:
+    """Inf * -0.0 is NaN in a contraction of length 1 as in any other (ONNX's reference calls
+    np.matmul, whose BLAS path gave 0.0 there; the fuzzer's judge now multiplies directly)."""
+    x = np.linspace(-2.0, 3.0, m * 1).reshape(m, 1).astype(np.float32)
+    x[::3, 0] = inf
+    x[1::5, 0] = -inf
+    for w_value in (-0.0, 0.0, 2.5):
+        w = np.array([[w_value]], np.float32)
+        fused = kg.fuse(kg.matmul(kg.tensor("x", x.shape, "float32"),
+                                  kg.tensor("w", w.shape, "float32")))
+        (got,) = run(backend, fused, x, w, tuning="none")
+        with np.errstate(invalid="ignore"):
+            want = x.astype(np.float64) * float(w_value)  # one product per output, no BLAS
+        assert_close(got, want, "float32")
+
+
 def _conv1d(x: np.ndarray, w: np.ndarray, pad: int, dilation: int) -> np.ndarray:
     """ONNX Conv, one spatial axis, stride 1, in float64, tap by tap."""
     n, c, length = x.shape
