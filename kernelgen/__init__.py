@@ -29,6 +29,7 @@ from .errors import (
                      ShapeError,
                      UnsupportedError,
                      UnsupportedOpError,
+                     ValueInputError,
 )
 from .exec import Executable, Kernel, Program
 from .fusion import FusedBlock
@@ -82,7 +83,8 @@ __all__ = [
     "Executable", "FusedBlock", "FusedOp", "FusionError", "Graph", "Kernel", "KernelgenError",
     "MathProperties", "Measure", "Measurement", "ModelError", "NO_TUNING", "Op", "Placeholder",
     "Program", "STORED", "Session", "ShapeError", "Stored", "UnsupportedError",
-    "UnsupportedOpError", "Value", "__version__", "average_pool", "batch_normalization", "bench",
+    "UnsupportedOpError", "Value", "ValueInputError", "__version__", "average_pool",
+    "batch_normalization", "bench",
     "cast", "clip", "compile", "compile_kernel", "compile_loop", "compile_model", "concat",
     "constant", "conv", "depth_to_space", "dropout", "expand", "flatten", "fuse", "gather", "gemm",
     "global_pool", "import_onnx", "instance_normalization", "interpret", "layer_normalization",

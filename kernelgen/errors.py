@@ -90,3 +90,14 @@ class ModelError(KernelgenError, ValueError):
 class UnsupportedOpError(ModelError, NotImplementedError):
     """A node kernelgen has no operator for, or an attribute or input form it does not handle;
     the message names the node, its op type and what is missing."""
+
+
+class ValueInputError(UnsupportedOpError):
+    """An input kernelgen needs as a value at import (Reshape's shape, Slice's starts, reduction
+    axes...) that is computed from the graph's inputs; ``tensor`` names it. A caller that knows
+    the input values may fix them (the ONNX backend specialises on them at run time)."""
+
+    def __init__(self, message: str, node: str | None = None, op_type: str | None = None,
+                 tensor: str = "") -> None:
+        super().__init__(message, node, op_type)
+        self.tensor = tensor

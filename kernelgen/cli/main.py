@@ -1,9 +1,15 @@
-"""``python -m kernelgen run|plan|emit|devices``. ``run MODEL.onnx``: compile a model, check it
-against onnxruntime on random (or ``--inputs``) inputs and time it; ``plan MODEL.onnx``: the
-fusion report (``--json``); ``emit MODEL.onnx -o DIR``: every kernel's source, the launch order,
-the buffers and the constants as files with one manifest.json. ``run CHAIN.json``: fuse a chain
-of operators, show the mapping types, the fusion decisions and the generated source, check the
-fused kernel against the unfused one, and time fused vs unfused."""
+"""``python -m kernelgen run|plan|emit|bench|devices``.
+
+- ``run MODEL.onnx``: compile a model, check it against onnxruntime on random (or ``--inputs``)
+  inputs and time it; ``run`` alone runs the bundled MobileNetV2 stack.
+- ``plan MODEL.onnx``: the fusion report (``--json``).
+- ``emit MODEL.onnx -o DIR``: every kernel's source, the launch order, the buffers and the
+  constants as files with one manifest.json.
+- ``bench MODEL.onnx``: every planner with and without the rewrites, timed beside onnxruntime.
+- ``run CHAIN.json``: fuse a chain of operators, show the mapping types, the fusion decisions
+  and the generated source, check the fused kernel against the unfused one, and time fused vs
+  unfused.
+"""
 from __future__ import annotations
 
 import argparse
@@ -20,8 +26,8 @@ from ..graph.chain import split_blocks
 from ..graph.planners import PLANNERS
 from ..measure import bench, pipeline_io
 from ..version import __version__
-from .chain import DEFAULT_CHAIN, load_chain
-from .model import emit_model, parse_shapes, plan_model, run_model
+from .chain import load_chain
+from .model import DEFAULT_MODEL, bench_command, emit_model, parse_shapes, plan_model, run_model
 
 
 def run(path: str, force: bool, repeat: int, backend: str = backends.DEFAULT) -> int:
@@ -115,14 +121,17 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kernelgen", description=__doc__)
     parser.add_argument("--version", action="version", version=f"kernelgen {__version__}")
     sub = parser.add_subparsers(dest="command", title="commands")
-    p_run = sub.add_parser("run", help="run an ONNX model (checked against onnxruntime, timed) "
-                           "or fuse and run a chain file (default: the bundled one)",
+    p_run = sub.add_parser("run", help="run an ONNX model (checked against onnxruntime, timed; "
+                           "default: the bundled MobileNetV2 stack) or fuse and run a chain "
+                           "file",
                            description=f"{run_model.__doc__}\n\nA chain file: {run.__doc__}")
-    p_run.add_argument("chain", nargs="?", default=str(DEFAULT_CHAIN),
-                       help="a JSON chain file: {\"inputs\": {name: {\"shape\": [...], "
-                            "\"dtype\": ...}}, \"ops\": [{\"op\": ONNX type, \"inputs\": "
-                            "[names], \"attrs\": {...}, \"name\": ...}]} (default: the "
-                            "bundled attention-score epilogue), or an ONNX model (MODEL.onnx)")
+    p_run.add_argument("chain", nargs="?", default=str(DEFAULT_MODEL),
+                       help="an ONNX model (MODEL.onnx; default: the bundled MobileNetV2 "
+                            "stack, examples/mobilenet_v2.onnx) or a JSON chain file: "
+                            "{\"inputs\": {name: {\"shape\": [...], \"dtype\": ...}}, "
+                            "\"ops\": [{\"op\": ONNX type, \"inputs\": [names], \"attrs\": "
+                            "{...}, \"name\": ...}]} (examples/default_chain.json: an "
+                            "attention-score epilogue)")
     p_run.add_argument("--force", action="store_true",
                        help="fuse pairs that DNNFusion's table refuses (red) too (chains)")
     p_run.add_argument("--repeat", type=_positive, default=20, metavar="N",
@@ -148,6 +157,22 @@ def _parser() -> argparse.ArgumentParser:
     p_emit.add_argument("-o", "--output", required=True, metavar="DIR",
                         help="the directory to write (created if need be)")
     _model_options(p_emit)
+    p_bench = sub.add_parser("bench", help="time an ONNX model under every planner, with and "
+                             "without the rewrites, beside onnxruntime",
+                             description=bench_command.__doc__)
+    p_bench.add_argument("model", help="an ONNX model file")
+    p_bench.add_argument("--backend", default=backends.DEFAULT, choices=backends.names(),
+                         help=f"where the kernels run (default: {backends.DEFAULT})")
+    p_bench.add_argument("--fusion", action="append", choices=sorted(PLANNERS),
+                         help="a planner to time (repeatable; default: all of them)")
+    p_bench.add_argument("--rewrite", choices=["no", "yes", "both"], default="both",
+                         help="time the model as imported, after the math-property rewrites, "
+                              "or both (default)")
+    p_bench.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...",
+                         help="fix an ONNX model input's symbolic dimensions (repeatable)")
+    p_bench.add_argument("--repeat", type=_positive, default=20, metavar="N",
+                         help="timed runs per configuration; the median is shown (default: 20)")
+    p_bench.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     sub.add_parser("devices", help="list the OpenCL devices and what kernelgen generates for",
                    description=devices.__doc__)
     return parser
@@ -165,6 +190,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "plan":
             return plan_model(args.model, args.fusion, args.json, parse_shapes(args.shape),
                               args.rewrite)
+        if args.command == "bench":
+            rewrites = {"no": (False,), "yes": (True,), "both": (False, True)}[args.rewrite]
+            return bench_command(args.model, args.backend, args.fusion, rewrites=rewrites,
+                                 repeat=args.repeat, shapes=parse_shapes(args.shape),
+                                 as_json=args.json)
         if args.command == "emit":
             return emit_model(args.model, args.output, args.backend, args.fusion,
                               parse_shapes(args.shape), args.rewrite)
@@ -173,9 +203,8 @@ def main(argv: list[str] | None = None) -> int:
                              repeat=args.repeat, shapes=parse_shapes(args.shape),
                              rtol=args.rtol, atol=args.atol, tuning=args.tuning,
                              rewrite=args.rewrite)
-        if args.command in (None, "run"):
-            return run(getattr(args, "chain", str(DEFAULT_CHAIN)), getattr(args, "force", False),
-                       getattr(args, "repeat", 20), getattr(args, "backend", backends.DEFAULT))
+        if args.command == "run":
+            return run(args.chain, args.force, args.repeat, args.backend)
     except KernelgenError as exc:
         print(f"kernelgen: error: {exc}", file=sys.stderr)
         return 2

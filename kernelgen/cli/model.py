@@ -6,7 +6,9 @@ import json
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,6 +19,11 @@ from ..graph import Graph, compile_model, fusion_report, import_onnx, simplify
 from ..graph.export import export
 from ..graph.onnx_import import InputShapes, load_model
 from ..graph.simplify import Applied
+
+
+# a MobileNetV2 stem, four inverted residual blocks, pooling and a classifier (1x3x32x32, 40
+# operators), written by tests/models/model_zoo.py's mobilenet_v2() (a test checks it still is)
+DEFAULT_MODEL = Path(__file__).parent / "examples" / "mobilenet_v2.onnx"
 
 
 def parse_shapes(items: Sequence[str]) -> dict[str, list[int]]:
@@ -85,6 +92,103 @@ def plan_model(path: str, fusion: str | None, as_json: bool,
         if rewrite:
             print(f"rewrites: {_rewrites(applied)}")
         print(report.format(details=None if fusion is None else [fusion]))
+    return 0
+
+
+@dataclass
+class BenchRow:
+    """One configuration of ``bench_model``: a planner with or without the rewrites."""
+
+    fusion: str
+    rewrite: bool
+    operators: int
+    kernels: int
+    compile_s: float  # import, plan and build, the first time in this process
+    recompile_s: float  # the same again (kernels from the in-process and on-disk caches)
+    latency_ms: float  # median of ``repeat`` runs
+    intermediates_peak: int  # bytes of the slots intermediates share
+    intermediates_total: int  # bytes of every intermediate, were each its own buffer
+    max_error: float  # against onnxruntime without graph optimisations, relative to the max
+
+
+@dataclass
+class BenchResult:
+    """``bench_model``'s measurements, with onnxruntime's beside them."""
+
+    model: str
+    backend: str
+    threads: int
+    rows: list[BenchRow]
+    onnxruntime_ms: float | None
+    onnxruntime_nodes: int | None
+
+    def table(self) -> str:
+        ort = self.onnxruntime_ms
+        lines = [f"{self.model} on {self.backend} ({self.threads} threads); onnxruntime (all "
+                 f"optimisations, {self.threads} threads): "
+                 + (f"{ort:.3f} ms, {self.onnxruntime_nodes} nodes" if ort else "not installed"),
+                 f"{'fusion':<10}{'rewrite':>8}{'kernels':>8}{'compile s':>10}{'again s':>8}"
+                 f"{'ms':>9}{'ORT/ours':>9}{'peak KiB':>10}{'of KiB':>9}{'max err':>9}"]
+        for r in self.rows:
+            ratio = f"{ort / r.latency_ms:.2f}" if ort else "-"
+            lines.append(f"{r.fusion:<10}{'yes' if r.rewrite else 'no':>8}{r.kernels:>8}"
+                         f"{r.compile_s:>10.2f}{r.recompile_s:>8.2f}{r.latency_ms:>9.3f}"
+                         f"{ratio:>9}{r.intermediates_peak / 1024:>10.0f}"
+                         f"{r.intermediates_total / 1024:>9.0f}{r.max_error:>9.1e}")
+        return "\n".join(lines)
+
+
+def bench_model(path: str, backend: str, *, planners: Sequence[str] = ("none", "tvm",
+                "dnnfusion"), rewrites: Sequence[bool] = (False, True), repeat: int = 20,
+                shapes: InputShapes | None = None, threads: int = 2) -> BenchResult:
+    """Every planner, with and without the rewrites, on ``backend``, and onnxruntime with all
+    its graph optimisations on ``threads`` threads, on the same seeded random inputs:
+    kernels, compile time (first and again), median latency, intermediate memory, and the
+    largest error against onnxruntime (relative to each output's largest magnitude)."""
+    proto = load_model(path)
+    graph = import_onnx(proto, shapes)
+    feeds = _feeds(graph, None)
+    want = _onnxruntime(proto, feeds, optimise=False)
+    rows = []
+    for rewrite in rewrites:
+        for fusion in planners:
+            times = []
+            for _ in range(2):
+                start = time.perf_counter()
+                session = compile_model(proto, backend=backend, fusion=fusion,
+                                        input_shapes=shapes, rewrite=rewrite)
+                times.append(time.perf_counter() - start)
+            got = session.run(None, feeds)
+            error = 0.0
+            for array, name in zip(got, session.graph.outputs):
+                if want is not None:
+                    ref = want[name].astype(np.float64)
+                    scale = max(float(np.abs(ref).max(initial=0.0)), 1e-30)
+                    error = max(error, float(np.abs(array - ref).max(initial=0.0)) / scale)
+            memory = session.plan.memory()
+            latency = _median_ms(partial(session.run, None, feeds), repeat)
+            rows.append(BenchRow(fusion, rewrite, len(session.graph.ops),
+                                 len(session.plan.launches), times[0], times[1], latency,
+                                 memory["intermediates_peak"], memory["intermediates_total"],
+                                 error))
+    ort = _onnxruntime_ms(proto, feeds, repeat, threads)
+    nodes = fusion_report(graph, model=proto, planners=()).onnxruntime_nodes \
+        if ort is not None else None
+    return BenchResult(str(path), backend, threads, rows, ort, nodes)
+
+
+def bench_command(path: str, backend: str, planners: Sequence[str] | None, *, repeat: int,
+                  rewrites: Sequence[bool] = (False, True), shapes: InputShapes | None = None,
+                  as_json: str | None = None) -> int:
+    """Compile the model under every planner (or those named), with and without the
+    rewrites, run each and onnxruntime on the same inputs, and print one table (kernels,
+    compile time first and again, median latency and onnxruntime's time over it, intermediate
+    memory: the shared slots' peak and every intermediate's total, the largest error)."""
+    result = bench_model(path, backend, planners=planners or ("none", "tvm", "dnnfusion"),
+                         rewrites=rewrites, repeat=repeat, shapes=shapes)
+    print(result.table())
+    if as_json:
+        Path(as_json).write_text(json.dumps(asdict(result), indent=1) + "\n")
     return 0
 
 
@@ -177,23 +281,25 @@ def _onnxruntime(proto: ModelProto, feeds: Mapping[str, np.ndarray], optimise: b
     return dict(zip(names, session.run(names, dict(feeds))))
 
 
-def _onnxruntime_ms(proto: ModelProto, feeds: Mapping[str, np.ndarray], repeat: int
-                    ) -> float | None:
-    session = _ort_session(proto, optimise=True)
+def _onnxruntime_ms(proto: ModelProto, feeds: Mapping[str, np.ndarray], repeat: int,
+                    threads: int = 0) -> float | None:
+    session = _ort_session(proto, optimise=True, threads=threads)
     if session is None:
         return None
     session.run(None, dict(feeds))
     return _median_ms(lambda: session.run(None, dict(feeds)), repeat)
 
 
-def _ort_session(proto: ModelProto, optimise: bool) -> Any:
-    """An onnxruntime CPU session (all graph optimisations, or none), None without it."""
+def _ort_session(proto: ModelProto, optimise: bool, threads: int = 0) -> Any:
+    """An onnxruntime CPU session (all graph optimisations, or none; ``threads`` intra-op
+    threads, 0: onnxruntime's default), None without it."""
     try:
         import onnxruntime as ort
     except ImportError:
         return None
     options = ort.SessionOptions()
     options.log_severity_level = 3
+    options.intra_op_num_threads = threads
     if not optimise:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     return ort.InferenceSession(proto.SerializeToString(), options,
@@ -209,4 +315,5 @@ def _median_ms(call: Callable[[], object], repeat: int) -> float:
     return statistics.median(times)
 
 
-__all__ = ["emit_model", "parse_shapes", "plan_model", "run_model"]
+__all__ = ["DEFAULT_MODEL", "BenchResult", "BenchRow", "bench_command", "bench_model",
+           "emit_model", "parse_shapes", "plan_model", "run_model"]

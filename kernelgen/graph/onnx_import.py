@@ -71,6 +71,16 @@ def import_onnx(model: ModelLike, input_shapes: InputShapes | None = None) -> Gr
     return _Importer(proto, nodes, opset, arrays, dict(input_shapes or {})).run()
 
 
+def check_model(model: ModelLike) -> ModelProto:
+    """The model as a ``ModelProto`` after the checks ``import_onnx`` makes before building
+    anything (opset, structure, ONNX's checker); a ``ModelError`` names what is wrong."""
+    proto = load_model(model)
+    _opset(proto)
+    _, nodes = check_structure(proto.graph)
+    _check(proto, nodes)
+    return proto
+
+
 def _opset(proto: ModelProto) -> int:
     versions = {o.domain: o.version for o in proto.opset_import}
     version = versions.get("", versions.get("ai.onnx"))
@@ -145,6 +155,8 @@ class _Importer:
         return Graph.build(self.inputs, outputs, self.proto.graph.name or "model")
 
     def _node(self, node: Node) -> list[Entry]:
+        if node.op_type == "CastLike":
+            node = node.as_cast(self.env[node.inputs[1]].dtype)
         if node.op_type == "Constant":
             return [_constant_node(node)]
         if node.op_type in ("Shape", "Size"):

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 from onnx import AttributeProto, NodeProto, helper, numpy_helper
 
-from ..errors import UnsupportedOpError
-from ..ir.node import Value
+from ..errors import UnsupportedOpError, ValueInputError
+from ..ir.node import Value, constant
 from ..ops.reduce import REDUCE_KINDS
 from ..ops.registry import CONSTRUCTORS
 
@@ -43,6 +43,12 @@ class Node:
         name = proto.name or (proto.output[0] if proto.output else f"#{index}")
         attrs = {a.name: _attribute(a, name, proto.op_type) for a in proto.attribute}
         return cls(name, proto.op_type, opset, list(proto.input), list(proto.output), attrs)
+
+    def as_cast(self, dtype: Any) -> Node:
+        """CastLike as the Cast it is: to the dtype of its second input, which is not read."""
+        to = helper.np_dtype_to_tensor_dtype(np.dtype(str(dtype)))
+        return replace(self, op_type="Cast", inputs=self.inputs[:1],
+                       attrs={**self.attrs, "to": to})
 
     def unsupported(self, what: str) -> UnsupportedOpError:
         return UnsupportedOpError(what, self.name, self.op_type)
@@ -122,8 +128,7 @@ _IGNORED: dict[str, dict[str, Any]] = {
                                               "Log", "Sqrt", "Sigmoid", "Tanh", "Clip")},
 }
 # the outputs after the first that a node may have but nobody may read
-EXTRA_OUTPUTS = {"MaxPool": "Indices", "Dropout": "mask", "BatchNormalization": "running stats",
-                 "LayerNormalization": "Mean/InvStdDev"}
+EXTRA_OUTPUTS = {"MaxPool": "Indices", "Dropout": "mask", "BatchNormalization": "running stats"}
 
 
 def keywords(node: Node, env: Callable[[str], Entry]) -> tuple[list[str], dict[str, Any]]:
@@ -163,9 +168,9 @@ def _value_input(node: Node, index: int, key: str, name: str, value: Entry, read
         return read(node, value)
     if (node.op_type, key) in _TENSOR_OK:
         return value
-    raise node.unsupported(f"input {index} ('{key}', tensor '{name}') must be known at import "
-                           "(a constant, or computed from shapes); it depends on the graph's "
-                           "inputs")
+    raise ValueInputError(f"input {index} ('{key}', tensor '{name}') must be known at import "
+                          "(a constant, or computed from shapes); it depends on the graph's "
+                          "inputs", node.name, node.op_type, tensor=name)
 
 
 def build(node: Node, data: Sequence[Value | None], kwargs: dict[str, Any],
@@ -222,6 +227,38 @@ def _softmax(node: Node, data: list[Value | None], kw: dict[str, Any]) -> list[V
     return [CONSTRUCTORS["Reshape"](ctor(flat, axis=1), shape=list(x.shape))]
 
 
+def _pow(node: Node, data: list[Value | None], kw: dict[str, Any]) -> list[Value]:
+    """ONNX Pow lets the exponent's type differ from the base's (float32 ** int64): the
+    exponent is cast to the base's float type, which is what the result has."""
+    x, y = data[0], data[1]
+    assert x is not None and y is not None
+    if y.dtype != x.dtype and str(x.dtype).startswith("float"):
+        y = CONSTRUCTORS["Cast"](y, to=x.dtype)
+    return [CONSTRUCTORS["Pow"](x, y, **kw)]
+
+
+def _layer_norm(node: Node, data: list[Value | None], kw: dict[str, Any]) -> list[Value]:
+    """LayerNormalization's Y, and where the node names them, its Mean and InvStdDev outputs
+    (shape kept, normalised axes of size 1) in the stash type: separate reductions, which a
+    plan fuses with Y's kernel or not as it does any other reduction."""
+    y = CONSTRUCTORS["LayerNormalization"](*data, **kw)
+    if len([o for o in node.outputs if o]) < 2:
+        return [y]
+    x = data[0]
+    assert x is not None
+    stash = helper.tensor_dtype_to_np_dtype(kw.get("stash_type", 1))
+    if str(x.dtype) != str(stash):
+        x = CONSTRUCTORS["Cast"](x, to=stash)
+    axes = list(range(y.attrs["axis"], x.rank))
+    mean = CONSTRUCTORS["ReduceMean"](x, axes=axes, keepdims=1)
+    centred = CONSTRUCTORS["Sub"](x, mean)
+    variance = CONSTRUCTORS["ReduceMean"](CONSTRUCTORS["Mul"](centred, centred), axes=axes,
+                                          keepdims=1)
+    epsilon = constant(f"{node.name}/epsilon", np.array([kw.get("epsilon", 1e-5)], stash))
+    shifted = CONSTRUCTORS["Add"](variance, epsilon)
+    return [y, mean, CONSTRUCTORS["Reciprocal"](CONSTRUCTORS["Sqrt"](shifted))]
+
+
 def _gather_scalar(node: Node, data: list[Value | None], kw: dict[str, Any]) -> list[Value]:
     """A scalar index drops the gathered axis: gather at a 1-element index, then squeeze."""
     x, indices = data[0], data[1]
@@ -261,5 +298,6 @@ def _resize(node: Node, data: list[Value | None], kw: dict[str, Any]) -> list[Va
 
 _SPECIAL: dict[str, Callable[[Node, list[Value | None], dict[str, Any]], list[Value]]] = {
     "Concat": _concat, "Split": _split, "Softmax": _softmax, "LogSoftmax": _softmax,
-    "Upsample": _upsample, "Resize": _resize,
+    "Upsample": _upsample, "Resize": _resize, "Pow": _pow,
+    "LayerNormalization": _layer_norm,
 }

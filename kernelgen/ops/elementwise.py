@@ -175,12 +175,22 @@ def binary(kind: str, a: Value, b: Value) -> Op:
 
 
 def mod(a: Value, b: Value, fmod: int = 0) -> Op:
-    """ONNX Mod: integer floor-mod (sign of the divisor), or C fmod with ``fmod=1``."""
+    """ONNX Mod: the remainder with the divisor's sign (Python's %, ``fmod=0``), or with the
+    dividend's (C's fmod, ``fmod=1``), on integers and floats."""
     dtype = same_dtype("Mod", [a, b])
-    if not fmod and dtype.is_float:
-        raise DtypeError("Mod", a.name, "an integer dtype when fmod=0 (ONNX)", str(dtype))
+    require_dtype("Mod", a, NUMERIC, "a numeric dtype")
     shape = broadcast_shape("Mod", [a, b])
-    body = call("fmod" if fmod else "mod", broadcast_read(0, a, shape), broadcast_read(1, b, shape))
+    x, y = broadcast_read(0, a, shape), broadcast_read(1, b, shape)
+    body: Expr
+    if dtype.is_float:
+        body = call("fmod", x, y)
+        if not fmod:  # a nonzero remainder whose sign differs from the divisor's moves by y
+            moves = call("and", call("ne", body, _c(body, 0)),
+                         call("xor", call("lt", body, _c(body, 0)), call("lt", y, _c(y, 0))))
+            body = select(moves, call("add", body, y), body)
+    else:
+        body = call("mod", x, y) if not fmod else \
+            call("sub", x, call("mul", call("div", x, y), y))  # integer div truncates
     return make_op("Mod", [a, b], shape, dtype, body, {"fmod": fmod})
 
 

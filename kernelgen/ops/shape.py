@@ -75,7 +75,8 @@ def flatten(x: Value, axis: int = 1) -> Op:
     axis = int_attr("Flatten", "axis", axis)
     if not -x.rank <= axis <= x.rank:
         raise ShapeError("Flatten", x.name, f"-{x.rank} <= axis <= {x.rank}", str(axis))
-    axis %= x.rank + 1 if axis < 0 else x.rank + 1
+    if axis < 0:  # counted from the back over the rank (ONNX: -1 keeps the last axis apart)
+        axis += x.rank
     shape = (prod(x.shape[:axis]), prod(x.shape[axis:]))
     return _reshape_to("Flatten", x, shape, {"axis": axis})
 

@@ -82,6 +82,9 @@ CASES += [
     Case("Mod-int", kg.mod, [(4, 9), (9,)], ("int32",)),
     Case("Mod-fmod", lambda a, b: kg.mod(a, b, fmod=1), [(4, 9), (9,)], ("float32",),
          ("normal", "pos")),
+    # Python's % on floats: the divisor's sign; C's fmod on integers: the dividend's
+    Case("Mod-float", kg.mod, [(4, 9), (9,)], ("float32",), ("normal", "normal")),
+    Case("Mod-fmod-int", lambda a, b: kg.mod(a, b, fmod=1), [(4, 9), (9,)], ("int64",)),
     Case("PRelu", kg.prelu, [(2, 3, 5), (3, 1)]),
     Case("Sum3", kg.sum, [(3, 5), (5,), (1, 5)]),
     Case("Mean3", kg.mean, [(3, 5), (5,), (3, 1)]),
@@ -160,7 +163,7 @@ def _ints_in_range(case: Case, arrays: list[np.ndarray], values: list[kg.Value])
     if case.name.startswith("Gather"):  # indices valid for the gathered axis, negatives too
         n = values[0].shape[1 if "axis0" not in case.name else 0]
         arrays[1][...] = rng.integers(-n, n, arrays[1].shape)
-    if case.name in ("Div-int32", "Mod-int"):
+    if case.name in ("Div-int32", "Mod-int", "Mod-fmod-int"):
         arrays[1][arrays[1] == 0] = 3
 
 

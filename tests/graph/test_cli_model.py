@@ -13,10 +13,12 @@ import onnx
 import pytest
 from conftest import require
 from onnx import helper, numpy_helper
+from models.model_zoo import mobilenet_v2
 from onnx_graphs import CASES, init, io, model, randn, rng
 
 import kernelgen as kg
 from kernelgen.cli import main
+from kernelgen.cli.model import DEFAULT_MODEL
 from kernelgen.graph import fusion_report
 from kernelgen.graph.export import export
 
@@ -94,6 +96,34 @@ def test_run_checks_against_onnxruntime(conv_model: tuple, tmp_path: Path,
     out = capsys.readouterr().out
     assert "4 operators in 1 kernels (dnnfusion) on opencl" in out
     assert out.count("(ok)") == 2 and "latency:" in out and "onnxruntime" in out
+
+
+def test_bench_times_each_planner_beside_onnxruntime(conv_model: tuple, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture) -> None:
+    require("opencl")
+    path, _, _ = conv_model
+    out_json = tmp_path / "bench.json"
+    assert main(["bench", str(path), "--backend", "opencl", "--fusion", "none", "--fusion",
+                 "dnnfusion", "--rewrite", "no", "--repeat", "2", "--json", str(out_json)]) == 0
+    text = capsys.readouterr().out
+    assert "onnxruntime (all optimisations, 2 threads)" in text
+    result = json.loads(out_json.read_text())
+    rows = {r["fusion"]: r for r in result["rows"]}
+    assert sorted(rows) == ["dnnfusion", "none"] and not any(r["rewrite"] for r in rows.values())
+    assert rows["none"]["kernels"] == 4 and rows["dnnfusion"]["kernels"] == 1
+    assert rows["dnnfusion"]["intermediates_total"] == 0 < rows["none"]["intermediates_total"]
+    for r in rows.values():
+        assert r["max_error"] < 1e-5 and r["latency_ms"] > 0 and r["compile_s"] > 0
+
+
+def test_run_defaults_to_the_bundled_model(capsys: pytest.CaptureFixture) -> None:
+    """``kernelgen run`` alone (the README's first command) runs the bundled MobileNetV2
+    stack, which is what tests/models/model_zoo.py writes, and it matches onnxruntime."""
+    assert DEFAULT_MODEL.read_bytes() == mobilenet_v2().SerializeToString()
+    require("opencl")
+    assert main(["run", "--backend", "opencl", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    assert f"model {DEFAULT_MODEL}: 40 operators in" in out and "(ok)" in out
 
 
 BAD_RUNS = {

@@ -104,13 +104,19 @@ def test_every_option_has_help(capsys: pytest.CaptureFixture) -> None:
         main(["run", "--help"])
     assert exit_.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
-    for option in ["chain a JSON chain file", "--force fuse pairs",
+    for option in ["chain an ONNX model", "--force fuse pairs",
                    "--repeat N timed runs per measurement",
                    "--backend {opencl,neon,triton} where the kernels run"]:
         assert option in text, text
     with pytest.raises(SystemExit):
         main(["--help"])
     assert "--version" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for option in ["--fusion {dnnfusion,none,tvm} a planner to time", "--rewrite {no,yes,both}",
+                   "--json FILE also write"]:
+        assert option in text, text
 
 
 @pytest.mark.parametrize("repeat", ["0", "-3", "many"])
