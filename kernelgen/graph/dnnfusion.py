@@ -9,6 +9,10 @@ mapping-type table), as a planner: ``plan_dnnfusion(graph) -> list[Block]``.
    enlarged block, which is the constraint check: every in-block edge is a table cell that is
    not red (no two reductions or contractions in one kernel), the block stays convex (no path
    leaves it and comes back), and its outputs share one shape (one kernel, one iteration space).
+   A block also holds at most one Many-to-Many operator: two that are not an edge of the table
+   (Inception's parallel convolutions joined by a Concat, ResNet's two branches joined by an
+   Add) would be one kernel with neither convolution's template, each output element
+   recomputing its branch; that ran Inception v1 100x slower than one kernel per block.
 3. Yellow cells (fusion pays only where measured) are not fused: the Fast-Run measurement that
    would decide them is not wired in yet, so the plan keeps the cheaper certain choice.
 
@@ -82,6 +86,12 @@ def _refusal(graph: Graph, members: list[Op], candidate: Op) -> str | None:
         block = fusible(graph, [*members, candidate])
     except FusionError as exc:
         return str(exc).removesuffix(" Pass force=True to fuse anyway.")
+    heavy = [op for op in (*members, candidate) if op.mapping_type is MappingType.MANY_TO_MANY]
+    if len(heavy) > 1:
+        return (f"{heavy[0].name} ({heavy[0].kind}) and {heavy[1].name} ({heavy[1].kind}) are "
+                "both Many-to-Many: in one kernel they share one iteration space, so neither "
+                "keeps its template and each recomputes its part for every output element "
+                "(siblings joined by a Concat or an Add are not an edge of the table)")
     yellow = [e for e in block.edges if e.rule.colour is Colour.YELLOW]
     if yellow:
         return (f"yellow cell {yellow[0]}: fusion pays only where measured, and no "

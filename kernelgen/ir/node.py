@@ -109,8 +109,12 @@ class Op(Value):
 
     @cached_property
     def mapping_type(self) -> MappingType:
-        """The operator's type: that of its most direct input (see ``_DIRECTNESS``)."""
+        """The operator's type: Many-to-Many when it reduces over an input (a Conv or Gemm
+        with a broadcast bias is still a contraction), else that of its most direct input
+        (see ``_DIRECTNESS``)."""
         types = self.input_mapping_types or (MappingType.ONE_TO_ONE,)
+        if MappingType.MANY_TO_MANY in types:
+            return MappingType.MANY_TO_MANY
         return min(types, key=_DIRECTNESS.index)
 
     @property

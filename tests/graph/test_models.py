@@ -1,6 +1,7 @@
 """Whole models through ``kernelgen.compile_model`` on OpenCL against onnxruntime: the
 BERT-style encoder layer and the MobileNetV2 stack of ``tests/models/model_zoo.py`` under every
-planner, and two of onnx's light models (random weights) under DNNFusion's. Each model is
+planner (and on NEON C under DNNFusion's), and two of onnx's light models (random weights) under
+DNNFusion's on both. Each model is
 compiled once per module (building kernels is what costs: about a minute per light model on
 PoCL), and the planners' small graphs are checked here too.
 
@@ -18,6 +19,7 @@ from models.model_zoo import bert_layer, light, mobilenet_v2
 from onnx_graphs import CASES, onnxruntime_run
 
 import kernelgen as kg
+from kernelgen.mapping_types import MappingType
 
 PLANNERS = ("none", "tvm", "dnnfusion")
 rng = np.random.default_rng(5)
@@ -90,10 +92,22 @@ def test_fusion_cuts_launches_and_memory(layer: tuple[kg.Session, Any, dict]) ->
         assert session.fusion in session.report()
 
 
-@pytest.fixture(scope="module", params=LIGHT)
-def light_session(request: pytest.FixtureRequest, opencl: str) -> tuple[kg.Session, Any, dict]:
-    m, feeds, _ = _light(request.param)
-    return kg.compile_model(m, backend=opencl, fusion="dnnfusion"), m, feeds
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_layer_on_neon_agrees_with_onnxruntime(name: str) -> None:
+    """The layers again as NEON C (SIMDe on x86), under DNNFusion's plan with the rewrites."""
+    require("neon")
+    m, feeds, kwargs = MODELS[name]()
+    session = kg.compile_model(m, backend="neon", fusion="dnnfusion", rewrite=True, **kwargs)
+    _check(session, m, feeds, rtol=1e-4)
+
+
+@pytest.fixture(scope="module", params=[(m, d) for m in LIGHT for d in ("opencl", "neon")],
+                ids=lambda c: f"{c[0]}-{c[1]}")
+def light_session(request: pytest.FixtureRequest) -> tuple[kg.Session, Any, dict]:
+    name, device = request.param
+    require(device)
+    m, feeds, _ = _light(name)
+    return kg.compile_model(m, backend=device, fusion="dnnfusion"), m, feeds
 
 
 def test_light_model_agrees_with_onnxruntime(light_session: tuple[kg.Session, Any, dict]
@@ -117,6 +131,20 @@ def test_dnnfusion_fuses_conv_with_its_epilogue() -> None:
     graph = kg.import_onnx(m)
     (block,) = kg.graph.plan_dnnfusion(graph)
     assert [op.kind for op in block.ops] == ["Conv", "Relu", "Add", "Sigmoid"]
+
+
+@pytest.mark.parametrize("name", ["squeezenet", "resnet50"])
+def test_dnnfusion_keeps_sibling_contractions_apart(name: str) -> None:
+    """SqueezeNet's expand convolutions meet in a Concat, ResNet's branches in an Add; no
+    edge joins the two convolutions, but one block holding both lost their templates (the
+    planner gave Inception v1 such blocks and it ran 100x slower). At most one Many-to-Many
+    operator per block, and the refusal is reported."""
+    graph = kg.import_onnx(light(name))
+    blocks = kg.graph.plan_dnnfusion(graph)
+    for block in blocks:
+        heavy = [op.kind for op in block.ops if op.mapping_type is MappingType.MANY_TO_MANY]
+        assert len(heavy) <= 1, (block.note, heavy)
+    assert any("both Many-to-Many" in stop.rule for block in blocks for stop in block.stops)
 
 
 def test_dnnfusion_reports_red_edges() -> None:
