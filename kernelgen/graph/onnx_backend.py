@@ -67,7 +67,7 @@ def _with_constants(model: onnx.ModelProto, values: Mapping[str, np.ndarray]) ->
     fixed.graph.input.extend(kept)
     fixed.graph.initializer.extend(numpy_helper.from_array(np.asarray(v), n)
                                    for n, v in values.items())
-    fixed.ir_version = max(fixed.ir_version, 4)  # IR 3 needs every initializer as an input
+    fixed.ir_version = max(fixed.ir_version, 4)  # IR 3 wants every initializer an input too
     return fixed
 
 
@@ -108,8 +108,7 @@ class KernelgenRep(BackendRep):
                  else np.asarray(a) for n, a in feeds.items()}
         session = self.session or self._specialised(feeds)
         outputs = [o.name for o in session.get_outputs()]
-        own = {n: a for n, a in feeds.items() if n not in self.value_inputs or
-               n in {i.name for i in session.get_inputs()}}
+        own = {n: a for n, a in feeds.items() if n not in self.value_inputs}  # not baked in
         return namedtupledict("Outputs", outputs)(*session.run(None, own))
 
     def _specialised(self, feeds: dict[str, np.ndarray]) -> Session:
