@@ -12,7 +12,9 @@ mapping-type table), as a planner: ``plan_dnnfusion(graph) -> list[Block]``.
    A block also holds at most one Many-to-Many operator: two that are not an edge of the table
    (Inception's parallel convolutions joined by a Concat, ResNet's two branches joined by an
    Add) would be one kernel with neither convolution's template, each output element
-   recomputing its branch; that ran Inception v1 100x slower than one kernel per block.
+   recomputing its branch; that ran Inception v1 100x slower than one kernel per block. And
+   an operand chain fused into a contraction (its prologue) costs at most ``PROLOGUE_LIMIT``
+   operations an element, since the template recomputes it for every tile of output columns.
 3. Yellow cells (fusion pays only where measured) are not fused: the Fast-Run measurement that
    would decide them is not wired in yet, so the plan keeps the cheaper certain choice.
 
@@ -24,6 +26,7 @@ unassigned then, so it was a neighbour that the block refused.
 from __future__ import annotations
 
 from ..errors import FusionError
+from ..ir.expr import Call, walk
 from ..ir.node import Op
 from ..mapping_types import Colour, MappingType
 from .blocks import Block, Stop, fusible, order_blocks
@@ -80,6 +83,38 @@ def _neighbours(graph: Graph, members: list[Op]) -> list[Op]:
     return list({id(op): op for op in (*after, *before)}.values())
 
 
+# Per-element cost of an operand chain fused into a contraction (its prologue), which the
+# contraction's template recomputes for every tile of output columns (with no packed panel,
+# every output column): arithmetic counts 1, a transcendental function ``TRANSCENDENTAL``. A
+# GELU chain (Div, Erf, Add, Mul, Mul: 20) fused into BERT's second feed-forward MatMul made
+# the layer 4x slower than TVM's plan; bias, scale and ReLU chains stay well below the limit.
+TRANSCENDENTAL = 16
+PROLOGUE_LIMIT = 8
+_CHEAP = {"add", "sub", "mul", "div", "neg", "abs", "max", "min", "sign", "lt", "le", "gt",
+          "ge", "eq", "ne", "and", "or", "xor", "not", "floor", "ceil", "rint", "isnan", "isinf"}
+
+
+def _cost(op: Op) -> int:
+    calls = [n.fn for n in walk(op.body) if isinstance(n, Call)]
+    return sum(1 if fn in _CHEAP else TRANSCENDENTAL for fn in calls)
+
+
+def _prologue(block: list[Op]) -> tuple[Op, list[Op]] | None:
+    """The block's contraction and the operators of the block it reads through, if any."""
+    heavy = [op for op in block if op.mapping_type is MappingType.MANY_TO_MANY]
+    if not heavy:
+        return None
+    inside = {id(op): op for op in block}
+    upstream: dict[int, Op] = {}
+    todo = [v for v in heavy[0].inputs if id(v) in inside]
+    while todo:
+        op = inside[id(todo.pop())]
+        if id(op) not in upstream:
+            upstream[id(op)] = op
+            todo += [v for v in op.inputs if id(v) in inside]
+    return heavy[0], list(upstream.values())
+
+
 def _refusal(graph: Graph, members: list[Op], candidate: Op) -> str | None:
     """None when ``candidate`` may join the block, else the rule that stops it."""
     try:
@@ -92,6 +127,14 @@ def _refusal(graph: Graph, members: list[Op], candidate: Op) -> str | None:
                 "both Many-to-Many: in one kernel they share one iteration space, so neither "
                 "keeps its template and each recomputes its part for every output element "
                 "(siblings joined by a Concat or an Add are not an edge of the table)")
+    prologue = _prologue([*members, candidate])
+    if prologue is not None and candidate in prologue[1]:
+        cost = sum(_cost(op) for op in prologue[1])
+        if cost > PROLOGUE_LIMIT:
+            head = prologue[0]
+            return (f"{head.name} ({head.kind}) would recompute its fused operand chain "
+                    f"({'+'.join(op.kind for op in prologue[1])}, {cost} operations an element) "
+                    f"for every tile of its output: more than {PROLOGUE_LIMIT}")
     yellow = [e for e in block.edges if e.rule.colour is Colour.YELLOW]
     if yellow:
         return (f"yellow cell {yellow[0]}: fusion pays only where measured, and no "
