@@ -281,3 +281,13 @@ class Backend:
 
     def prebuild(self, sources: Sequence[Source]) -> None:
         """Build many kernels at once (where ``batch_builds``)."""
+
+    def binary(self, text: str) -> bytes | None:
+        """The device binary this process built from the source ``text``, to be saved beside
+        it (a saved model); None where the backend keeps none or has not built it."""
+        return None
+
+    def preload(self, text: str, binary: bytes) -> bool:
+        """Take ``binary`` (from ``binary``) as the build of ``text``, so building ``text``
+        costs nothing; False when the device refuses it (the source is then built)."""
+        return False

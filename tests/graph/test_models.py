@@ -10,12 +10,13 @@ in a different order from onnxruntime's): 1e-4 for the layers, 1e-4 for the ligh
 """
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
 import pytest
 from conftest import require
-from models.model_zoo import bert_layer, light, mobilenet_v2
+from models.model_zoo import LIGHT_MODELS, bert_layer, light, mobilenet_v2
 from onnx_graphs import CASES, onnxruntime_run
 
 import kernelgen as kg
@@ -114,6 +115,20 @@ def test_light_model_agrees_with_onnxruntime(light_session: tuple[kg.Session, An
                                              ) -> None:
     session, m, feeds = light_session
     _check(session, m, feeds, rtol=1e-4)
+
+
+@pytest.mark.models_full
+@pytest.mark.skipif(not os.environ.get("KERNELGEN_MODELS_FULL"),
+                    reason="every light model (about 30 minutes): set KERNELGEN_MODELS_FULL=1")
+@pytest.mark.parametrize("device", ["opencl", "neon"])
+@pytest.mark.parametrize("name", LIGHT_MODELS)
+def test_every_light_model(name: str, device: str) -> None:
+    """All nine of onnx's light models (random weights) under DNNFusion's plan, against
+    onnxruntime: ``KERNELGEN_MODELS_FULL=1 .venv/bin/pytest -m models_full
+    tests/graph/test_models.py``."""
+    require(device)
+    m, feeds, _ = _light(name)
+    _check(kg.compile_model(m, backend=device, fusion="dnnfusion"), m, feeds, rtol=1e-4)
 
 
 @pytest.mark.parametrize("fusion", ["tvm", "dnnfusion"])

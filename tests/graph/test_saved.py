@@ -75,6 +75,37 @@ def test_loaded_runs_as_the_original_without_compiling(
         loaded.fusion_report()
 
 
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_saved_binaries_skip_the_device_compiler(compiled: dict[str, Any], case: str,
+                                                 device: str,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """OpenCL programs are saved as device binaries too: loaded into a process that built
+    nothing, no program is compiled from source, and the outputs are the original's. NEON C
+    keeps no binaries in the save (its libraries are cached by their source)."""
+    original, feeds, path = compiled[case]
+    binaries = json.loads((path / "manifest.json").read_text())["binaries"]
+    if device != "opencl":
+        assert binaries == {}
+        return
+    assert binaries and all((path / f).is_file() for f in binaries.values())
+    import pyopencl
+
+    from kernelgen.backends.opencl import runtime
+    monkeypatch.setattr(runtime, "_programs", {})  # as in a new process
+    from_source = []
+    real = pyopencl.Program
+
+    def program(context: Any, *args: Any) -> Any:
+        if len(args) == 1 and isinstance(args[0], str):
+            from_source.append(args[0])
+        return real(context, *args)
+    monkeypatch.setattr(pyopencl, "Program", program)
+    loaded = kg.load_model(path)
+    for got, ref in zip(loaded.run(None, feeds), original.run(None, feeds)):
+        np.testing.assert_array_equal(got, ref)
+    assert from_source == []
+
+
 def test_a_program_keeps_its_folded_constants(compiled: dict[str, Any]) -> None:
     loaded = kg.load_model(compiled["winograd"][2])
     programs = [e for e in loaded.model.executables if isinstance(e, kg.Program)]

@@ -64,6 +64,12 @@ class OpenCL(Backend):
         assert isinstance(source, OpenCLSource)
         return rt.OpenCLRuntime(source.text, source.entry, source.geometry, len(loop.inputs))
 
+    def binary(self, text: str) -> bytes | None:
+        return rt.program_binary(text)
+
+    def preload(self, text: str, binary: bytes) -> bool:
+        return rt.preload(text, binary)
+
 
 @cache
 def _for(backend: OpenCL, info: DeviceInfo) -> OpenCL:

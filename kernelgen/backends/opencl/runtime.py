@@ -160,6 +160,35 @@ def build(source: str, name: str) -> Any:
     return cl.Kernel(program, name)
 
 
+def program_binary(source: str) -> bytes | None:
+    """The device binary of the program this process built from ``source``; None when it was
+    not built here (or the implementation gives none)."""
+    with _lock:
+        program = _programs.get(source)
+    if program is None:
+        return None
+    binaries = program.binaries
+    return bytes(binaries[0]) if binaries and binaries[0] else None
+
+
+def preload(source: str, binary: bytes) -> bool:
+    """Build the program of ``source`` from ``binary`` (``program_binary`` of an earlier
+    process on this device), so ``build`` finds it; False when the device refuses the binary
+    (another driver version), and ``build`` compiles the source as usual."""
+    cl = _import_cl()
+    with _lock:
+        if source in _programs:
+            return True
+    dev = device()
+    try:
+        program = cl.Program(dev.context, [dev.device], [binary]).build()
+    except cl.Error:
+        return False
+    with _lock:
+        _programs.setdefault(source, program)
+    return True
+
+
 class OpenCLRuntime:
     """Runs one generated kernel: builds it at first use, then enqueues it (after its packing
     kernel, when ``launch.pack`` is set). A kernel with ``launch.scratch`` takes a scratch
