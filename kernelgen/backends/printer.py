@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 import sympy
 
 from ..dtypes import DType
-from ..ir.expr import Call, Cast, Const, DataBindings, Expr, IndexCond, Load, Reduce, Select
+from ..ir.expr import (Call, Cast, Const, DataBindings, Expr, IndexCond, Load, Reduce, Select,
+                       walk)
 from ..ir.loop import LoopKernel
 from ..mapping_types import FloorDiv, FloorMod
 from ..mapping_types.index import is_provably_nonnegative
@@ -340,3 +341,21 @@ class Emitter:
             if k > 0:
                 value = self.ix_mod.format(a=f"({value})" if st != 1 else flat, b=n)
             self.declare_index(scope, name, value)
+
+
+def _shape_of(node: Reduce) -> tuple[str, tuple[int, ...], frozenset[str]]:
+    return (node.kind, tuple(n for _, n in node.axes),
+            frozenset(n.buffer for n in walk(node.body) if isinstance(n, Load)))
+
+
+def recomputed_inside(node: Reduce, hoisted: tuple[Reduce, ...]) -> bool:
+    """Whether another hoisted reduction recomputes ``node``'s reduction inside its body (a
+    fused contraction before a softmax: its value at the output point, and the same sum for
+    every point of the row inside the max and the exp-sum). Those copies run serially; summed
+    in another order (across a work-group, or in vector lanes), the output point's value
+    could differ from its copies by an ulp, and a log-softmax over one element gave 7.6e-6
+    instead of 0. Such a reduction is summed serially too."""
+    shape = _shape_of(node)
+    return any(isinstance(n, Reduce) and n is not node and _shape_of(n) == shape
+               for other in hoisted if other is not node for n in walk(other.body))
+

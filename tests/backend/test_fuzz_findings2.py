@@ -105,6 +105,22 @@ def test_matmul_of_inf_by_a_signed_zero_is_nan(backend: str, m: int) -> None:
         assert_close(got, want, "float32")
 
 
+@pytest.mark.parametrize("k", [10, 31])
+def test_fused_contraction_before_log_softmax_sums_in_one_order(backend: str, k: int) -> None:
+    """MatMul fused with a LogSoftmax over an axis of size 1: every output is exactly 0. The
+    output point's own sum was reduced across a work-group (OpenCL) or in vector lanes (NEON)
+    while its copies inside the max and the exp-sum ran serially; the two orders differed by
+    an ulp and gave 7.6e-6 or -1.9e-6 instead of 0."""
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal((1, 13, k)) * 8).astype(np.float32)
+    w = rng.standard_normal((k, 3)).astype(np.float32)
+    mm = kg.matmul(kg.tensor("x", x.shape, "float32"), kg.tensor("w", w.shape, "float32"))
+    fused = kg.fuse(mm, kg.log_softmax(mm, axis=0), force=True)
+    feeds = {"x": x, "w": w}
+    (got,) = run(backend, fused, *(feeds[i.name] for i in fused.inputs), tuning="none")
+    assert got.shape == (1, 13, 3) and not got.any(), got[got != 0][:4]
+
+
 def _conv1d(x: np.ndarray, w: np.ndarray, pad: int, dilation: int) -> np.ndarray:
     """ONNX Conv, one spatial axis, stride 1, in float64, tap by tap."""
     n, c, length = x.shape

@@ -119,7 +119,7 @@ def test_light_model_agrees_with_onnxruntime(light_session: tuple[kg.Session, An
 
 @pytest.mark.models_full
 @pytest.mark.skipif(not os.environ.get("KERNELGEN_MODELS_FULL"),
-                    reason="every light model (about 30 minutes): set KERNELGEN_MODELS_FULL=1")
+                    reason="every light model (about 15 minutes): set KERNELGEN_MODELS_FULL=1")
 @pytest.mark.parametrize("device", ["opencl", "neon"])
 @pytest.mark.parametrize("name", LIGHT_MODELS)
 def test_every_light_model(name: str, device: str) -> None:

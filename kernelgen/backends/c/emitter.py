@@ -19,7 +19,7 @@ from ...ir.loop import Buffer, LoopKernel, Staged
 from ...lower.staging import hoist_order
 from ...lower.unroll import Unrolled
 from ..base import Capabilities
-from ..printer import Emitter, Scope
+from ..printer import Emitter, Scope, recomputed_inside
 from .vector import (VectorPrinter, VectorSyntax, outer_reductions, vector_columns_ok,
                      vector_reduction_ok, vectorizable)
 
@@ -213,7 +213,8 @@ class CEmitter(Emitter):
 
         def hoist(reductions: list[Reduce]) -> None:
             for r in reductions:
-                if vectorize and self._vector_reduction_ok(r):
+                if vectorize and self._vector_reduction_ok(r) and \
+                        not recomputed_inside(r, k.hoisted):
                     self._vector_reduce(r, scope)
                 else:
                     self.serial_reduce(r, scope)

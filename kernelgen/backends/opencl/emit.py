@@ -18,7 +18,7 @@ from .. import templates
 from ..base import Capabilities
 from ..c.contraction import FLAT_K, ContractionEmitter
 from ..c.vector import VectorPrinter, read_together, split_guard
-from ..printer import Scope
+from ..printer import Scope, recomputed_inside
 from .language import (BARRIER, BUFFER_TYPES, FLOAT, INT, RESERVED_NAMES, RESERVED_PREFIXES,
                        SCALAR_TYPES, VECTOR, Launch, OpenCLSource, vector_syntax)
 from .schedule import (PACK_LOCAL, UNROLLED_LANES, OpenCLSchedule, TilePlan, WindowPlan,
@@ -192,7 +192,10 @@ class OpenCLPrinter(ContractionEmitter):
         scratch_types = sorted({self.ctype(r.dtype) for r in k.hoisted})
         scratch = "\n".join(f"    __local {t} scratch_{t}[{local}];" for t in scratch_types)
         for r in k.hoisted:
-            self._cooperative_reduce(r, body, local)
+            if recomputed_inside(r, k.hoisted):
+                self.expr(r, body)  # serially, in the order of its copies inside the others
+            else:
+                self._cooperative_reduce(r, body, local)
         elems = [k.domain[e] for e in k.element_axes]
         count = prod(n for _, n in elems)
         if count == 1:  # a plain reduction: one value per group
@@ -576,3 +579,4 @@ def _local_shape(sizes: list[int], target: int, limits: tuple[int, ...] | None =
         local.append(take)
         budget = max(1, budget // take)
     return tuple(local)
+

@@ -17,7 +17,7 @@ from ...shapes import prod
 from ...version import __version__
 from .. import templates
 from ..base import Capabilities
-from ..printer import Emitter, Scope
+from ..printer import Emitter, Scope, recomputed_inside
 from .language import (FINISH, FLOAT, INT, SIGNATURE, TL, TritonSource, module_name, py_name,
                        used_helpers)
 from .schedule import TritonSchedule, next_pow2
@@ -355,6 +355,8 @@ class TritonPrinter(Emitter):
         axis = self._stage_axis(node)
         if axis is not None:
             scope.names[node] = self._staged_reduce(node, axis, scope)
+        elif recomputed_inside(node, self.kernel.hoisted):
+            self.expr(node, scope)  # in the order of its copies inside the other reductions
         else:
             self._block_reduce(node, scope)
 
