@@ -121,6 +121,20 @@ def test_fused_contraction_before_log_softmax_sums_in_one_order(backend: str, k:
     assert got.shape == (1, 13, 3) and not got.any(), got[got != 0][:4]
 
 
+def test_round_keeps_the_sign_of_zero(backend: str) -> None:
+    """Round(-0.07) is -0.0, so 1 / Round(x) is -inf there (Triton's round-half-to-even,
+    floor(x) + 1, gave +0.0 and +inf)."""
+    x = np.array([-0.07, -0.5, -0.0, 0.0, 0.3, 0.5, -1.5, 2.5, -1e-40, inf, -inf], np.float32)
+    r = kg.round(kg.tensor("x", x.shape, "float32"))
+    got_round, got_inverse = run(backend, kg.fuse(r, kg.reciprocal(r), outputs=[r]), x,
+                                 tuning="none")
+    want = np.round(x)  # half to even, the sign of a zero kept
+    np.testing.assert_array_equal(got_round, want)
+    np.testing.assert_array_equal(np.signbit(got_round), np.signbit(want))
+    with np.errstate(divide="ignore"):
+        np.testing.assert_array_equal(got_inverse, 1 / want)
+
+
 def _conv1d(x: np.ndarray, w: np.ndarray, pad: int, dilation: int) -> np.ndarray:
     """ONNX Conv, one spatial axis, stride 1, in float64, tap by tap."""
     n, c, length = x.shape
