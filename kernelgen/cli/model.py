@@ -123,6 +123,7 @@ class BenchResult:
     onnxruntime_nodes: int | None
 
     def table(self) -> str:
+        """The measurements as the text table ``kernelgen bench`` prints."""
         ort = self.onnxruntime_ms
         lines = [f"{self.model} on {self.backend} ({self.threads} threads); onnxruntime (all "
                  f"optimisations, {self.threads} threads): "
