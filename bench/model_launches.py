@@ -22,6 +22,7 @@ from models.model_zoo import bert_layer, mobilenet_v2  # noqa: E402
 
 import kernelgen as kg  # noqa: E402
 from kernelgen.exec.arguments import bind_inputs  # noqa: E402
+from kernelgen.graph.planners import PLANNERS  # noqa: E402
 
 MODELS = {  # name: (model, input shapes)
     "mobilenet_v2": (lambda: mobilenet_v2(size=112), None),
@@ -62,7 +63,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     feeds = {v.name: rng.standard_normal(v.shape).astype(v.dtype.numpy) if v.dtype.is_float
              else np.ones(v.shape, v.dtype.numpy) for v in graph.inputs}
-    for fusion in ("none", "tvm", "dnnfusion"):
+    for fusion in PLANNERS:
         session = kg.compile_model(proto, backend=args.backend, fusion=fusion,
                                    input_shapes=shapes)
         timed = launches(session, feeds, args.repeat)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,13 +36,14 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 
 from models.model_zoo import bert_layer, light, mobilenet_v2  # noqa: E402
 
+from kernelgen.graph.planners import PLANNERS  # noqa: E402
+
 MODELS = {
     "bert_layer": (lambda: bert_layer(hidden=256, heads=4), ["x=1,128,256", "mask=1,128"]),
     "mobilenet_v2": (lambda: mobilenet_v2(size=112), []),
     "squeezenet": (lambda: light("squeezenet"), []),
     "shufflenet": (lambda: light("shufflenet"), []),
 }
-PLANNERS = ("none", "tvm", "dnnfusion")
 
 
 def _one(path: Path, shapes: list[str], backend: str, fusion: str, rewrite: str,
@@ -174,7 +176,6 @@ def main() -> None:
 
 def _merge(results: list[dict]) -> list[dict]:
     """One entry per (model, backend), its planners' rows together."""
-    import statistics
 
     merged: dict[tuple[str, str], dict] = {}
     for r in results:

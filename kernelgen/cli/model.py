@@ -18,6 +18,7 @@ from ..errors import ArgumentError, ModelError
 from ..graph import Graph, compile_model, fusion_report, import_onnx, simplify
 from ..graph.export import export
 from ..graph.onnx_import import InputShapes, load_model
+from ..graph.planners import PLANNERS
 from ..graph.simplify import Applied
 
 
@@ -139,8 +140,8 @@ class BenchResult:
         return "\n".join(lines)
 
 
-def bench_model(path: str, backend: str, *, planners: Sequence[str] = ("none", "tvm",
-                "dnnfusion"), rewrites: Sequence[bool] = (False, True), repeat: int = 20,
+def bench_model(path: str, backend: str, *, planners: Sequence[str] = tuple(PLANNERS),
+                rewrites: Sequence[bool] = (False, True), repeat: int = 20,
                 shapes: InputShapes | None = None, threads: int = 2) -> BenchResult:
     """Every planner, with and without the rewrites, on ``backend``, and onnxruntime with all
     its graph optimisations on ``threads`` threads, on the same seeded random inputs:
@@ -185,7 +186,7 @@ def bench_command(path: str, backend: str, planners: Sequence[str] | None, *, re
     rewrites, run each and onnxruntime on the same inputs, and print one table (kernels,
     compile time first and again, median latency and onnxruntime's time over it, intermediate
     memory: the shared slots' peak and every intermediate's total, the largest error)."""
-    result = bench_model(path, backend, planners=planners or ("none", "tvm", "dnnfusion"),
+    result = bench_model(path, backend, planners=planners or tuple(PLANNERS),
                          rewrites=rewrites, repeat=repeat, shapes=shapes)
     print(result.table())
     if as_json:

@@ -99,20 +99,17 @@ def _cost(op: Op) -> int:
     return sum(1 if fn in _CHEAP else TRANSCENDENTAL for fn in calls)
 
 
-def _prologue(block: list[Op]) -> tuple[Op, list[Op]] | None:
-    """The block's contraction and the operators of the block it reads through, if any."""
-    heavy = [op for op in block if op.mapping_type is MappingType.MANY_TO_MANY]
-    if not heavy:
-        return None
+def _prologue(head: Op, block: list[Op]) -> list[Op]:
+    """The operators of ``block`` that its contraction ``head`` reads through."""
     inside = {id(op): op for op in block}
     upstream: dict[int, Op] = {}
-    todo = [v for v in heavy[0].inputs if id(v) in inside]
+    todo = [v for v in head.inputs if id(v) in inside]
     while todo:
         op = inside[id(todo.pop())]
         if id(op) not in upstream:
             upstream[id(op)] = op
             todo += [v for v in op.inputs if id(v) in inside]
-    return heavy[0], list(upstream.values())
+    return list(upstream.values())
 
 
 def _refusal(graph: Graph, members: list[Op], candidate: Op) -> str | None:
@@ -127,13 +124,13 @@ def _refusal(graph: Graph, members: list[Op], candidate: Op) -> str | None:
                 "both Many-to-Many: in one kernel they share one iteration space, so neither "
                 "keeps its template and each recomputes its part for every output element "
                 "(siblings joined by a Concat or an Add are not an edge of the table)")
-    prologue = _prologue([*members, candidate])
-    if prologue is not None and candidate in prologue[1]:
-        cost = sum(_cost(op) for op in prologue[1])
+    prologue = _prologue(heavy[0], [*members, candidate]) if heavy else []
+    if candidate in prologue:
+        cost = sum(_cost(op) for op in prologue)
         if cost > PROLOGUE_LIMIT:
-            head = prologue[0]
+            head = heavy[0]
             return (f"{head.name} ({head.kind}) would recompute its fused operand chain "
-                    f"({'+'.join(op.kind for op in prologue[1])}, {cost} operations an element) "
+                    f"({'+'.join(op.kind for op in prologue)}, {cost} operations an element) "
                     f"for every tile of its output: more than {PROLOGUE_LIMIT}")
     yellow = [e for e in block.edges if e.rule.colour is Colour.YELLOW]
     if yellow:

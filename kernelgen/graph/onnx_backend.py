@@ -25,7 +25,7 @@ from onnx.backend.base import Backend, BackendRep, Device, DeviceType, namedtupl
 
 from .. import backends
 from ..errors import ArgumentError, ValueInputError
-from .onnx_import import ModelLike, check_model
+from .onnx_import import ModelLike, check_model, load_model
 from .session import Session, compile_model
 
 
@@ -154,12 +154,13 @@ class KernelgenBackend(Backend):
             raise ArgumentError(f"device {device!r} is not supported: kernelgen runs on 'CPU' "
                                 "(its OpenCL, NEON C and Triton backends)")
         kwargs.setdefault("backend", backends.DEFAULT)
-        model = check_model(model)  # a malformed model fails here, not at the first run
+        model = load_model(model)
         if all(_fully_shaped(i) for i in _graph_inputs(model)):
-            try:
+            try:  # the import checks the model
                 return KernelgenRep(model, kwargs, compile_model(model, **kwargs))
             except ValueInputError:
-                pass  # compiled at run time for the values given (KernelgenRep)
+                return KernelgenRep(model, kwargs)  # compiled at run time for the values given
+        check_model(model)  # a malformed model fails here, not at the first run
         return KernelgenRep(model, kwargs)
 
     @classmethod

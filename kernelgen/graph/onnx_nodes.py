@@ -232,7 +232,7 @@ def _pow(node: Node, data: list[Value | None], kw: dict[str, Any]) -> list[Value
     exponent is cast to the base's float type, which is what the result has."""
     x, y = data[0], data[1]
     assert x is not None and y is not None
-    if y.dtype != x.dtype and str(x.dtype).startswith("float"):
+    if y.dtype != x.dtype and x.dtype.is_float:
         y = CONSTRUCTORS["Cast"](y, to=x.dtype)
     return [CONSTRUCTORS["Pow"](x, y, **kw)]
 

@@ -114,13 +114,14 @@ def load(path: str | Path, *, warmup: bool = True) -> tuple[CompiledModel, str]:
                  if b["role"] == "constant"}
     sources: list[Source] = []
     executables = [_executable(files, entry, be, sources) for entry in manifest["kernels"]]
+    unique = list({s.text: s for s in sources}.values())
     binaries = manifest.get("binaries", {})
-    for source in {s.text: s for s in sources}.values():
+    for source in unique:
         saved = binaries.get(_text_digest(source.text))
         if saved is not None:  # refused (another driver): the source is built instead
             be.preload(source.text, files.data(saved))
     if be.batch_builds:
-        be.prebuild(list({s.text: s for s in sources}.values()))
+        be.prebuild(unique)
     plan = _plan(manifest)
     model = CompiledModel(_signature(manifest, plan, constants), plan, executables, {},
                           constants=constants)
