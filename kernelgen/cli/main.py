@@ -143,13 +143,24 @@ def _parser() -> argparse.ArgumentParser:
                        help="relative tolerance against onnxruntime (default: 1e-3)")
     p_run.add_argument("--atol", type=float, default=1e-4,
                        help="absolute tolerance against onnxruntime (default: 1e-4)")
+    p_run.add_argument("--schedule", default="auto",
+                       choices=["auto", "ios", "greedy", "sequential"],
+                       help="the stages the kernels run in: 'auto' (default) measures the "
+                            "sequential, greedy and IOS schedules and runs the fastest; "
+                            "'sequential' measures nothing")
     p_run.add_argument("--tuning", default="stored", choices=["stored", "none", "measure"],
                        help="kernel tunables: the Fast-Run database's (default), the "
                             "defaults, or measured now (slow)")
     p_plan = sub.add_parser("plan", help="the fusion report of an ONNX model (nothing is "
-                            "compiled)", description=plan_model.__doc__)
+                            "compiled), or with --schedule its measured IOS schedules",
+                            description=plan_model.__doc__)
     p_plan.add_argument("model", help="an ONNX model file")
     p_plan.add_argument("--json", action="store_true", help="print the report as JSON")
+    p_plan.add_argument("--schedule", action="store_true",
+                        help="compile the model (fusion default: dnnfusion), measure its "
+                             "stages and print the sequential, greedy and IOS schedules")
+    p_plan.add_argument("--backend", default=backends.DEFAULT, choices=backends.names(),
+                        help=f"where --schedule measures (default: {backends.DEFAULT})")
     _model_options(p_plan, backend=False, fusion=None)
     p_emit = sub.add_parser("emit", help="write an ONNX model's kernels, plan and constants "
                             "as files", description=emit_model.__doc__)
@@ -189,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
             return devices()
         if args.command == "plan":
             return plan_model(args.model, args.fusion, args.json, parse_shapes(args.shape),
-                              args.rewrite)
+                              args.rewrite, args.schedule, args.backend)
         if args.command == "bench":
             rewrites = {"no": (False,), "yes": (True,), "both": (False, True)}[args.rewrite]
             return bench_command(args.model, args.backend, args.fusion, rewrites=rewrites,
@@ -202,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_model(args.chain, args.backend, args.fusion, inputs=args.inputs,
                              repeat=args.repeat, shapes=parse_shapes(args.shape),
                              rtol=args.rtol, atol=args.atol, tuning=args.tuning,
-                             rewrite=args.rewrite)
+                             rewrite=args.rewrite,
+                             schedule=None if args.schedule == "sequential" else args.schedule)
         if args.command == "run":
             return run(args.chain, args.force, args.repeat, args.backend)
     except KernelgenError as exc:

@@ -1,5 +1,6 @@
 """The CLI's ONNX model commands: ``run`` (compile, check against onnxruntime, time), ``plan``
-(the fusion report) and ``emit`` (kernels, plan and constants as files)."""
+(the fusion report; with ``--schedule`` the measured IOS schedules) and ``emit`` (kernels, plan
+and constants as files)."""
 from __future__ import annotations
 
 import json
@@ -14,11 +15,14 @@ from typing import Any
 import numpy as np
 from onnx import ModelProto
 
+from .. import backends
 from ..errors import ArgumentError, ModelError
 from ..graph import Graph, compile_model, fusion_report, import_onnx, simplify
 from ..graph.export import export
+from ..graph.ios import Schedule
 from ..graph.onnx_import import InputShapes, load_model
 from ..graph.planners import PLANNERS
+from ..graph.scheduling import ScheduleReport
 from ..graph.simplify import Applied
 
 
@@ -45,19 +49,24 @@ def parse_shapes(items: Sequence[str]) -> dict[str, list[int]]:
 
 def run_model(path: str, backend: str, fusion: str, *, inputs: str | None = None,
               repeat: int = 20, shapes: InputShapes | None = None, rtol: float = 1e-3,
-              atol: float = 1e-4, tuning: str = "stored", rewrite: bool = False) -> int:
+              atol: float = 1e-4, tuning: str = "stored", rewrite: bool = False,
+              schedule: str | None = "auto") -> int:
     """Compile the model, run it on random inputs (or those of an .npz file), check every output
     against onnxruntime and print the latency (median of ``repeat`` runs) beside onnxruntime's.
-    Returns 0 when every output matches, 1 when one does not."""
+    ``schedule``: the stages the kernels run in ('auto': IOS's where measured faster than one
+    after another; ``compile_model``). Returns 0 when every output matches, 1 when one does
+    not."""
     proto = load_model(path)
     start = time.perf_counter()
     graph = import_onnx(proto, shapes)
     feeds = _feeds(graph, inputs)
     session = compile_model(graph, backend=backend, fusion=fusion, tuning=tuning,
-                            rewrite=rewrite)
+                            rewrite=rewrite, schedule=schedule)
     compiled = time.perf_counter() - start
     print(f"model {path}: {len(session.graph.ops)} operators in {len(session.blocks)} kernels "
           f"({fusion}) on {session.backend}, imported and compiled in {compiled:.2f} s")
+    if session.schedule_report is not None:
+        print(_schedule_line(session.schedule_report, session.plan.schedule))
     if rewrite:
         print(f"rewrites: {_rewrites(session.rewrites)}")
     got = dict(zip(session.graph.outputs, session.run(None, feeds)))
@@ -72,11 +81,24 @@ def run_model(path: str, backend: str, fusion: str, *, inputs: str | None = None
     return 0 if ok else 1
 
 
+def _schedule_line(report: ScheduleReport, used: Schedule | None) -> str:
+    parts = ", ".join(f"{name} {s.latency_ms:.3f} ms" for name, s in report.schedules.items()
+                      if s.latency_ms is not None)
+    return (f"schedule: {used.name if used is not None else 'sequential'} ({parts}; "
+            f"{report.measured} stages measured, {report.stored} from the Fast-Run database)")
+
+
 def plan_model(path: str, fusion: str | None, as_json: bool,
-               shapes: InputShapes | None = None, rewrite: bool = False) -> int:
+               shapes: InputShapes | None = None, rewrite: bool = False,
+               schedule: bool = False, backend: str = backends.DEFAULT) -> int:
     """Print the fusion report (every planner's counts; the blocks and unfused edges of
     ``fusion``, of every planner when None), as text or JSON, of the model as imported or
-    (``rewrite``) after the math-property rewrites. Nothing is compiled."""
+    (``rewrite``) after the math-property rewrites. Nothing is compiled, except with
+    ``schedule``: then the model is compiled for ``backend`` with ``fusion`` (default
+    dnnfusion), the stage latencies measured, and the sequential, greedy and IOS schedules
+    printed (stages, strategy, groups of kernels, measured latency)."""
+    if schedule:
+        return _plan_schedule(path, fusion or "dnnfusion", as_json, shapes, rewrite, backend)
     proto = load_model(path)
     graph = import_onnx(proto, shapes)
     applied: tuple[Applied, ...] = ()
@@ -93,6 +115,25 @@ def plan_model(path: str, fusion: str | None, as_json: bool,
         if rewrite:
             print(f"rewrites: {_rewrites(applied)}")
         print(report.format(details=None if fusion is None else [fusion]))
+    return 0
+
+
+def _plan_schedule(path: str, fusion: str, as_json: bool, shapes: InputShapes | None,
+                   rewrite: bool, backend: str) -> int:
+    graph = import_onnx(load_model(path), shapes)
+    session = compile_model(graph, backend=backend, fusion=fusion, rewrite=rewrite,
+                            schedule="auto")
+    report = session.schedule_report
+    assert report is not None
+    if as_json:
+        data = {"model": path, "backend": session.backend, "fusion": fusion, **report.to_dict(),
+                "used": session.plan.schedule.name if session.plan.schedule else "sequential"}
+        print(json.dumps(data, indent=1))
+        return 0
+    print(f"model {path} on {session.backend}, fusion '{fusion}': {len(session.blocks)} "
+          f"blocks")
+    print(report)
+    print(_schedule_line(report, session.plan.schedule))
     return 0
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from ..errors import FusionError
 from ..fusion import FusedBlock, fuse
 from ..ir.node import Op
+from .ios import BlockGraph
 from .model import Graph
 
 
@@ -86,6 +87,21 @@ def check_plan(graph: Graph, blocks: Sequence[Block]) -> None:
                 if source is not None and source > b:
                     raise FusionError(f"block {b} reads '{v.name}', which block {source} "
                                       "computes later")
+
+
+def block_graph(graph: Graph, blocks: Sequence[Block]) -> BlockGraph:
+    """Which block reads which (the scheduler's graph); ``blocks`` as ``check_plan`` wants."""
+    owner = {id(op): b for b, block in enumerate(blocks) for op in block.ops}
+    preds = []
+    for b, block in enumerate(blocks):
+        mask = 0
+        for op in block.ops:
+            for v in op.inputs:
+                source = owner.get(id(v))
+                if source is not None and source != b:
+                    mask |= 1 << source
+        preds.append(mask)
+    return BlockGraph(len(blocks), tuple(preds))
 
 
 def order_blocks(graph: Graph, blocks: list[Block]) -> list[Block]:

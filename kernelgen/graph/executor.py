@@ -9,7 +9,10 @@ same loop-IR fingerprint and the same inputs being constants) share one executab
 folded a block's constant weights into itself (Winograd's transformed filters); kernels of a
 backend that builds in batches are built together; constants are uploaded to the device once;
 then one warm-up run builds whatever the backend builds lazily. The result's ``plan`` is plain
-data (``plan.py``).
+data (``plan.py``). Given a ``schedule`` (``ios.py``; its groups hold block indices), launches
+run stage by stage, a stage's groups on concurrent queues where the runtime has them
+(``concurrently``) and every kernel in them may run so, and intermediates share memory only
+between stages whose lives do not overlap.
 
 Running: inputs are copied to the device, every launch is enqueued on device buffers (the
 intermediates in liveness-shared slots, ``memory.py``), and the outputs are copied back. Runs
@@ -40,7 +43,8 @@ from ..lower import lower
 from . import memory
 from .model import Graph
 from .plan import BufferSpec, KernelSpec, Launch, Plan
-from .blocks import Block, check_plan
+from .blocks import Block, block_graph, check_plan
+from .ios import Schedule, check_schedule
 
 
 @dataclass
@@ -54,17 +58,21 @@ class _Compiled:
 
 def compile_plan(graph: Graph, blocks: Sequence[Block], backend: str | Backend = backends.DEFAULT,
                  *, tuning: TuningPolicy = STORED, algorithm: str | None = None,
-                 warmup: bool = True, **options: Any) -> CompiledModel:
+                 warmup: bool = True, schedule: Schedule | None = None,
+                 **options: Any) -> CompiledModel:
     """``graph`` compiled block by block for ``backend``. ``algorithm`` names the convolution
     algorithm of blocks that hold a Conv (default: the stored or heuristic choice); ``options``
-    are backend tunables applied to every block."""
+    are backend tunables applied to every block; ``schedule`` the stages the blocks run in
+    (by block index; default: one after another)."""
     check_plan(graph, blocks)
+    if schedule is not None:
+        check_schedule(block_graph(graph, blocks), schedule)
     be = backends.get(backend)
     start = time.perf_counter()
     fused, names = zip(*(_fuse(graph, block) for block in blocks)) if blocks else ((), ())
     compiled = _compile_blocks(fused, names, be, tuning, algorithm, options)
     timings = {"compile_s": time.perf_counter() - start}
-    plan = _plan(graph, blocks, compiled, be)
+    plan = _plan(graph, blocks, compiled, be, schedule)
     start = time.perf_counter()
     if warmup:  # else each kernel builds at its first run (the CLI's emit builds none)
         _prebuild(be, compiled.executables)
@@ -147,10 +155,14 @@ def _check_args(exe: Executable, names: list[str]) -> None:
         raise AssertionError(f"kernel '{exe.name}' takes {declared}, the executor passes {names}")
 
 
-def _plan(graph: Graph, blocks: Sequence[Block], compiled: _Compiled, be: Backend) -> Plan:
+def _plan(graph: Graph, blocks: Sequence[Block], compiled: _Compiled, be: Backend,
+          schedule: Schedule | None = None) -> Plan:
     values = _values(graph, blocks)
     ids = {v.name: k for k, v in enumerate(values)}
-    owner = {id(op): b for b, block in enumerate(blocks) for op in block.ops}
+    # lives are counted in stages: groups of one stage may run at once
+    when = ({b: k for k, st in enumerate(schedule.stages) for b in st.blocks}
+            if schedule is not None else {b: b for b in range(len(blocks))})
+    owner = {id(op): when[b] for b, block in enumerate(blocks) for op in block.ops}
     resident = _resident(graph, compiled, ids)
     intervals = []
     for v in values:
@@ -170,7 +182,7 @@ def _plan(graph: Graph, blocks: Sequence[Block], compiled: _Compiled, be: Backen
     return Plan(be.name, buffers, tuple(slots), kernels, launches,
                 tuple(ids[v.name] for v in graph.inputs),
                 tuple((name, ids[v.name]) for name, v in graph.outputs.items()),
-                memory.live_peak(intervals))
+                memory.live_peak(intervals), schedule)
 
 
 def _values(graph: Graph, blocks: Sequence[Block]) -> list[Value]:
@@ -240,6 +252,28 @@ def _prebuild(be: Backend, executables: Sequence[Executable]) -> None:
     be.prebuild(list(unique.values()))
 
 
+def concurrent_safe(exe: Executable) -> bool:
+    """Whether ``exe``'s launches may go to a concurrent queue (no shared scratch buffer)."""
+    kernels = exe.kernels if isinstance(exe, Program) else [exe]
+    return all(getattr(getattr(k, "runtime", None), "concurrent_safe", False) for k in kernels)
+
+
+def _stages(plan: Plan, executables: Sequence[Executable], runtime: Runtime | None
+            ) -> list[tuple[tuple[tuple[int, ...], ...], bool]]:
+    """Per stage its groups of launch indices and whether they run concurrently: several
+    groups, a runtime with concurrent queues, and kernels that may run so."""
+    if plan.schedule is None:
+        return [(((k,),), False) for k in range(len(plan.launches))]
+    can = hasattr(runtime, "concurrently")
+    return [(st.groups, can and len(st.groups) > 1 and all(
+        concurrent_safe(executables[plan.launches[b].kernel]) for b in st.blocks))
+        for st in plan.schedule.stages]
+
+
+def _enqueuer(exe: Executable, launch: Launch, handles: Sequence[Any]) -> Any:
+    return lambda: exe.launch(*(handles[a] for a in launch.args), wait=False)
+
+
 def _runtime(exe: Executable) -> Runtime:
     """The runtime ``exe`` launches on (a program's kernels share their backend's)."""
     kernel = exe.kernels[0] if isinstance(exe, Program) else exe
@@ -269,6 +303,7 @@ class CompiledModel:
                           if b.resident}
         self._pool: list[dict[int, Any]] = []
         self._lock = threading.Lock()
+        self._stages = _stages(plan, self.executables, self.runtime)
 
     def _device(self, array: np.ndarray) -> Any:
         assert self.runtime is not None
@@ -283,14 +318,37 @@ class CompiledModel:
             arena = self._take()
             try:
                 handles = self._handles(arena, host)
-                for launch in self.plan.launches:
-                    self.executables[launch.kernel].launch(
-                        *(handles[a] for a in launch.args), wait=False)
+                self.enqueue(handles)
                 return self._outputs(handles, host)
             finally:
                 with self._lock:
                     self._pool.append(arena)
         return self._outputs([], host)
+
+    def bind(self, feeds: Mapping[str, np.ndarray]) -> list[Any]:
+        """Device buffers for one run on ``feeds``, by buffer id, held apart from the runs'
+        pool (the scheduler times launches on them)."""
+        arrays = bind_inputs(f"model '{self.graph.name}'", self.graph.inputs, (), feeds)
+        host = {self.plan.inputs[k]: a for k, a in enumerate(arrays)}
+        return self._handles(self._take(), host)
+
+    def enqueue(self, handles: Sequence[Any], stages: Sequence[int] | None = None) -> None:
+        """Enqueue the launches on the buffers ``handles`` (by buffer id), stage by stage (only
+        the ``stages`` given: the scheduler times them one by one)."""
+        launches = self.plan.launches
+        for k, (groups, together) in enumerate(self._stages):
+            if stages is not None and k not in stages:
+                continue
+            if together:
+                assert self.runtime is not None
+                self.runtime.concurrently(  # type: ignore[attr-defined]
+                    [[_enqueuer(self.executables[launches[b].kernel], launches[b], handles)
+                      for b in g] for g in groups])
+                continue
+            for b in (b for g in groups for b in g):
+                launch = launches[b]
+                self.executables[launch.kernel].launch(*(handles[a] for a in launch.args),
+                                                       wait=False)
 
     def _take(self) -> dict[int, Any]:
         """A set of slot and output buffers no other run is using."""

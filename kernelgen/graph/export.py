@@ -10,7 +10,8 @@ The manifest holds the model's inputs and outputs (name, buffer, shape, dtype), 
 (role, shape, dtype, bytes; an intermediate's slot in the liveness-shared memory; a constant's
 file), the slots, the kernels (source files and the metadata a host needs to launch them:
 argument order, shapes, launch geometry; a program's stages in launch order) and the launches
-in order, each a kernel and the buffers it takes (its inputs, then its outputs).
+in order, each a kernel and the buffers it takes (its inputs, then its outputs), and the
+schedule when there is one: stages of launch indices, a stage's groups free to run at once.
 """
 from __future__ import annotations
 
@@ -73,6 +74,8 @@ def export(session: Compiled, directory: str | Path) -> Path:
         "launches": [{"kernel": launch.kernel, "ops": list(launch.ops),
                       "args": list(launch.args)} for launch in plan.launches],
         "memory": plan.memory(),
+        # stages of launch indices: groups in one stage may run concurrently (``ios.py``)
+        "schedule": plan.schedule.to_dict() if plan.schedule is not None else None,
     }
     path = root / MANIFEST
     path.write_text(json.dumps(manifest, indent=1))

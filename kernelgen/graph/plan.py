@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .ios import Schedule
 from .memory import Slot
 
 
@@ -64,6 +65,9 @@ class Plan:
     inputs: tuple[int, ...]              # buffer ids, in the graph's input order
     outputs: tuple[tuple[str, int], ...]  # (output name, buffer id)
     live_peak: int                       # bytes of intermediates alive at once, at most
+    # the stages the launches run in (IOS, ``ios.py``; groups hold launch indices); None: one
+    # after another in order
+    schedule: Schedule | None = None
 
     def role(self, role: str) -> list[BufferSpec]:
         return [b for b in self.buffers if b.role == role]
@@ -95,4 +99,18 @@ class Plan:
             kernel = self.kernels[launch.kernel]
             args = ", ".join(names[a] for a in launch.args)
             lines.append(f"  {k:4d} k{kernel.id} {kernel.name} ({kernel.schedule}): {args}")
+        if self.schedule is not None:
+            lines.append(format_schedule(self.schedule))
         return "\n".join(lines)
+
+
+def format_schedule(schedule: Schedule) -> str:
+    """A schedule's stages, one line each: strategy, groups of launch indices, latency."""
+    total = schedule.latency_ms
+    lines = [f"schedule '{schedule.name}': {len(schedule.stages)} stages"
+             + (f", {total:.3f} ms measured" if total is not None else "")]
+    for k, st in enumerate(schedule.stages):
+        groups = " | ".join(" ".join(map(str, g)) for g in st.groups)
+        ms = f"{st.latency_ms:8.3f} ms" if st.latency_ms is not None else " " * 11
+        lines.append(f"  stage {k:3d} {st.strategy:8s} {ms}  {groups}")
+    return "\n".join(lines)

@@ -51,6 +51,7 @@ from ..ir.node import Constant, Placeholder, Value
 from ..version import __version__
 from .executor import CompiledModel
 from .export import MANIFEST, Compiled, export
+from .ios import Schedule
 from .memory import Slot
 from .model import Graph
 from .plan import BufferSpec, KernelSpec, Launch, Plan
@@ -341,7 +342,8 @@ def _plan(manifest: dict[str, Any]) -> Plan:
                       for x in manifest["launches"]),
                 tuple(i["buffer"] for i in manifest["inputs"]),
                 tuple((o["name"], o["buffer"]) for o in manifest["outputs"]),
-                manifest["memory"]["intermediates_live_peak"])
+                manifest["memory"]["intermediates_live_peak"],
+                Schedule.from_dict(manifest["schedule"]) if manifest.get("schedule") else None)
 
 
 def _signature(manifest: dict[str, Any], plan: Plan, constants: dict[str, np.ndarray]) -> Graph:

@@ -6,12 +6,15 @@
     print(session.report())                        # blocks, kernels, memory, fusion
     session.fusion_report().to_dict()              # the fusion report as JSON data
     session.save("model.kg")                       # kernels, plan and weights, as files
+    kernelgen.compile_model(..., schedule="auto")  # IOS stages, kept where measured faster
     session = kernelgen.load_model("model.kg")     # runs as saved, compiling nothing
 
 ``compile_model`` imports the model (``import_onnx``; a ``Graph`` from another frontend is
 taken as it is), plans its fusion blocks with the planner ``fusion`` names (``PLANNERS``),
 and compiles them once (``compile_plan``). ``session.plan`` is the plan as plain data,
 ``session.blocks`` the planner's blocks, ``session.ecg`` the extended computation graph.
+With ``schedule``, the blocks' stages are chosen from measured latencies (``scheduling.py``)
+and compiled into the plan; ``session.schedule_report`` compares the schedules.
 """
 from __future__ import annotations
 
@@ -40,6 +43,7 @@ from .blocks import Block, Planner
 from .planners import PLANNERS, planner
 from .report import FusionReport, fusion_report
 from .saved import load, save
+from .scheduling import SCHEDULERS, ScheduleReport, schedule_model
 from .simplify import Applied, simplify
 
 _ONNX_TYPES = {"float32": "float", "float64": "double", "float16": "float16", "int32": "int32",
@@ -72,6 +76,7 @@ class Session:
         self.fusion = fusion
         self.source = source
         self.rewrites: tuple[Applied, ...] = ()  # the math-property rewrites applied
+        self.schedule_report: ScheduleReport | None = None  # the schedules compared, if any
         self._reports: dict[tuple[str, ...], FusionReport] = {}
 
     @property
@@ -152,6 +157,8 @@ class Session:
             kinds = "+".join(op.kind for op in block.ops)
             lines.append(f"  {k:4d} {kinds:32s} k{kernel.id:<4d} {how:14s} "
                          f"{', '.join(block.names)}")
+        if self.schedule_report is not None:
+            lines += ["", str(self.schedule_report)]
         lines += ["", self.fusion_report().format(details=[self.fusion])]
         return "\n".join(lines)
 
@@ -172,11 +179,16 @@ def _info(name: str, v: Value) -> TensorInfo:
 
 def compile_model(model: ModelLike | Graph, backend: str | Backend = backends.DEFAULT,
                   fusion: str | Planner = "none", input_shapes: InputShapes | None = None,
-                  rewrite: bool = False, **options: Any) -> Session:
+                  rewrite: bool = False, schedule: str | None = None,
+                  schedule_options: Mapping[str, Any] | None = None, **options: Any) -> Session:
     """A ``Session`` running ``model`` (an ONNX path, bytes, ``ModelProto``, or a ``Graph``)
     on ``backend``. ``fusion`` names the planner (``kernelgen.graph.PLANNERS``: 'none' runs
     one kernel per operator); ``input_shapes`` fixes symbolic input dimensions by input name;
     ``rewrite`` applies the math-property rewrites (``simplify``) before planning.
+    ``schedule`` ('auto', 'ios', 'greedy' or 'sequential'; default None, the blocks one after
+    another unmeasured) measures the blocks' stage latencies and compiles the named schedule,
+    or with 'auto' the fastest of the three, where it beats running the blocks one after
+    another; ``schedule_options`` are IOS's pruning (``r``, ``s``, ``max_part``).
     Options: ``tuning`` ('stored', the default: the Fast-Run database's tunables, else the
     defaults; 'none'; 'measure'; or a policy), ``algorithm`` (the convolution algorithm of
     every block holding a Conv), ``warmup`` (True: build every kernel now, not at the first
@@ -195,13 +207,31 @@ def compile_model(model: ModelLike | Graph, backend: str | Backend = backends.DE
     rewrites: tuple[Applied, ...] = ()
     if rewrite:
         graph, rewrites = _rewritten(graph)
+    if schedule is not None and schedule != "auto" and schedule not in SCHEDULERS:
+        raise ArgumentError(f"unknown schedule '{schedule}'; known: 'auto', "
+                            + ", ".join(f"'{n}'" for n in SCHEDULERS))
     blocks = plan_blocks(graph)
     tuning: Tuning = options.pop("tuning", "stored")
-    compiled = compile_plan(graph, blocks, backend, tuning=tuning_policy(tuning), **options)
-    compiled.timings = {"import_s": imported, **compiled.timings}
+    policy = tuning_policy(tuning)
+    compiled = compile_plan(graph, blocks, backend, tuning=policy, **options)
+    timings = {"import_s": imported, **compiled.timings}
+    report = None
+    if schedule not in (None, "sequential"):
+        start = time.perf_counter()
+        names = SCHEDULERS if schedule == "auto" else ("sequential", schedule)
+        report = schedule_model(graph, blocks, compiled, schedulers=names, tuning=policy,
+                                **(schedule_options or {}))
+        chosen = report.best.name if schedule == "auto" else schedule
+        if chosen != "sequential":
+            blocks, stages = report.applied(graph, blocks, chosen)
+            compiled = compile_plan(graph, blocks, backend, tuning=policy, schedule=stages,
+                                    **options)
+        timings["schedule_s"] = time.perf_counter() - start
+    compiled.timings = timings
     name = fusion if isinstance(fusion, str) else getattr(fusion, "__name__", "custom")
     session = Session(graph, blocks, compiled, name, source)
     session.rewrites = rewrites
+    session.schedule_report = report
     return session
 
 

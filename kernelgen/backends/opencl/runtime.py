@@ -1,13 +1,18 @@
 """PyOpenCL runtime: one lazily created context and queue, and a cache of built programs.
 
+Launches go to the device's queue, except inside ``concurrently``, which gives each group of
+launches an in-order queue of its own (IOS's concurrent stages, ``graph/ios.py``): the groups
+start after everything queued before, and the main queue waits for all of them.
+
 PoCL keeps its own on-disk cache of compiled kernels (``POCL_CACHE_DIR``, read once at the first
 ``get_platforms()``), so an in-process dict keyed by source is all we add.
 """
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +43,10 @@ SELECT_ENV = "KERNELGEN_OPENCL_DEVICE"
 _lock = threading.Lock()
 _device: Device | None = None
 _programs: dict[str, Any] = {}
+_side_queues: list[Any] = []  # the queues of concurrent groups, made as needed
+# the queue this context's launches go to (inside ``concurrently``); None: the device's
+_current_queue: contextvars.ContextVar[Any] = contextvars.ContextVar("kernelgen_cl_queue",
+                                                                     default=None)
 
 
 def _import_cl() -> Any:
@@ -141,6 +150,40 @@ def device() -> Device:
         info = read(cl, pi, di)
         _device = Device(ctx, queue, dev, info, host_alignment(info))
         return _device
+
+
+def side_queue(k: int) -> Any:
+    """The ``k``-th queue for concurrent groups (in order, like the device's)."""
+    dev = device()
+    with _lock:
+        while len(_side_queues) <= k:
+            _side_queues.append(_import_cl().CommandQueue(dev.context))
+        return _side_queues[k]
+
+
+def concurrently(groups: Sequence[Sequence[Callable[[], None]]]) -> None:
+    """Call each group's enqueueing functions with their launches going to a queue of the
+    group's own; the groups wait for what the device's queue held before, and later work on
+    the device's queue waits for every group. Returns once everything is enqueued. A launch
+    that packs into a kernel's shared scratch buffer must not be given here (it relies on the
+    one in-order queue; ``OpenCLRuntime.concurrent_safe``)."""
+    cl = _import_cl()
+    main = device().queue
+    start = cl.enqueue_marker(main)
+    main.flush()
+    done = []
+    for k, group in enumerate(groups):
+        queue = side_queue(k)
+        cl.enqueue_barrier(queue, wait_for=[start])
+        token = _current_queue.set(queue)
+        try:
+            for enqueue in group:
+                enqueue()
+        finally:
+            _current_queue.reset(token)
+        done.append(cl.enqueue_marker(queue))
+        queue.flush()  # another queue waits on these events: they must reach the device
+    cl.enqueue_barrier(main, wait_for=done)
 
 
 def build(source: str, name: str) -> Any:
@@ -258,9 +301,22 @@ class OpenCLRuntime:
         size = max(buffer.numel * buffer.dtype.itemsize, 1)
         return cl.Buffer(device().context, cl.mem_flags.READ_WRITE, size)
 
+    @property
+    def concurrent_safe(self) -> bool:
+        """Whether launches may go to several queues at once: not with a packing launch
+        filling a scratch buffer every launch of this kernel shares."""
+        return not self.geometry.scratch
+
+    def concurrently(self, groups: Sequence[Sequence[Callable[[], None]]]) -> None:
+        concurrently(groups)
+
     def launch(self, handles: Sequence[Any]) -> None:
         cl = _import_cl()
-        queue = device().queue
+        queue = _current_queue.get()
+        if queue is not None and self.geometry.scratch:
+            raise KernelgenError(f"OpenCL kernel '{self.name}' packs into a shared scratch "
+                                 f"buffer: it cannot run in a concurrent group")
+        queue = queue or device().queue
         with self._lock:
             kernel = self._compiled()
             if self._pack is not None:

@@ -1,0 +1,278 @@
+"""IOS on a compiled model: stage latencies measured on its device, the three schedules
+(sequential, greedy, IOS) compared, and the blocks a merge stage joins compiled as one kernel.
+
+    report = schedule_model(graph, blocks, model)          # a CompiledModel of ``blocks``
+    report.best                                            # the fastest schedule measured
+    blocks2, schedule2 = report.applied(graph, blocks)     # merged blocks in, for compile_plan
+
+A stage is timed as the executor runs it (a parallel stage's groups on concurrent queues where
+the runtime has them), back to back on the model's own device buffers, median of a few
+repeats; a stage of several groups that cannot run concurrently is priced as its blocks one
+after another, as the executor runs it. Each latency is stored in the Fast-Run database under
+the stage's kernels (source and launch geometry), backend and device, so the same model plans
+again without measuring. A merge joins sibling blocks that read the same
+values and write outputs of one shape into one fused kernel with several outputs (what
+``fuse`` can build; IOS's wider convolution with concatenated filters is not built yet).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .. import backends
+from ..backends import Backend
+from ..compile import STORED, TuningPolicy, compile
+from ..errors import KernelgenError
+from ..exec import Executable, Program
+from ..fastrun import FastRunDB
+from ..ir.node import Constant
+from ..version import __version__
+from .blocks import Block, block_graph
+from .executor import CompiledModel, _arg_names, _fuse, concurrent_safe
+from .ios import Schedule, Stage, check_schedule, greedy, ios, sequential
+from .model import Graph
+from .plan import format_schedule
+
+SCHEDULERS = ("sequential", "greedy", "ios")
+KEY_SCHEMA = 1
+# another schedule replaces running the blocks one after another only when measured faster by
+# this fraction: a tie within the timing noise keeps the plain order
+MARGIN = 0.02
+
+
+@dataclass
+class ScheduleReport:
+    """The schedules of one model's blocks (block indices of the planner's blocks; a merge
+    stage's group names the blocks it joins), which is fastest, and how many stage latencies
+    were measured now or read from the database."""
+
+    schedules: dict[str, Schedule]
+    blocks: list[list[str]] = field(default_factory=list)  # each block's operators, by index
+    measured: int = 0
+    stored: int = 0
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def best(self) -> Schedule:
+        """The schedule of least measured latency; the sequential one unless another is
+        ``MARGIN`` faster."""
+        def ms(s: Schedule) -> float:
+            return s.latency_ms if s.latency_ms is not None else math.inf
+        fastest = min(self.schedules.values(), key=ms)
+        plain = self.schedules.get("sequential")
+        if plain is not None and ms(fastest) > ms(plain) * (1 - MARGIN):
+            return plain
+        return fastest
+
+    def applied(self, graph: Graph, blocks: Sequence[Block], name: str | None = None
+                ) -> tuple[list[Block], Schedule]:
+        """The blocks and schedule to compile for the schedule ``name`` (default: the best):
+        the blocks in stage order, a merge stage's blocks joined into one block."""
+        schedule = self.schedules[name or self.best.name]
+        out: list[Block] = []
+        stages = []
+        for st in schedule.stages:
+            if st.strategy == "merge":
+                order = graph.producer_index()
+                ops = sorted((op for b in st.groups[0] for op in blocks[b].ops),
+                             key=lambda op: order[id(op)])
+                notes = "; ".join(blocks[b].note for b in st.groups[0] if blocks[b].note)
+                out.append(Block(tuple(ops), f"merged by IOS: {notes}",
+                                 tuple(x for b in st.groups[0] for x in blocks[b].stops)))
+                stages.append(Stage("merge", ((len(out) - 1,),), st.latency_ms))
+                continue
+            groups = []
+            for g in st.groups:
+                groups.append(tuple(range(len(out), len(out) + len(g))))
+                out += [blocks[b] for b in g]
+            stages.append(Stage("parallel", tuple(groups), st.latency_ms))
+        return out, Schedule(schedule.name, tuple(stages), schedule.search_s)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"best": self.best.name, "measured": self.measured, "stored": self.stored,
+                "options": self.options, "blocks": self.blocks,
+                "schedules": {k: s.to_dict() for k, s in self.schedules.items()}}
+
+    def __str__(self) -> str:
+        lines = [f"{'schedule':12s} {'stages':>6s} {'latency ms':>11s} {'search s':>9s}"]
+        for name, s in self.schedules.items():
+            ms = f"{s.latency_ms:.3f}" if s.latency_ms is not None else "-"
+            lines.append(f"{name:12s} {len(s.stages):6d} {ms:>11s} {s.search_s:9.2f}")
+        lines.append(f"best: {self.best.name}; stage latencies measured now {self.measured}, "
+                     f"read from the Fast-Run database {self.stored}")
+        lines.append(format_schedule(self.best))
+        if self.blocks:
+            lines.append("blocks:")
+            lines += [f"  {k:4d} {', '.join(names)}" for k, names in enumerate(self.blocks)]
+        return "\n".join(lines)
+
+
+class MeasuredCost:
+    """Stage latencies (ms) of ``model``'s launches, one launch per block of ``blocks``, timed
+    on its device; a ``StageCost`` for ``ios``."""
+
+    def __init__(self, graph: Graph, blocks: Sequence[Block], model: CompiledModel,
+                 db: FastRunDB | None = None, tuning: TuningPolicy = STORED,
+                 repeat: int = 5, target_s: float = 0.004) -> None:
+        if len(model.plan.launches) != len(blocks) or model.plan.schedule is not None:
+            raise KernelgenError("the scheduler measures a model compiled without a schedule, "
+                                 "one launch per block")
+        self.graph, self.blocks, self.model = graph, blocks, model
+        self.be: Backend = backends.get(model.plan.backend)
+        self.db = db if db is not None else FastRunDB()
+        self.tuning, self.repeat, self.target_s = tuning, repeat, target_s
+        self.runtime = model.runtime
+        self.handles = model.bind({v.name: np.zeros(v.shape, v.dtype.numpy)
+                                   for v in graph.inputs})
+        self.ids = {b.name: b.id for b in model.plan.buffers}
+        for b in model.plan.buffers:  # a merged kernel may read a constant a program folded
+            if b.role == "constant" and self.handles[b.id] is None:
+                self.handles[b.id] = self.runtime.device_array(  # type: ignore[union-attr]
+                    model.constants[b.name].reshape(b.shape))
+        self.measured = self.stored = 0
+        self._seen: dict[str, float] = {}  # this search's latencies, by key
+        self._merged: dict[tuple[int, ...], tuple[Executable, list[int]] | None] = {}
+        plan = model.plan
+        self._exe = [model.executables[launch.kernel] for launch in plan.launches]
+        self._digest = [_digest(e) for e in self._exe]
+        self._concurrent = hasattr(self.runtime, "concurrently")
+
+    # --- StageCost ---------------------------------------------------------------------------
+    def parallel(self, groups: tuple[tuple[int, ...], ...]) -> float:
+        if len(groups) > 1 and not (self._concurrent and all(
+                concurrent_safe(self._exe[b]) for g in groups for b in g)):
+            # the executor runs such a stage one block after another: priced so, exactly
+            return sum(self.parallel(((b,),)) for g in groups for b in g)
+        key = [[self._digest[b] for b in g] for g in groups]
+        calls = [[self._call(self._exe[b], self.model.plan.launches[b].args) for b in g]
+                 for g in groups]
+        return self._latency("parallel", key, lambda: self._run(calls))
+
+    def merge_key(self, block: int) -> Hashable | None:
+        return merge_key(self.graph, self.blocks[block])
+
+    def merge(self, blocks: tuple[int, ...]) -> float:
+        merged = self._merge(blocks)
+        if merged is None:
+            return math.inf
+        exe, args = merged
+        call = self._call(exe, args)
+        return self._latency("merge", [[_digest(exe)]], lambda: self._run([[call]]))
+
+    # --- measuring ---------------------------------------------------------------------------
+    def _merge(self, blocks: tuple[int, ...]) -> tuple[Executable, list[int]] | None:
+        if blocks not in self._merged:
+            order = self.graph.producer_index()
+            ops = sorted((op for b in blocks for op in self.blocks[b].ops),
+                         key=lambda op: order[id(op)])
+            try:
+                fused, real = _fuse(self.graph, Block(tuple(ops)))
+                exe = compile(fused, self.be, tuning=self.tuning)
+                args = [self.ids[real[n]] for n in _arg_names(fused, exe)]
+                self._merged[blocks] = (exe, args)
+            except KernelgenError:
+                self._merged[blocks] = None  # not one kernel: no merge stage
+        return self._merged[blocks]
+
+    def _call(self, exe: Executable, args: Sequence[int]) -> Callable[[], None]:
+        handles = [self.handles[a] for a in args]
+        return lambda: exe.launch(*handles, wait=False)
+
+    def _run(self, calls: list[list[Callable[[], None]]]) -> None:
+        if len(calls) > 1:
+            self.runtime.concurrently(calls)  # type: ignore[union-attr,attr-defined]
+        else:
+            for call in calls[0]:
+                call()
+
+    def _latency(self, strategy: str, kernels: list[list[str]], run: Callable[[], None]
+                 ) -> float:
+        fields = {"kind": "ios-stage", "schema": KEY_SCHEMA, "strategy": strategy,
+                  "kernels": kernels, "backend": self.be.name,
+                  "device": self.be.device_identity(), "kernelgen": __version__}
+        key = FastRunDB.key(fields)
+        if key in self._seen:
+            return self._seen[key]
+        hit = self.db.get(fields)
+        if hit is not None and isinstance(hit.get("value"), (int, float)):
+            self.stored += 1
+            ms = float(hit["value"])
+        else:
+            ms = self._time(run)
+            self.measured += 1
+            self.db.put(fields, ms, ms)
+        self._seen[key] = ms
+        return ms
+
+    def _time(self, run: Callable[[], None]) -> float:
+        assert self.runtime is not None
+        sync = self.runtime.sync
+        run()
+        sync()
+        start = time.perf_counter()
+        run()
+        sync()
+        once = time.perf_counter() - start
+        number = max(1, min(50, int(self.target_s / max(once, 1e-6))))
+        samples = []
+        for _ in range(self.repeat):
+            start = time.perf_counter()
+            for _ in range(number):
+                run()
+            sync()
+            samples.append((time.perf_counter() - start) / number)
+        return statistics.median(samples) * 1e3
+
+
+def merge_key(graph: Graph, block: Block) -> Hashable | None:
+    """Blocks with equal keys may join into one kernel: they read the same values (constants
+    aside) and write outputs of one shape (``fuse``'s rule for a kernel with several)."""
+    inside = {id(op) for op in block.ops}
+    reads = frozenset(v.name for op in block.ops for v in op.inputs
+                      if id(v) not in inside and not isinstance(v, Constant))
+    outs = {tuple(op.shape) for op in block.ops if graph.is_output(op)
+            or any(id(c) not in inside for c in graph.consumers(op))}
+    return (reads, outs.pop()) if len(outs) == 1 and reads else None
+
+
+def _digest(exe: Executable) -> str:
+    """The kernels a launch runs, as a stage key: sources and launch geometry."""
+    kernels = exe.kernels if isinstance(exe, Program) else [exe]
+    h = hashlib.sha256()
+    for k in kernels:
+        h.update(k.source.encode())
+        h.update(json.dumps(k.metadata.get("launch"), sort_keys=True, default=str).encode())
+    return h.hexdigest()[:24]
+
+
+def schedule_model(graph: Graph, blocks: Sequence[Block], model: CompiledModel, *,
+                   schedulers: Sequence[str] = SCHEDULERS, r: int = 3, s: int = 8,
+                   max_part: int = 16, db: FastRunDB | None = None,
+                   tuning: TuningPolicy = STORED) -> ScheduleReport:
+    """The ``schedulers``' schedules of ``blocks`` (compiled one launch per block as
+    ``model``), priced by stage latencies measured on the model's device. ``r``, ``s`` and
+    ``max_part`` are IOS's pruning: blocks per group, groups per stage, blocks per part."""
+    unknown = [n for n in schedulers if n not in SCHEDULERS]
+    if unknown:
+        raise ValueError(f"unknown scheduler(s) {unknown}; known: {list(SCHEDULERS)}")
+    cost = MeasuredCost(graph, blocks, model, db, tuning)
+    g = block_graph(graph, blocks)
+    out: dict[str, Schedule] = {}
+    for name in schedulers:
+        if name == "sequential":
+            out[name] = sequential(g, cost)
+        elif name == "greedy":
+            out[name] = greedy(g, cost, s)
+        else:
+            out[name] = ios(g, cost, r, s, max_part)
+        check_schedule(g, out[name])
+    return ScheduleReport(out, [list(b.names) for b in blocks], cost.measured, cost.stored,
+                          {"r": r, "s": s, "max_part": max_part})

@@ -1,0 +1,180 @@
+"""IOS schedules on real models (``graph/ios.py``, ``graph/scheduling.py``): concurrent
+stages give exactly what running the blocks one after another gives, merged blocks equal the
+unmerged ones, the schedule is measured, stored and saved with the model, and ``kernelgen plan
+--schedule`` prints it. The DP itself is tested against brute force in tests/unit/test_ios.py.
+
+The SqueezeNet and Inception v1 light models (random weights) under DNNFusion's planner on
+OpenCL, whose runtime runs a stage's groups on queues of their own, and on NEON C (one after
+another, in the schedule's order)."""
+from __future__ import annotations
+
+import json
+import math
+import threading
+from collections.abc import Hashable
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import require
+from models.model_zoo import light
+
+import kernelgen as kg
+from kernelgen.fastrun import FastRunDB
+from kernelgen.graph import import_onnx
+from kernelgen.graph.blocks import Block, block_graph
+from kernelgen.graph.executor import compile_plan
+from kernelgen.graph.ios import ScheduleError, Stage, greedy, ios
+from kernelgen.graph.scheduling import ScheduleReport, merge_key, schedule_model
+
+rng = np.random.default_rng(11)
+
+
+class _Prefer:
+    """A cost model that makes IOS merge every mergeable sibling set and otherwise run blocks
+    alone (``merge``), or run as many groups at once as it can (``concurrent``)."""
+
+    def __init__(self, graph: Any, blocks: list[Block], mode: str) -> None:
+        self.graph, self.blocks, self.mode = graph, blocks, mode
+
+    def parallel(self, groups: tuple[tuple[int, ...], ...]) -> float:
+        if self.mode == "merge":
+            return 1.0 if len(groups) == 1 and len(groups[0]) == 1 else math.inf
+        return 1.0 / len(groups)
+
+    def merge_key(self, block: int) -> Hashable | None:
+        return merge_key(self.graph, self.blocks[block]) if self.mode == "merge" else None
+
+    def merge(self, blocks: tuple[int, ...]) -> float:
+        return 0.01
+
+
+@pytest.fixture(scope="module", params=[("squeezenet", "opencl"), ("inception_v1", "opencl"),
+                                        ("squeezenet", "neon")], ids=lambda p: "-".join(p))
+def model(request: pytest.FixtureRequest) -> tuple[Any, ...]:
+    name, backend = request.param
+    require(backend)
+    proto = light(name)
+    graph = import_onnx(proto)
+    session = kg.compile_model(graph, backend=backend, fusion="dnnfusion")
+    x = graph.inputs[0]
+    feeds = {x.name: rng.standard_normal(x.shape).astype(np.float32)}
+    return name, backend, session, feeds, session.run(None, feeds)
+
+
+def _scheduled(session: kg.Session, backend: str, mode: str) -> tuple[Any, Any, Any]:
+    graph, blocks = session.graph, list(session.blocks)
+    g = block_graph(graph, blocks)
+    cost = _Prefer(graph, blocks, mode)
+    schedule = greedy(g, cost) if mode == "concurrent" else ios(g, cost)
+    report = ScheduleReport({schedule.name: schedule})
+    merged, stages = report.applied(graph, blocks, schedule.name)
+    return compile_plan(graph, merged, backend, schedule=stages), schedule, stages
+
+
+def test_concurrent_stages_give_the_sequential_results(model: tuple[Any, ...]) -> None:
+    name, backend, session, feeds, want = model
+    compiled, _, stages = _scheduled(session, backend, "concurrent")
+    wide = [st for st in stages.stages if len(st.groups) > 1]
+    assert len(wide) >= 3, f"{name}: expected stages of several groups"
+    if backend == "opencl":  # the runtime really runs them on separate queues
+        assert any(together for _, together in compiled._stages)
+    names = list(session.graph.outputs)
+    for _ in range(3):
+        got = compiled.run(feeds)
+        for n, w in zip(names, want):
+            np.testing.assert_array_equal(got[n], w, err_msg=f"{name} output {n}")
+    # and from several threads at once, each run with its own buffers
+    errors: list[str] = []
+
+    def worker() -> None:
+        out = compiled.run(feeds)
+        errors.extend(n for n, w in zip(names, want) if not np.array_equal(out[n], w))
+    threads = [threading.Thread(target=worker) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+def test_merged_blocks_equal_the_unmerged(model: tuple[Any, ...]) -> None:
+    name, backend, session, feeds, want = model
+    compiled, schedule, _ = _scheduled(session, backend, "merge")
+    merges = [st for st in schedule.stages if st.strategy == "merge"]
+    assert merges, f"{name}: no sibling blocks merged"
+    assert len(compiled.plan.launches) == len(session.blocks) - sum(
+        len(st.blocks) - 1 for st in merges)
+    got = compiled.run(feeds)
+    for n, w in zip(session.graph.outputs, want):
+        scale = max(float(np.abs(w).max()), 1e-6)
+        assert float(np.abs(got[n] - w).max()) <= 1e-5 * scale, f"{name} output {n}"
+
+
+def test_a_schedule_breaking_a_dependency_is_refused(model: tuple[Any, ...]) -> None:
+    name, backend, session, _, _ = model
+    if name != "squeezenet" or backend != "opencl":
+        pytest.skip("one model is enough")
+    graph, blocks = session.graph, list(session.blocks)
+    backwards = ios(block_graph(graph, blocks), _Prefer(graph, blocks, "concurrent"))
+    swapped = (Stage("parallel", ((1,),)), Stage("parallel", ((0,),)), *backwards.stages[2:])
+    with pytest.raises(ScheduleError, match="block 1 runs before block 0"):
+        compile_plan(graph, blocks, backend, warmup=False,
+                     schedule=type(backwards)("bad", swapped))
+
+
+def test_measured_schedules_are_stored_and_saved(model: tuple[Any, ...], tmp_path: Any,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    name, backend, session, feeds, want = model
+    if name != "squeezenet":
+        pytest.skip("measuring Inception's stages takes a minute; SqueezeNet shows the same")
+    db = FastRunDB(tmp_path / "fastrun.sqlite")
+    first = schedule_model(session.graph, session.blocks, session.model, db=db)
+    assert first.measured > 0
+    again = schedule_model(session.graph, session.blocks, session.model, db=db)
+    assert again.measured == 0 and again.stored == first.measured
+    assert {k: s.latency_ms for k, s in again.schedules.items()} == \
+        {k: s.latency_ms for k, s in first.schedules.items()}
+    best = first.best
+    seq = first.schedules["sequential"].latency_ms
+    assert best.name == "sequential" or best.latency_ms < seq  # type: ignore[operator]
+    # a session compiled with a schedule keeps it in its plan, its report and its save
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # the default database: empty
+    sess = kg.compile_model(session.graph, backend=backend, fusion="dnnfusion",
+                            schedule="ios", schedule_options={"r": 2, "s": 3})
+    assert sess.schedule_report is not None and sess.plan.schedule is not None
+    assert sess.plan.schedule.name == "ios"
+    assert "schedule 'ios'" in sess.report()
+    path = sess.save(tmp_path / "model.kg")
+    loaded = kg.load_model(path)
+    assert loaded.plan.schedule == sess.plan.schedule
+    for got, w in zip(loaded.run(None, feeds), want):
+        np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-5 * float(np.abs(w).max()))
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["schedule"]["name"] == "ios"
+
+
+def test_unknown_schedule_is_named() -> None:
+    with pytest.raises(kg.ArgumentError, match="unknown schedule 'fastest'"):
+        kg.compile_model(light("squeezenet"), schedule="fastest")
+
+
+def test_plan_schedule_cli(tmp_path: Any, capsys: pytest.CaptureFixture[str],
+                           monkeypatch: pytest.MonkeyPatch) -> None:
+    require("opencl")
+    from models.model_zoo import mobilenet_v2
+
+    import onnx
+
+    from kernelgen.cli.main import main
+    path = tmp_path / "m.onnx"
+    onnx.save(mobilenet_v2(), path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert main(["plan", str(path), "--schedule", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert set(data["schedules"]) == {"sequential", "greedy", "ios"}
+    assert data["measured"] > 0 and data["best"] in data["schedules"]
+    assert all(st["latency_ms"] > 0 for s in data["schedules"].values() for st in s["stages"])
+    assert main(["plan", str(path), "--schedule"]) == 0
+    text = capsys.readouterr().out
+    assert "sequential" in text and "stage   0" in text and "from the Fast-Run database" in text
