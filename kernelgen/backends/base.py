@@ -107,6 +107,10 @@ class Runtime(Protocol):
     def launch(self, handles: Sequence[Any]) -> None: ...
     def sync(self) -> None: ...
     def to_host(self, handle: Any, out: np.ndarray) -> None: ...
+    def view(self, handle: Any, offset: int, buffer: Buffer) -> Any:
+        """The part of the device buffer ``handle`` that starts ``offset`` elements in and
+        holds ``buffer`` (its dtype's elements), sharing the memory."""
+        ...
 
 
 PRIVATE = {"tunable": False}  # field metadata: a schedule field that is not a tunable
@@ -250,6 +254,11 @@ class Backend:
     def device_identity(self) -> str:
         """What a measurement depends on besides the kernel: device and toolchain."""
         raise NotImplementedError
+
+    def view_alignment(self) -> int:
+        """The byte alignment a view into a device buffer must start at
+        (``Runtime.view``)."""
+        return 1
 
     def template_digest(self) -> str:
         """A hash of the backend's kernel skeletons (``<name>/templates/``): tuned results

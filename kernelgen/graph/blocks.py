@@ -40,6 +40,9 @@ class Block:
     ops: tuple[Op, ...]
     note: str = ""
     stops: tuple[Stop, ...] = ()
+    # a lone Slice whose output may share its input's memory (the executor makes it a view and
+    # compiles nothing where the slice is one contiguous range; IOS's merged convolutions)
+    view: bool = False
 
     def __post_init__(self) -> None:
         if not self.ops:

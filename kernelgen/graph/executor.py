@@ -69,10 +69,13 @@ def compile_plan(graph: Graph, blocks: Sequence[Block], backend: str | Backend =
         check_schedule(block_graph(graph, blocks), schedule)
     be = backends.get(backend)
     start = time.perf_counter()
-    fused, names = zip(*(_fuse(graph, block) for block in blocks)) if blocks else ((), ())
+    views = {b: off for b, block in enumerate(blocks)
+             if block.view and (off := _view_offset(graph, block, be)) is not None}
+    run = [b for b in range(len(blocks)) if b not in views]
+    fused, names = zip(*(_fuse(graph, blocks[b]) for b in run)) if run else ((), ())
     compiled = _compile_blocks(fused, names, be, tuning, algorithm, options)
     timings = {"compile_s": time.perf_counter() - start}
-    plan = _plan(graph, blocks, compiled, be, schedule)
+    plan = _plan(graph, blocks, run, views, compiled, be, schedule)
     start = time.perf_counter()
     if warmup:  # else each kernel builds at its first run (the CLI's emit builds none)
         _prebuild(be, compiled.executables)
@@ -81,6 +84,36 @@ def compile_plan(graph: Graph, blocks: Sequence[Block], backend: str | Backend =
         model.run({v.name: np.zeros(v.shape, v.dtype.numpy) for v in graph.inputs})
     timings["build_s"] = time.perf_counter() - start
     return model
+
+
+def _view_offset(graph: Graph, block: Block, be: Backend) -> int | None:
+    """Where a view block's Slice output starts in its input (elements), when it is one
+    contiguous range of an intermediate that the backend can address there; else None (the
+    block is compiled as a copy). Contiguous: every axis before the first one it cuts holds
+    one index, that axis is cut with step 1, and every later axis is whole."""
+    op = block.ops[0]
+    source = op.inputs[0]
+    if (len(block.ops) != 1 or op.kind != "Slice" or not isinstance(source, Op)
+            or graph.is_output(op) or graph.is_output(source)):
+        return None
+    begins = [0] * source.rank
+    steps = [1] * source.rank
+    for a, start, end, step in zip(op.attrs["axes"], op.attrs["starts"], op.attrs["ends"],
+                                   op.attrs["steps"]):
+        begins[a], _, steps[a] = slice(start, end, step).indices(source.shape[a])
+    cut = next((a for a in range(source.rank) if op.shape[a] != source.shape[a]), source.rank)
+    if any(op.shape[a] != 1 for a in range(cut)) or (cut < source.rank and op.shape[cut] > 1
+                                                     and steps[cut] != 1):
+        return None
+    if any(begins[a] != 0 for a in range(cut + 1, source.rank)):
+        return None
+    offset, stride = 0, 1
+    for a in reversed(range(source.rank)):
+        offset += begins[a] * stride
+        stride *= source.shape[a]
+    if offset * source.dtype.itemsize % be.view_alignment():
+        return None
+    return offset
 
 
 def _fuse(graph: Graph, block: Block) -> tuple[FusedBlock, dict[str, str]]:
@@ -155,34 +188,66 @@ def _check_args(exe: Executable, names: list[str]) -> None:
         raise AssertionError(f"kernel '{exe.name}' takes {declared}, the executor passes {names}")
 
 
-def _plan(graph: Graph, blocks: Sequence[Block], compiled: _Compiled, be: Backend,
-          schedule: Schedule | None = None) -> Plan:
+def _plan(graph: Graph, blocks: Sequence[Block], run: Sequence[int], views: dict[int, int],
+          compiled: _Compiled, be: Backend, schedule: Schedule | None = None) -> Plan:
+    """``run``: the blocks that launch (``compiled.launches`` in this order); ``views``: the
+    view blocks, by block index, with their offsets."""
     values = _values(graph, blocks)
     ids = {v.name: k for k, v in enumerate(values)}
     # lives are counted in stages: groups of one stage may run at once
     when = ({b: k for k, st in enumerate(schedule.stages) for b in st.blocks}
             if schedule is not None else {b: b for b in range(len(blocks))})
     owner = {id(op): when[b] for b, block in enumerate(blocks) for op in block.ops}
+    # a view's memory is its root's (views of views add up): the root lives while they do
+    root: dict[int, tuple[Value, int]] = {}
+    for b in sorted(views):
+        op = blocks[b].ops[0]
+        parent, base = root.get(id(op.inputs[0]), (op.inputs[0], 0))
+        root[id(op)] = (parent, base + views[b])
+    readers: dict[int, list[int]] = {}
+    for v in values:
+        if isinstance(v, Op):
+            holder = root.get(id(v), (v, 0))[0]
+            readers.setdefault(id(holder), []).extend(owner[id(c)] for c in graph.consumers(v))
     resident = _resident(graph, compiled, ids)
     intervals = []
     for v in values:
-        if isinstance(v, Op) and not graph.is_output(v):
-            uses = [owner[id(c)] for c in graph.consumers(v) if owner[id(c)] != owner[id(v)]]
+        if isinstance(v, Op) and not graph.is_output(v) and id(v) not in root:
             start = owner[id(v)]
+            uses = [u for u in readers.get(id(v), []) if u != start]
             intervals.append(memory.Interval(ids[v.name], start, max(uses, default=start),
                                              str(v.dtype), v.numel, _nbytes(v)))
     slot_of, slots = memory.assign(intervals)
-    buffers = tuple(BufferSpec(k, v.name, _role(graph, v), str(v.dtype), tuple(v.shape),
-                               _nbytes(v), slot_of.get(k), k in resident)
-                    for k, v in enumerate(values))
+    buffers = []
+    for k, v in enumerate(values):
+        view_of, offset = None, 0
+        if id(v) in root:
+            parent, offset = root[id(v)]
+            view_of = ids[parent.name]
+        buffers.append(BufferSpec(k, v.name, _role(graph, v), str(v.dtype), tuple(v.shape),
+                                  _nbytes(v), slot_of.get(k), k in resident, view_of, offset))
     kernels = tuple(_kernel_spec(k, exe, compiled.uses[k])
                     for k, exe in enumerate(compiled.executables))
     launches = tuple(Launch(k, blocks[b].names, tuple(ids[n] for n in names))
-                     for b, (k, names) in enumerate(compiled.launches))
-    return Plan(be.name, buffers, tuple(slots), kernels, launches,
+                     for b, (k, names) in zip(run, compiled.launches))
+    return Plan(be.name, tuple(buffers), tuple(slots), kernels, launches,
                 tuple(ids[v.name] for v in graph.inputs),
                 tuple((name, ids[v.name]) for name, v in graph.outputs.items()),
-                memory.live_peak(intervals), schedule)
+                memory.live_peak(intervals), _launch_schedule(schedule, run))
+
+
+def _launch_schedule(schedule: Schedule | None, run: Sequence[int]) -> Schedule | None:
+    """``schedule`` over launch indices: view blocks launch nothing, so they leave it."""
+    if schedule is None:
+        return None
+    index = {b: k for k, b in enumerate(run)}
+    stages = []
+    for st in schedule.stages:
+        groups = tuple(g for g in (tuple(index[b] for b in g if b in index) for g in st.groups)
+                       if g)
+        if groups:
+            stages.append(replace(st, groups=groups))
+    return replace(schedule, stages=tuple(stages))
 
 
 def _values(graph: Graph, blocks: Sequence[Block]) -> list[Value]:
@@ -367,7 +432,7 @@ class CompiledModel:
         assert self.runtime is not None
         handles: list[Any] = [None] * len(self.plan.buffers)
         for b in self.plan.buffers:
-            if b.role == "intermediate":
+            if b.role == "intermediate" and b.view_of is None:
                 handles[b.id] = arena[-1 - b.slot]  # type: ignore[operator]
             elif b.role == "output":
                 handles[b.id] = arena[b.id]
@@ -375,6 +440,10 @@ class CompiledModel:
                 handles[b.id] = self.runtime.device_array(host[b.id])
             elif b.resident:
                 handles[b.id] = self._resident[b.id]
+        for b in self.plan.buffers:  # a view's root is a slot's tenant, never a view
+            if b.view_of is not None:
+                handles[b.id] = self.runtime.view(handles[b.view_of], b.offset,
+                                                  Buffer(b.name, b.shape, DType(b.dtype)))
         return handles
 
     def _outputs(self, handles: list[Any], host: dict[int, np.ndarray]) -> dict[str, np.ndarray]:

@@ -7,9 +7,10 @@ another language to run it without Python: ``export(session, directory)``.
     DIR/constants/k3_w_winograd.npy     constants a program folded into its own form
 
 The manifest holds the model's inputs and outputs (name, buffer, shape, dtype), every buffer
-(role, shape, dtype, bytes; an intermediate's slot in the liveness-shared memory; a constant's
-file), the slots, the kernels (source files and the metadata a host needs to launch them:
-argument order, shapes, launch geometry; a program's stages in launch order) and the launches
+(role, shape, dtype, bytes; an intermediate's slot in the liveness-shared memory, or the buffer
+it is a contiguous view of and the element offset; a constant's file), the slots, the kernels
+(source files and the metadata a host needs to launch them: argument order, shapes, launch
+geometry; a program's stages in launch order) and the launches
 in order, each a kernel and the buffers it takes (its inputs, then its outputs), and the
 schedule when there is one: stages of launch indices, a stage's groups free to run at once.
 """
@@ -59,6 +60,8 @@ def export(session: Compiled, directory: str | Path) -> Path:
         if b.role == "constant":
             entry["resident"] = b.resident
             entry["file"] = _save(root, f"b{b.id}_{b.name}", constants[b.name])
+        if b.view_of is not None:  # the elements of buffer view_of from offset on
+            entry["view_of"], entry["offset"] = b.view_of, b.offset
         buffers.append(entry)
     kernels = [_kernel(root, k, exe, suffix, plan.kernels[k].uses)
                for k, exe in enumerate(session.model.executables)]

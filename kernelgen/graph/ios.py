@@ -147,7 +147,9 @@ def _mask(blocks: Sequence[int]) -> int:
 
 def check_schedule(graph: BlockGraph, schedule: Schedule) -> None:
     """Raise ``ScheduleError`` unless every block runs once, every block's inputs are produced
-    by an earlier stage or earlier in its own group, and the strategies are known."""
+    by an earlier stage or earlier in its own group, and the strategies are known. (A merge
+    stage the DP makes holds independent blocks; one laid out for compiling holds the merged
+    block and the views of it that follow.)"""
     done = 0
     for k, st in enumerate(schedule.stages):
         if st.strategy not in STRATEGIES:
@@ -159,8 +161,7 @@ def check_schedule(graph: BlockGraph, schedule: Schedule) -> None:
             for b in group:
                 if not 0 <= b < graph.n or (done | seen) >> b & 1:
                     raise ScheduleError(f"stage {k}: block {b} is unknown or runs twice")
-                inner = 0 if st.strategy == "merge" else seen
-                missing = graph.preds[b] & ~(done | inner)
+                missing = graph.preds[b] & ~(done | seen)
                 if missing:
                     raise ScheduleError(f"stage {k}: block {b} runs before block "
                                         f"{next(_bits(missing))} it reads from")

@@ -6,7 +6,8 @@ sources and metadata alone.
 Buffers are numbered. Inputs are copied in per run; constants are uploaded once when the model
 is compiled (``resident``; a constant a convolution program folded into its own transformed
 copy is not); outputs get buffers of their own; intermediates live in shared ``slots`` assigned
-by liveness (``memory.py``), each tenant at offset 0 of its slot.
+by liveness (``memory.py``), each tenant at offset 0 of its slot, except views (``view_of``):
+a contiguous part of another intermediate, at an element offset into it.
 """
 from __future__ import annotations
 
@@ -30,6 +31,10 @@ class BufferSpec:
     nbytes: int
     slot: int | None = None
     resident: bool = False  # a constant uploaded to the device at compile time
+    # an intermediate that is a contiguous part of another (a view block's output): that
+    # buffer's id and the element offset; it has no slot of its own
+    view_of: int | None = None
+    offset: int = 0
 
 
 @dataclass(frozen=True)

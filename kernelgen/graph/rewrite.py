@@ -1,8 +1,10 @@
 """Graph rewrites that change weights, not kernels (docs/algorithms.md): BatchNormalization
 folded into the preceding Conv or Gemm, and sibling convolutions on one input merged into one
-wider convolution ("kernel enlarging"). Pure functions: they return new operators and leave the
-old ones alone."""
+wider convolution ("kernel enlarging", IOS's merge stage: ``scheduling.py``). Pure functions:
+they return new operators and leave the old ones alone."""
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -59,57 +61,75 @@ def fold_batchnorm(bn: Op) -> Op:
 
 
 def merge_sibling_convs(a: Op, b: Op) -> tuple[Op, Op, Op]:
-    """Two convolutions of the same input with the same strides, dilations and output size, as
-    one convolution over both filter banks; the smaller kernel is zero-padded to the larger
-    (1x1 beside 3x3). Returns ``(merged, slice_a, slice_b)``, the slices being a's and b's
-    outputs. Kernel enlarging trades a few zero multiplies for one pass over the input."""
-    for op in (a, b):
+    """Two convolutions of the same input as one (``widen_convs``): ``(merged, slice_a,
+    slice_b)``, the slices being a's and b's outputs."""
+    merged, (sa, sb) = widen_convs([a, b])
+    return merged, sa, sb
+
+
+def widen_convs(convs: Sequence[Op], source: Value | None = None) -> tuple[Op, list[Op]]:
+    """Convolutions of the same input with the same strides, dilations, output size and no
+    groups, as one convolution over all their filter banks (IOS's merge, "kernel enlarging");
+    smaller kernels are zero-padded, centred, to the largest (1x1 beside 3x3). Returns the
+    merged convolution, reading ``source`` (default: the convolutions' common input, which
+    ``source`` must equal in shape and dtype), and per convolution a Slice of it equal to its
+    output. One pass over the input instead of several, for a few zero multiplies."""
+    if len(convs) < 2:
+        raise RewriteError("widen_convs: give at least two convolutions")
+    a = convs[0]
+    for op in convs:
         if op.kind != "Conv":
-            raise RewriteError(f"merge_sibling_convs: '{op.name}' is {op.kind}, not Conv")
+            raise RewriteError(f"widen_convs: '{op.name}' is {op.kind}, not Conv")
         if op.attrs["group"] != 1:
-            raise RewriteError(f"merge_sibling_convs: '{op.name}' is grouped")
-    if a.inputs[0] is not b.inputs[0]:
-        raise RewriteError("merge_sibling_convs: the convolutions read different inputs")
-    for attr in ("strides", "dilations"):
-        if a.attrs[attr] != b.attrs[attr]:
-            raise RewriteError(f"merge_sibling_convs: {attr} differ ({a.attrs[attr]} vs "
-                               f"{b.attrs[attr]})")
-    if a.shape[2:] != b.shape[2:]:
-        raise RewriteError(f"merge_sibling_convs: output sizes differ ({a.shape} vs {b.shape})")
+            raise RewriteError(f"widen_convs: '{op.name}' is grouped")
+        if source is None and op.inputs[0] is not a.inputs[0]:
+            raise RewriteError("widen_convs: the convolutions read different inputs")
+        for attr in ("strides", "dilations"):
+            if op.attrs[attr] != a.attrs[attr]:
+                raise RewriteError(f"widen_convs: {attr} differ ({a.attrs[attr]} vs "
+                                   f"{op.attrs[attr]})")
+        if op.shape[2:] != a.shape[2:] or op.dtype != a.dtype:
+            raise RewriteError(f"widen_convs: output sizes differ ({a.shape} vs {op.shape})")
+    x = a.inputs[0] if source is None else source
+    if x.shape != a.inputs[0].shape or x.dtype != a.inputs[0].dtype:
+        raise RewriteError(f"widen_convs: the source {x.shape} {x.dtype} is not the "
+                           f"convolutions' input {a.inputs[0].shape} {a.inputs[0].dtype}")
     nd = len(a.attrs["kernel_shape"])
-    big = [max(p, q) for p, q in zip(a.attrs["kernel_shape"], b.attrs["kernel_shape"])]
-    banks, biases, pads = [], [], None
-    for op in (a, b):
+    d = a.attrs["dilations"]
+    big = [max(op.attrs["kernel_shape"][i] for op in convs) for i in range(nd)]
+    banks, biases = [], []
+    begin = end = None
+    for op in convs:
+        k = op.attrs["kernel_shape"]
+        if any((K - kk) % 2 for K, kk in zip(big, k)):
+            raise RewriteError(f"widen_convs: '{op.name}' kernel {k} cannot be centred in {big}")
+        offset = [(K - kk) // 2 for K, kk in zip(big, k)]
         weights = _const("Conv", op.inputs[1], "W")
-        offset = [(K - k) // 2 for K, k in zip(big, op.attrs["kernel_shape"])]
-        if any((K - k) % 2 for K, k in zip(big, op.attrs["kernel_shape"])):
-            raise RewriteError(f"merge_sibling_convs: '{op.name}' kernel cannot be centred in "
-                               f"{big}")
-        d = op.attrs["dilations"]
         padded = np.zeros(weights.shape[:2] + tuple(big))
-        window = tuple(slice(o, o + k) for o, k in zip(offset, op.attrs["kernel_shape"]))
+        window = tuple(slice(o, o + kk) for o, kk in zip(offset, k))
         padded[(slice(None), slice(None)) + window] = weights
-        begin = [p + o * dd for p, o, dd in zip(op.attrs["pads"][:nd], offset, d)]
-        if pads is None:
-            pads = begin
-        elif pads != begin:
-            raise RewriteError("merge_sibling_convs: the kernels do not line up (padding "
-                               f"{pads} vs {begin} once centred)")
+        # the centred kernel reaches o * dilation further on each side: the padding shrinks
+        lo = [p + o * dd for p, o, dd in zip(op.attrs["pads"][:nd], offset, d)]
+        hi = [p + o * dd for p, o, dd in zip(op.attrs["pads"][nd:], offset, d)]
+        if begin is None:
+            begin, end = lo, hi
+        elif (lo, hi) != (begin, end):
+            raise RewriteError("widen_convs: the kernels do not line up (padding "
+                               f"{begin + end} vs {lo + hi} once centred)")
         banks.append(padded)
         biases.append(_const("Conv", op.inputs[2], "B") if len(op.inputs) > 2
                       else np.zeros(weights.shape[0]))
+    assert begin is not None and end is not None
     dtype = a.dtype.numpy
-    x = a.inputs[0]
-    end = [max(pe + (K - k - o) * dd, 0) for pe, K, k, o, dd in zip(
-        a.attrs["pads"][nd:], big, a.attrs["kernel_shape"],
-        [(K - k) // 2 for K, k in zip(big, a.attrs["kernel_shape"])], a.attrs["dilations"])]
-    merged = conv(x, constant(f"{a.name}_{b.name}_w", np.concatenate(banks).astype(dtype)),
-                  constant(f"{a.name}_{b.name}_b", np.concatenate(biases).astype(dtype)),
-                  dilations=a.attrs["dilations"], kernel_shape=big, pads=pads + end,
-                  strides=a.attrs["strides"])
+    label = "+".join(op.name for op in convs)
+    merged = conv(x, constant(f"{label}_w", np.concatenate(banks).astype(dtype)),
+                  constant(f"{label}_b", np.concatenate(biases).astype(dtype)),
+                  dilations=d, kernel_shape=big, pads=begin + end, strides=a.attrs["strides"])
     if merged.shape[2:] != a.shape[2:]:
-        raise RewriteError(f"merge_sibling_convs: merged output {merged.shape} does not match "
+        raise RewriteError(f"widen_convs: merged output {merged.shape} does not match "
                            f"{a.shape}")
-    ma = a.shape[1]
-    return (merged, slice_op(merged, [0], [ma], [1]),
-            slice_op(merged, [ma], [ma + b.shape[1]], [1]))
+    slices, at = [], 0
+    for op in convs:
+        slices.append(slice_op(merged, [at], [at + op.shape[1]], [1]))
+        at += op.shape[1]
+    return merged, slices

@@ -328,7 +328,8 @@ def _executable(files: _Files, entry: dict[str, Any], be: Backend,
 
 def _plan(manifest: dict[str, Any]) -> Plan:
     buffers = tuple(BufferSpec(b["id"], b["name"], b["role"], b["dtype"], tuple(b["shape"]),
-                               b["nbytes"], b["slot"], b.get("resident", False))
+                               b["nbytes"], b["slot"], b.get("resident", False),
+                               b.get("view_of"), b.get("offset", 0))
                     for b in manifest["buffers"])
     kernels = tuple(KernelSpec(k["id"], k["name"], k["kind"], k["uses"],
                                k["metadata"].get("schedule", k["kind"]),

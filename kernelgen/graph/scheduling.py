@@ -10,9 +10,14 @@ the runtime has them), back to back on the model's own device buffers, median of
 repeats; a stage of several groups that cannot run concurrently is priced as its blocks one
 after another, as the executor runs it. Each latency is stored in the Fast-Run database under
 the stage's kernels (source and launch geometry), backend and device, so the same model plans
-again without measuring. A merge joins sibling blocks that read the same
-values and write outputs of one shape into one fused kernel with several outputs (what
-``fuse`` can build; IOS's wider convolution with concatenated filters is not built yet).
+again without measuring.
+
+Two kinds of merge. Sibling blocks that are each a convolution (with the same unary operators
+before and after it) reading one value become IOS's wider convolution: the filter banks
+concatenated (``rewrite.widen_convs``), the unary operators applied once, and each block's
+output a view into the wide output (a contiguous channel range at batch 1: no copy; the graph
+is rewritten so). Other sibling blocks that read the same values and write outputs of one
+shape join into one fused kernel with several outputs.
 """
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -31,15 +36,20 @@ from .. import backends
 from ..backends import Backend
 from ..compile import STORED, TuningPolicy, compile
 from ..errors import KernelgenError
-from ..exec import Executable, Program
+from ..exec import Executable, Kernel, Program
 from ..fastrun import FastRunDB
-from ..ir.node import Constant
+from ..ir.fingerprint import fingerprint
+from ..ir.loop import Buffer
+from ..ir.node import Constant, Op, Placeholder, Value
+from ..ops.elementwise import UNARY, unary
+from ..ops.shape import slice_op
 from ..version import __version__
 from .blocks import Block, block_graph
 from .executor import CompiledModel, _arg_names, _fuse, concurrent_safe
 from .ios import Schedule, Stage, check_schedule, greedy, ios, sequential
 from .model import Graph
 from .plan import format_schedule
+from .rewrite import widen_convs
 
 SCHEDULERS = ("sequential", "greedy", "ios")
 KEY_SCHEMA = 1
@@ -73,28 +83,13 @@ class ScheduleReport:
         return fastest
 
     def applied(self, graph: Graph, blocks: Sequence[Block], name: str | None = None
-                ) -> tuple[list[Block], Schedule]:
-        """The blocks and schedule to compile for the schedule ``name`` (default: the best):
-        the blocks in stage order, a merge stage's blocks joined into one block."""
+                ) -> tuple[Graph, list[Block], Schedule]:
+        """The graph, blocks and schedule to compile for the schedule ``name`` (default: the
+        best): blocks in stage order; a merge stage's blocks joined into one block, or for
+        convolutions, the graph rewritten to the wider convolution and one view block per
+        original output."""
         schedule = self.schedules[name or self.best.name]
-        out: list[Block] = []
-        stages = []
-        for st in schedule.stages:
-            if st.strategy == "merge":
-                order = graph.producer_index()
-                ops = sorted((op for b in st.groups[0] for op in blocks[b].ops),
-                             key=lambda op: order[id(op)])
-                notes = "; ".join(blocks[b].note for b in st.groups[0] if blocks[b].note)
-                out.append(Block(tuple(ops), f"merged by IOS: {notes}",
-                                 tuple(x for b in st.groups[0] for x in blocks[b].stops)))
-                stages.append(Stage("merge", ((len(out) - 1,),), st.latency_ms))
-                continue
-            groups = []
-            for g in st.groups:
-                groups.append(tuple(range(len(out), len(out) + len(g))))
-                out += [blocks[b] for b in g]
-            stages.append(Stage("parallel", tuple(groups), st.latency_ms))
-        return out, Schedule(schedule.name, tuple(stages), schedule.search_s)
+        return _apply(graph, blocks, schedule)
 
     def to_dict(self) -> dict[str, Any]:
         return {"best": self.best.name, "measured": self.measured, "stored": self.stored,
@@ -102,13 +97,18 @@ class ScheduleReport:
                 "schedules": {k: s.to_dict() for k, s in self.schedules.items()}}
 
     def __str__(self) -> str:
+        return self.format()
+
+    def format(self, shown: str | None = None) -> str:
+        """The schedules' totals, then the stages of ``shown`` (default: the best) and the
+        blocks their indices name."""
         lines = [f"{'schedule':12s} {'stages':>6s} {'latency ms':>11s} {'search s':>9s}"]
         for name, s in self.schedules.items():
             ms = f"{s.latency_ms:.3f}" if s.latency_ms is not None else "-"
             lines.append(f"{name:12s} {len(s.stages):6d} {ms:>11s} {s.search_s:9.2f}")
         lines.append(f"best: {self.best.name}; stage latencies measured now {self.measured}, "
                      f"read from the Fast-Run database {self.stored}")
-        lines.append(format_schedule(self.best))
+        lines.append(format_schedule(self.schedules[shown] if shown else self.best))
         if self.blocks:
             lines.append("blocks:")
             lines += [f"  {k:4d} {', '.join(names)}" for k, names in enumerate(self.blocks)]
@@ -163,27 +163,58 @@ class MeasuredCost:
         merged = self._merge(blocks)
         if merged is None:
             return math.inf
-        exe, args = merged
-        call = self._call(exe, args)
+        exe, handles = merged
+        call = self._call(exe, handles)
         return self._latency("merge", [[_digest(exe)]], lambda: self._run([[call]]))
 
     # --- measuring ---------------------------------------------------------------------------
-    def _merge(self, blocks: tuple[int, ...]) -> tuple[Executable, list[int]] | None:
+    def _merge(self, blocks: tuple[int, ...]) -> tuple[Executable, list[Any]] | None:
+        """The merged kernel of ``blocks`` and the device buffers it runs on; None where
+        they cannot merge."""
         if blocks not in self._merged:
-            order = self.graph.producer_index()
-            ops = sorted((op for b in blocks for op in self.blocks[b].ops),
-                         key=lambda op: order[id(op)])
             try:
-                fused, real = _fuse(self.graph, Block(tuple(ops)))
-                exe = compile(fused, self.be, tuning=self.tuning)
-                args = [self.ids[real[n]] for n in _arg_names(fused, exe)]
-                self._merged[blocks] = (exe, args)
+                self._merged[blocks] = self._compile_merge(blocks)
             except KernelgenError:
                 self._merged[blocks] = None  # not one kernel: no merge stage
         return self._merged[blocks]
 
-    def _call(self, exe: Executable, args: Sequence[int]) -> Callable[[], None]:
-        handles = [self.handles[a] for a in args]
+    def _compile_merge(self, blocks: tuple[int, ...]) -> tuple[Executable, list[Any]] | None:
+        convs = [conv_pattern(self.graph, self.blocks[b]) for b in blocks]
+        if all(c is not None for c in convs):
+            pats = [c for c in convs if c is not None]
+            if not views_possible(pats, self.be.view_alignment()):
+                return None
+            # built on a stand-in input, named by position as the executor names blocks, so
+            # the same merge prints the same source (and stage key) in every search
+            x = pats[0].source
+            stand_in = Placeholder("x", x.shape, x.dtype)
+            ops, _ = widened(pats, stand_in)
+            alone = Graph.build([stand_in], [ops[-1]], "merge")
+            fused, real = _fuse(alone, Block(tuple(ops)))
+            exe = compile(fused, self.be, tuning=self.tuning)
+            assert self.runtime is not None
+            values = {v.name: v for v in fused.inputs}
+            handles = []
+            for n in _arg_names(fused, exe):
+                v = values.get(n)
+                if isinstance(v, Constant):
+                    handles.append(self.runtime.device_array(np.asarray(v.value)))
+                elif v is not None:  # the stand-in: the blocks' real input
+                    handles.append(self.handles[self.ids[x.name]])
+                else:  # the wide output, which only this measurement reads
+                    out = ops[-1]
+                    handles.append(self.runtime.device_empty(Buffer(n, out.shape, out.dtype)))
+            return exe, handles
+        order = self.graph.producer_index()
+        ops = sorted((op for b in blocks for op in self.blocks[b].ops),
+                     key=lambda op: order[id(op)])
+        fused_block, real = _fuse(self.graph, Block(tuple(ops)))
+        exe = compile(fused_block, self.be, tuning=self.tuning)
+        return exe, [self.handles[self.ids[real[n]]] for n in _arg_names(fused_block, exe)]
+
+    def _call(self, exe: Executable, args: Sequence[int] | list[Any]) -> Callable[[], None]:
+        handles = list(args) if args and not isinstance(args[0], int) else \
+            [self.handles[a] for a in args]
         return lambda: exe.launch(*handles, wait=False)
 
     def _run(self, calls: list[list[Callable[[], None]]]) -> None:
@@ -232,24 +263,199 @@ class MeasuredCost:
         return statistics.median(samples) * 1e3
 
 
+@dataclass(frozen=True)
+class ConvPattern:
+    """A block that is unary operators (``prologue``) on ``source``, one convolution, and
+    unary operators on its result (``epilogue``), whose last operator is all it writes."""
+
+    source: Value
+    prologue: tuple[Op, ...]
+    conv: Op
+    epilogue: tuple[Op, ...]
+
+    @property
+    def output(self) -> Op:
+        return (self.epilogue or (self.conv,))[-1]
+
+    def key(self) -> Hashable:
+        """What siblings merged into one wider convolution must share (kernel sizes may
+        differ: ``widen_convs`` centres the smaller ones)."""
+        def ops(chain: tuple[Op, ...]) -> tuple[Any, ...]:
+            return tuple((op.kind, repr(sorted(op.attrs.items()))) for op in chain)
+        a = self.conv.attrs
+        return ("conv", id(self.source), ops(self.prologue), ops(self.epilogue),
+                tuple(a["strides"]), tuple(a["dilations"]), self.conv.shape[2:],
+                str(self.conv.dtype))
+
+
+def conv_pattern(graph: Graph, block: Block) -> ConvPattern | None:
+    """``block`` as a ``ConvPattern`` (batch 1, no groups, constant weights), or None."""
+    convs = [k for k, op in enumerate(block.ops) if op.kind == "Conv"]
+    if len(convs) != 1:
+        return None
+    k = convs[0]
+    conv = block.ops[k]
+    if (conv.shape[0] != 1 or conv.attrs["group"] != 1
+            or not all(isinstance(v, Constant) for v in conv.inputs[1:])):
+        return None
+    chain = block.ops[:k] + block.ops[k + 1:]
+    if any(op.kind not in UNARY or len(op.inputs) != 1 for op in chain):
+        return None
+    for before, op in zip(block.ops, block.ops[1:]):
+        if op.inputs[0] is not before:  # one chain: each operator reads the one before
+            return None
+    inside = {id(op) for op in block.ops}
+    last = block.ops[-1]
+    if any(graph.is_output(op) or any(id(c) not in inside for c in graph.consumers(op))
+           for op in block.ops if op is not last):
+        return None
+    return ConvPattern(block.ops[0].inputs[0], block.ops[:k], conv, block.ops[k + 1:])
+
+
+def widened(pats: Sequence[ConvPattern], source: Value) -> tuple[list[Op], list[Op]]:
+    """The wider convolution of ``pats`` on ``source``: its operators (the prologue once,
+    the merged convolution, the epilogue once) and per pattern a Slice equal to its output."""
+    ops: list[Op] = []
+    x = source
+    for op in pats[0].prologue:
+        x = unary(op.kind, x, **op.attrs)
+        ops.append(x)
+    merged, _ = widen_convs([p.conv for p in pats], x)
+    ops.append(merged)
+    y: Op = merged
+    for op in pats[0].epilogue:
+        y = unary(op.kind, y, **op.attrs)
+        ops.append(y)
+    slices, at = [], 0
+    for p in pats:
+        slices.append(slice_op(y, [at], [at + p.conv.shape[1]], [1]))
+        at += p.conv.shape[1]
+    return ops, slices
+
+
+def views_possible(pats: Sequence[ConvPattern], alignment: int) -> bool:
+    """Whether every pattern's channel range of the wide output starts where a view may."""
+    at = 0
+    for p in pats:
+        if at * math.prod(p.conv.shape[2:]) * p.conv.dtype.itemsize % alignment:
+            return False
+        at += p.conv.shape[1]
+    return True
+
+
 def merge_key(graph: Graph, block: Block) -> Hashable | None:
-    """Blocks with equal keys may join into one kernel: they read the same values (constants
-    aside) and write outputs of one shape (``fuse``'s rule for a kernel with several)."""
+    """Blocks with equal keys may merge: convolutions into a wider one (``ConvPattern.key``),
+    others into one kernel when they read the same values (constants aside) and write outputs
+    of one shape (``fuse``'s rule for a kernel with several)."""
+    pattern = conv_pattern(graph, block)
+    if pattern is not None:
+        return pattern.key()
     inside = {id(op) for op in block.ops}
     reads = frozenset(v.name for op in block.ops for v in op.inputs
                       if id(v) not in inside and not isinstance(v, Constant))
     outs = {tuple(op.shape) for op in block.ops if graph.is_output(op)
             or any(id(c) not in inside for c in graph.consumers(op))}
-    return (reads, outs.pop()) if len(outs) == 1 and reads else None
+    return ("join", reads, outs.pop()) if len(outs) == 1 and reads else None
+
+
+def _apply(graph: Graph, blocks: Sequence[Block], schedule: Schedule
+           ) -> tuple[Graph, list[Block], Schedule]:
+    """``applied``: rewrite the graph for the wider convolutions, then lay the blocks out in
+    stage order with the schedule over them."""
+    widen: dict[int, list[ConvPattern]] = {}  # first block of a conv merge -> its patterns
+    for st in schedule.stages:
+        if st.strategy == "merge":
+            pats = [conv_pattern(graph, blocks[b]) for b in st.groups[0]]
+            if all(p is not None for p in pats):
+                widen[st.groups[0][0]] = [p for p in pats if p is not None]
+    owner = {id(op): b for b, block in enumerate(blocks) for op in block.ops}
+    names = {v.name for v in (*graph.ops, *graph.inputs, *graph.constants)}
+    new: dict[int, Value] = {}  # old operator -> its replacement
+    built: dict[int, tuple[list[Op], list[Op]]] = {}  # first block -> (operators, slices)
+    first = {owner[id(op)]: b0 for b0, pats in widen.items()
+             for p in pats for op in blocks[owner[id(p.conv)]].ops}
+
+    def resolve(v: Value) -> Value:
+        return new.get(id(v), v)
+    for op in graph.ops:
+        b = owner[id(op)]
+        if b in first:  # an operator of a merged convolution block
+            b0 = first[b]
+            if b0 not in built:
+                pats = widen[b0]
+                ops, slices = widened(pats, resolve(pats[0].source))
+                for o in ops:
+                    o.name = _fresh(f"{o.kind.lower()}({'+'.join(p.output.name for p in pats)})",
+                                    names)
+                for p, sl in zip(pats, slices):
+                    sl.name = p.output.name  # the tensor the consumers read keeps its name
+                built[b0] = (ops, slices)
+            ops, slices = built[b0]
+            for p, sl in zip(widen[b0], slices):
+                new[id(p.output)] = sl
+            continue
+        inputs = tuple(resolve(v) for v in op.inputs)
+        if inputs != op.inputs:
+            new[id(op)] = replace(op, inputs=inputs)
+    outputs = {k: resolve(v) for k, v in graph.outputs.items()}
+    rewritten = Graph.build(graph.inputs, outputs, graph.name) if widen else graph
+
+    out: list[Block] = []
+    stages = []
+    for st in schedule.stages:
+        if st.strategy == "merge" and st.groups[0][0] in widen:
+            ops, slices = built[st.groups[0][0]]
+            stops = tuple(x for b in st.groups[0] for x in blocks[b].stops)
+            out.append(Block(tuple(ops), "IOS: sibling convolutions as one wider one", stops))
+            out += [Block((sl,), "IOS: a view of the wider convolution", view=True)
+                    for sl in slices]
+            stages.append(Stage("merge", (tuple(range(len(out) - len(slices) - 1, len(out))),),
+                                st.latency_ms))
+            continue
+        if st.strategy == "merge":
+            order = graph.producer_index()
+            members = sorted((op for b in st.groups[0] for op in blocks[b].ops),
+                             key=lambda op: order[id(op)])
+            notes = "; ".join(blocks[b].note for b in st.groups[0] if blocks[b].note)
+            out.append(Block(tuple(_remap(members, new)), f"merged by IOS: {notes}",
+                             tuple(x for b in st.groups[0] for x in blocks[b].stops)))
+            stages.append(Stage("merge", ((len(out) - 1,),), st.latency_ms))
+            continue
+        groups = []
+        for g in st.groups:
+            groups.append(tuple(range(len(out), len(out) + len(g))))
+            out += [replace(blocks[b], ops=tuple(_remap(blocks[b].ops, new))) for b in g]
+        stages.append(Stage("parallel", tuple(groups), st.latency_ms))
+    return rewritten, out, Schedule(schedule.name, tuple(stages), schedule.search_s)
+
+
+def _remap(ops: Sequence[Op], new: dict[int, Value]) -> list[Op]:
+    out = []
+    for op in ops:
+        v = new.get(id(op), op)
+        assert isinstance(v, Op)
+        out.append(v)
+    return out
+
+
+def _fresh(base: str, names: set[str]) -> str:
+    name, k = base, 1
+    while name in names:
+        name, k = f"{base}.{k}", k + 1
+    names.add(name)
+    return name
 
 
 def _digest(exe: Executable) -> str:
-    """The kernels a launch runs, as a stage key: sources and launch geometry."""
+    """The kernels a launch runs, as a stage key: each one's structure (``fingerprint``: not
+    the names, which count up in a process), tunables and launch geometry."""
     kernels = exe.kernels if isinstance(exe, Program) else [exe]
     h = hashlib.sha256()
     for k in kernels:
-        h.update(k.source.encode())
-        h.update(json.dumps(k.metadata.get("launch"), sort_keys=True, default=str).encode())
+        assert isinstance(k, Kernel)
+        h.update(fingerprint(k.loop).encode())
+        h.update(json.dumps([k.metadata.get("tunables"), k.metadata.get("launch")],
+                            sort_keys=True, default=str).encode())
     return h.hexdigest()[:24]
 
 

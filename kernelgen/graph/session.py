@@ -158,7 +158,8 @@ class Session:
             lines.append(f"  {k:4d} {kinds:32s} k{kernel.id:<4d} {how:14s} "
                          f"{', '.join(block.names)}")
         if self.schedule_report is not None:
-            lines += ["", str(self.schedule_report)]
+            used = self.plan.schedule.name if self.plan.schedule is not None else "sequential"
+            lines += ["", self.schedule_report.format(used)]
         lines += ["", self.fusion_report().format(details=[self.fusion])]
         return "\n".join(lines)
 
@@ -223,7 +224,7 @@ def compile_model(model: ModelLike | Graph, backend: str | Backend = backends.DE
                                 **(schedule_options or {}))
         chosen = report.best.name if schedule == "auto" else schedule
         if chosen != "sequential":
-            blocks, stages = report.applied(graph, blocks, chosen)
+            graph, blocks, stages = report.applied(graph, blocks, chosen)
             compiled = compile_plan(graph, blocks, backend, tuning=policy, schedule=stages,
                                     **options)
         timings["schedule_s"] = time.perf_counter() - start

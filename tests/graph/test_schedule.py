@@ -25,7 +25,7 @@ from kernelgen.graph import import_onnx
 from kernelgen.graph.blocks import Block, block_graph
 from kernelgen.graph.executor import compile_plan
 from kernelgen.graph.ios import ScheduleError, Stage, greedy, ios
-from kernelgen.graph.scheduling import ScheduleReport, merge_key, schedule_model
+from kernelgen.graph.scheduling import ScheduleReport, conv_pattern, merge_key, schedule_model
 
 rng = np.random.default_rng(11)
 
@@ -68,7 +68,7 @@ def _scheduled(session: kg.Session, backend: str, mode: str) -> tuple[Any, Any, 
     cost = _Prefer(graph, blocks, mode)
     schedule = greedy(g, cost) if mode == "concurrent" else ios(g, cost)
     report = ScheduleReport({schedule.name: schedule})
-    merged, stages = report.applied(graph, blocks, schedule.name)
+    graph, merged, stages = report.applied(graph, blocks, schedule.name)
     return compile_plan(graph, merged, backend, schedule=stages), schedule, stages
 
 
@@ -98,17 +98,30 @@ def test_concurrent_stages_give_the_sequential_results(model: tuple[Any, ...]) -
     assert not errors
 
 
-def test_merged_blocks_equal_the_unmerged(model: tuple[Any, ...]) -> None:
+def test_merged_blocks_equal_the_unmerged(model: tuple[Any, ...], tmp_path: Any) -> None:
     name, backend, session, feeds, want = model
-    compiled, schedule, _ = _scheduled(session, backend, "merge")
+    compiled, schedule, laid_out = _scheduled(session, backend, "merge")
     merges = [st for st in schedule.stages if st.strategy == "merge"]
     assert merges, f"{name}: no sibling blocks merged"
-    assert len(compiled.plan.launches) == len(session.blocks) - sum(
-        len(st.blocks) - 1 for st in merges)
+    # one launch per merged block; a view launches nothing (a misaligned one is a copy)
+    blocks = sum(len(st.blocks) for st in laid_out.stages)
+    views = sum(b.view_of is not None for b in compiled.plan.buffers)
+    assert len(compiled.plan.launches) == blocks - views
+    if any(conv_pattern(session.graph, session.blocks[st.groups[0][0]]) for st in merges):
+        # wider convolutions: each original output is a view into the wide one
+        assert any(b.view_of is not None for b in compiled.plan.buffers)
     got = compiled.run(feeds)
     for n, w in zip(session.graph.outputs, want):
         scale = max(float(np.abs(w).max()), 1e-6)
         assert float(np.abs(got[n] - w).max()) <= 1e-5 * scale, f"{name} output {n}"
+    # saved and loaded, views and stages included
+    path = kg.Session(compiled.graph, (), compiled, "dnnfusion").save(tmp_path / "m.kg")
+    loaded = kg.load_model(path)
+    assert loaded.plan == compiled.plan
+    again = loaded.run(None, feeds)
+    for got_n, w in zip(again, want):
+        scale = max(float(np.abs(w).max()), 1e-6)
+        assert float(np.abs(got_n - w).max()) <= 1e-5 * scale
 
 
 def test_a_schedule_breaking_a_dependency_is_refused(model: tuple[Any, ...]) -> None:
@@ -178,3 +191,42 @@ def test_plan_schedule_cli(tmp_path: Any, capsys: pytest.CaptureFixture[str],
     assert main(["plan", str(path), "--schedule"]) == 0
     text = capsys.readouterr().out
     assert "sequential" in text and "stage   0" in text and "from the Fast-Run database" in text
+
+
+@pytest.mark.parametrize("backend", ["opencl", "neon"])
+def test_view_blocks_share_memory_where_aligned(backend: str) -> None:
+    """A view block's Slice output is its input's memory (no launch) where the range is
+    contiguous and starts where the device can address it; elsewhere it is a copy kernel."""
+    require(backend)
+    from kernelgen.graph import Graph
+
+    x = kg.tensor("x", (1, 8, 5, 5))
+    w = rng.standard_normal((6, 8, 1, 1)).astype(np.float32)
+    c = kg.conv(x, kg.constant("w", w))
+    first = kg.slice(c, [0], [2], [1])     # offset 0: always a view
+    second = kg.slice(c, [2], [6], [1])    # 50 floats in: not on a 128-byte boundary
+    strided = kg.slice(c, [0], [6], [1], [2])  # channels 0, 2, 4: never contiguous
+    outs = [kg.relu(first), kg.sigmoid(second), kg.neg(strided)]
+    graph = Graph.build([x], outs, "views")
+    blocks = [Block((c,)), *(Block((s,), view=True) for s in (first, second, strided)),
+              *(Block((o,)) for o in outs)]
+    compiled = compile_plan(graph, blocks, backend)
+    views = {b.name: b.offset for b in compiled.plan.buffers if b.view_of is not None}
+    aligned = backends_alignment(backend)
+    assert views.get(first.name) == 0
+    assert (second.name in views) == (50 * 4 % aligned == 0)
+    assert strided.name not in views
+    assert len(compiled.plan.launches) == len(blocks) - len(views)
+    xv = rng.standard_normal((1, 8, 5, 5)).astype(np.float32)
+    conv = np.einsum("oc,nchw->nohw", w[:, :, 0, 0], xv)
+    got = compiled.run({"x": xv})
+    np.testing.assert_allclose(got[outs[0].name], np.maximum(conv[:, :2], 0), rtol=1e-5,
+                               atol=1e-6)
+    np.testing.assert_allclose(got[outs[1].name], 1 / (1 + np.exp(-conv[:, 2:])), rtol=1e-5,
+                               atol=1e-6)
+    np.testing.assert_allclose(got[outs[2].name], -conv[:, ::2], rtol=1e-5, atol=1e-6)
+
+
+def backends_alignment(name: str) -> int:
+    from kernelgen import backends
+    return backends.get(name).view_alignment()

@@ -196,6 +196,9 @@ class NeonRuntime:
     def to_host(self, handle: np.ndarray, out: np.ndarray) -> None:
         out[...] = handle
 
+    def view(self, handle: np.ndarray, offset: int, buffer: Any) -> np.ndarray:
+        return handle.reshape(-1)[offset:offset + buffer.numel].reshape(buffer.shape)
+
     def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray],
             keep: Sequence[bool] = ()) -> None:
         """On the arrays themselves: the function runs on host memory."""

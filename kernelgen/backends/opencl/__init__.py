@@ -50,6 +50,9 @@ class OpenCL(Backend):
     def device_identity(self) -> str:
         return (self.target or rt.device().info).name
 
+    def view_alignment(self) -> int:
+        return rt.view_alignment()
+
     def search_space(self, loop: LoopKernel) -> list[Config]:
         return search_space(self.expand(loop), self.caps)
 

@@ -152,6 +152,12 @@ def device() -> Device:
         return _device
 
 
+def view_alignment() -> int:
+    """The byte alignment of a sub-buffer's origin on the device (``MEM_BASE_ADDR_ALIGN``
+    is in bits)."""
+    return max(int(device().device.mem_base_addr_align) // 8, 1)
+
+
 def side_queue(k: int) -> Any:
     """The ``k``-th queue for concurrent groups (in order, like the device's)."""
     dev = device()
@@ -331,6 +337,10 @@ class OpenCLRuntime:
 
     def sync(self) -> None:
         device().queue.finish()
+
+    def view(self, handle: Any, offset: int, buffer: Any) -> Any:
+        size = buffer.dtype.itemsize
+        return handle.get_sub_region(offset * size, max(buffer.numel * size, 1))
 
     def to_host(self, handle: Any, out: np.ndarray) -> None:
         """Copy a device buffer into ``out`` once the queued launches are done."""

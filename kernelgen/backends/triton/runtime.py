@@ -140,6 +140,9 @@ class TritonRuntime:
         if device() == "cuda":
             torch.cuda.synchronize()
 
+    def view(self, handle: Any, offset: int, buffer: Any) -> Any:
+        return handle.reshape(-1)[offset:offset + buffer.numel].view(buffer.shape)
+
     def to_host(self, handle: Any, out: np.ndarray) -> None:
         """Copy a device tensor into ``out`` once the queued launches are done."""
         self.sync()
