@@ -139,7 +139,7 @@ class MeasuredCost:
                     model.constants[b.name].reshape(b.shape))
         self.measured = self.stored = 0
         self._seen: dict[str, float] = {}  # this search's latencies, by key
-        self._merged: dict[tuple[int, ...], tuple[Executable, list[int]] | None] = {}
+        self._merged: dict[tuple[int, ...], tuple[Executable, list[Any]] | None] = {}
         plan = model.plan
         self._exe = [model.executables[launch.kernel] for launch in plan.launches]
         self._digest = [_digest(e) for e in self._exe]
@@ -152,8 +152,9 @@ class MeasuredCost:
             # the executor runs such a stage one block after another: priced so, exactly
             return sum(self.parallel(((b,),)) for g in groups for b in g)
         key = [[self._digest[b] for b in g] for g in groups]
-        calls = [[self._call(self._exe[b], self.model.plan.launches[b].args) for b in g]
-                 for g in groups]
+        calls = [[self._call(self._exe[b], [self.handles[a]
+                                            for a in self.model.plan.launches[b].args])
+                  for b in g] for g in groups]
         return self._latency("parallel", key, lambda: self._run(calls))
 
     def merge_key(self, block: int) -> Hashable | None:
@@ -190,7 +191,7 @@ class MeasuredCost:
             stand_in = Placeholder("x", x.shape, x.dtype)
             ops, _ = widened(pats, stand_in)
             alone = Graph.build([stand_in], [ops[-1]], "merge")
-            fused, real = _fuse(alone, Block(tuple(ops)))
+            fused, _ = _fuse(alone, Block(tuple(ops)))
             exe = compile(fused, self.be, tuning=self.tuning)
             assert self.runtime is not None
             values = {v.name: v for v in fused.inputs}
@@ -212,9 +213,8 @@ class MeasuredCost:
         exe = compile(fused_block, self.be, tuning=self.tuning)
         return exe, [self.handles[self.ids[real[n]]] for n in _arg_names(fused_block, exe)]
 
-    def _call(self, exe: Executable, args: Sequence[int] | list[Any]) -> Callable[[], None]:
-        handles = list(args) if args and not isinstance(args[0], int) else \
-            [self.handles[a] for a in args]
+    @staticmethod
+    def _call(exe: Executable, handles: list[Any]) -> Callable[[], None]:
         return lambda: exe.launch(*handles, wait=False)
 
     def _run(self, calls: list[list[Callable[[], None]]]) -> None:
