@@ -397,13 +397,10 @@ class CompiledModel:
         host = {self.plan.inputs[k]: a for k, a in enumerate(arrays)}
         return self._handles(self._take(), host)
 
-    def enqueue(self, handles: Sequence[Any], stages: Sequence[int] | None = None) -> None:
-        """Enqueue the launches on the buffers ``handles`` (by buffer id), stage by stage (only
-        the ``stages`` given: the scheduler times them one by one)."""
+    def enqueue(self, handles: Sequence[Any]) -> None:
+        """Enqueue every launch on the buffers ``handles`` (by buffer id), stage by stage."""
         launches = self.plan.launches
-        for k, (groups, together) in enumerate(self._stages):
-            if stages is not None and k not in stages:
-                continue
+        for groups, together in self._stages:
             if together:
                 assert self.runtime is not None
                 self.runtime.concurrently(  # type: ignore[attr-defined]
