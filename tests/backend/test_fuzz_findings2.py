@@ -249,3 +249,22 @@ def test_pow_special_bases_and_exponents(backend: str) -> None:
         want = np.power(a.astype(np.float64), b.astype(np.float64))
     assert_close(got, want, "float32")
     assert np.array_equal(np.signbit(got[np.isinf(want)]), np.signbit(want[np.isinf(want)]))
+
+
+def test_padded_pool_over_a_comparison_selects_booleans(backend: str) -> None:
+    """AveragePool with padding over ``where(x0 <= x1, x0, x0)``: the pool's padding guard is
+    a select between booleans (the comparison read through the window), which NEON C printed
+    with the float select (vbslq_f32 on masks) and failed to compile (a long-run finding)."""
+    rng = np.random.default_rng(3)
+    x0, x1 = (rng.standard_normal(13).astype(np.float32) for _ in range(2))
+    a, b = kg.tensor("x0", (13,)), kg.tensor("x1", (13,))
+    cond = kg.less_or_equal(a, b)
+    picked = kg.where(cond, a, a)
+    shaped = kg.reshape(picked, shape=[1, 1, 13])
+    pool = kg.average_pool(shaped, kernel_shape=[2], pads=[1, 1], strides=[1],
+                           count_include_pad=1)
+    (got,) = run(backend, kg.fuse(cond, picked, shaped, pool, outputs=[pool], force=True), x0,
+                 x1, tuning="none")
+    padded = np.concatenate([[0.0], x0.astype(np.float64), [0.0]])
+    want = ((padded[:-1] + padded[1:]) / 2).reshape(1, 1, 14)
+    assert_close(got, want, "float32")

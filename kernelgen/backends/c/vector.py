@@ -37,6 +37,8 @@ class VectorSyntax:
     # vector {0} against 0 by relation ('>=', '>', '<=', '<'), ``mask_and`` two masks' lanes
     # joined, ``mask_load`` a mask from a C int array of -1 and 0
     lane_ints: str = ""
+    # a select between masks (booleans), where ``select`` takes float vectors only ('' = it)
+    select_mask: str = ""
     sign_masks: Mapping[str, str] = field(default_factory=dict)
     mask_and: str = "({0}) & ({1})"
     mask_load: str = ""
@@ -190,7 +192,9 @@ class VectorPrinter:
             return self.v.functions[node.fn].format(*(self.expr(a) for a in node.args))
         if isinstance(node, Select):
             c, a, b = (self.expr(x) for x in (node.cond, node.if_true, node.if_false))
-            return self.v.select.format(c, a, b)
+            fmt = self.v.select_mask if node.dtype is DType.bool and self.v.select_mask \
+                else self.v.select
+            return fmt.format(c, a, b)
         if isinstance(node, Reduce):
             return self._reduce(node)
         if isinstance(node, IndexCond):

@@ -79,7 +79,7 @@ VECTOR = VectorSyntax(
         "xor": "veorq_u32({0}, {1})", "not": "vmvnq_u32({0})",
     },
     fma="vfmaq_f32({2}, {0}, {1})",
-    lane_ints="kg_vlanes_s32({first}, {step})",
+    lane_ints="kg_vlanes_s32({first}, {step})", select_mask="vbslq_u32({0}, {1}, {2})",
     sign_masks={">=": "vcgeq_s32({0}, vdupq_n_s32(0))", ">": "vcgtq_s32({0}, vdupq_n_s32(0))",
                 "<=": "vcleq_s32({0}, vdupq_n_s32(0))", "<": "vcltq_s32({0}, vdupq_n_s32(0))"},
     mask_and="vandq_u32({0}, {1})", mask_load="vld1q_u32((const uint32_t*){ptr} + {off})",
