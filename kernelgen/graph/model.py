@@ -150,3 +150,12 @@ def _check_sources(inputs: tuple[Placeholder, ...], ops: list[Op], outputs: dict
         if seen is not v:
             raise ModelError(f"graph '{name}': two distinct values are named '{v.name}' "
                              f"(kernel arguments are named after values)")
+
+
+def fresh_name(base: str, names: set[str]) -> str:
+    """``base``, or ``base.1``, ``base.2``, ... : the first not in ``names`` (which it joins)."""
+    name, k = base, 1
+    while name in names:
+        name, k = f"{base}.{k}", k + 1
+    names.add(name)
+    return name

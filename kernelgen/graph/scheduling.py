@@ -47,7 +47,7 @@ from ..version import __version__
 from .blocks import Block, block_graph
 from .executor import CompiledModel, _arg_names, _fuse, concurrent_safe
 from .ios import Schedule, Stage, check_schedule, greedy, ios, sequential
-from .model import Graph
+from .model import Graph, fresh_name
 from .plan import format_schedule
 from .rewrite import widen_convs
 
@@ -206,9 +206,7 @@ class MeasuredCost:
                     out = ops[-1]
                     handles.append(self.runtime.device_empty(Buffer(n, out.shape, out.dtype)))
             return exe, handles
-        order = self.graph.producer_index()
-        ops = sorted((op for b in blocks for op in self.blocks[b].ops),
-                     key=lambda op: order[id(op)])
+        ops = _joined(self.graph, [self.blocks[b] for b in blocks])
         fused_block, real = _fuse(self.graph, Block(tuple(ops)))
         exe = compile(fused_block, self.be, tuning=self.tuning)
         return exe, [self.handles[self.ids[real[n]]] for n in _arg_names(fused_block, exe)]
@@ -384,9 +382,9 @@ def _apply(graph: Graph, blocks: Sequence[Block], schedule: Schedule
             if b0 not in built:
                 pats = widen[b0]
                 ops, slices = widened(pats, resolve(pats[0].source))
+                label = "+".join(p.output.name for p in pats)
                 for o in ops:
-                    o.name = _fresh(f"{o.kind.lower()}({'+'.join(p.output.name for p in pats)})",
-                                    names)
+                    o.name = fresh_name(f"{o.kind.lower()}({label})", names)
                 for p, sl in zip(pats, slices):
                     sl.name = p.output.name  # the tensor the consumers read keeps its name
                 built[b0] = (ops, slices)
@@ -413,9 +411,7 @@ def _apply(graph: Graph, blocks: Sequence[Block], schedule: Schedule
                                 st.latency_ms))
             continue
         if st.strategy == "merge":
-            order = graph.producer_index()
-            members = sorted((op for b in st.groups[0] for op in blocks[b].ops),
-                             key=lambda op: order[id(op)])
+            members = _joined(graph, [blocks[b] for b in st.groups[0]])
             notes = "; ".join(blocks[b].note for b in st.groups[0] if blocks[b].note)
             out.append(Block(tuple(_remap(members, new)), f"merged by IOS: {notes}",
                              tuple(x for b in st.groups[0] for x in blocks[b].stops)))
@@ -429,6 +425,12 @@ def _apply(graph: Graph, blocks: Sequence[Block], schedule: Schedule
     return rewritten, out, Schedule(schedule.name, tuple(stages), schedule.search_s)
 
 
+def _joined(graph: Graph, blocks: Sequence[Block]) -> list[Op]:
+    """The operators of sibling blocks joined into one, in the graph's order."""
+    order = graph.producer_index()
+    return sorted((op for block in blocks for op in block.ops), key=lambda op: order[id(op)])
+
+
 def _remap(ops: Sequence[Op], new: dict[int, Value]) -> list[Op]:
     out = []
     for op in ops:
@@ -436,14 +438,6 @@ def _remap(ops: Sequence[Op], new: dict[int, Value]) -> list[Op]:
         assert isinstance(v, Op)
         out.append(v)
     return out
-
-
-def _fresh(base: str, names: set[str]) -> str:
-    name, k = base, 1
-    while name in names:
-        name, k = f"{base}.{k}", k + 1
-    names.add(name)
-    return name
 
 
 def _digest(exe: Executable) -> str:

@@ -46,7 +46,7 @@ from ..ir.node import Constant, Op, Value
 from ..lower import lower
 from ..ops.elementwise import binary
 from ..ops.shape import reshape, transpose
-from .model import Graph
+from .model import Graph, fresh_name
 from .rewrite import RewriteError, fold_batchnorm
 
 _RESHAPES = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
@@ -321,7 +321,7 @@ def _round(graph: Graph, rules: dict[str, Rule]) -> tuple[Graph, list[Applied]]:
             if after > before:
                 continue
             for k, v in enumerate(created):
-                v.name = _fresh(f"{op.name}/{name}" + (f"{k}" if k else ""), names)
+                v.name = fresh_name(f"{op.name}/{name}" + (f"{k}" if k else ""), names)
                 known.add(id(v))
             swap[id(op)] = new
             kept.append(Applied(name, op.name, before, after))
@@ -350,11 +350,3 @@ def _flops(op: Op, cache: dict[int, int]) -> int:
     if id(op) not in cache:
         cache[id(op)] = lower(fuse(op)).flops()
     return cache[id(op)]
-
-
-def _fresh(base: str, names: set[str]) -> str:
-    name, k = base, 1
-    while name in names:
-        name, k = f"{base}.{k}", k + 1
-    names.add(name)
-    return name
