@@ -41,11 +41,13 @@ class Case:
 
 def label(metadata: dict[str, Any]) -> str:
     """A kernel's schedule with the variants the cases tell apart: an elementwise kernel
-    computing several points per work-item, the scalar contraction template, packed panels
+    computing several points per work-item or transposed tiles, the scalar contraction template, packed panels
     (by a first launch or in the tile), a staged row."""
     schedule, tunables = metadata["schedule"], metadata["tunables"]
     if schedule == "elementwise" and any(f > 1 for f in tunables.get("unroll") or ()):
         return "elementwise+unroll"
+    if schedule == "elementwise" and tunables.get("tile", (1, 1)) != (1, 1):
+        return "elementwise+transposed"
     if schedule == "tiled" and "vector_width" not in tunables:
         return "tiled+scalar"
     if tunables.get("pack"):
@@ -81,6 +83,14 @@ def bias_relu() -> kg.FusedOp:
     x, b = kg.tensor("x", (7, 37)), kg.tensor("b", (37,))
     a = kg.add(x, b)
     return kg.fuse(a, kg.relu(a))
+
+
+def transposed(shape: tuple[int, ...], perm: tuple[int, ...]) -> Callable[[], kg.FusedOp]:
+    def build() -> kg.FusedOp:
+        t = kg.transpose(kg.tensor("x", shape), perm)
+        a = kg.add(t, kg.tensor("b", (shape[perm[-1]],)))
+        return kg.fuse(t, a, kg.relu(a))
+    return build
 
 
 def one_point() -> kg.FusedOp:
@@ -282,6 +292,10 @@ CASES: dict[str, Case] = {c.name: c for c in (
     # elementwise, guards, float16 storage, gathers
     Case("elementwise-bias-relu", bias_relu, ("elementwise",), ci=True),
     Case("elementwise-one-point", one_point, ("elementwise",)),
+    Case("elementwise-transposed", transposed((37, 29), (1, 0)), ("elementwise+transposed",),
+         ci=True),
+    Case("elementwise-transposed-nchw-to-nhwc", transposed((2, 13, 7, 11), (0, 2, 3, 1)),
+         ("elementwise+transposed",), {"tile": (4, 4)}),
     Case("elementwise-pad-concat", pad_concat, ("elementwise",), ci=True),
     Case("elementwise-float16", half_mul, ("elementwise",)),
     Case("gather-rows", gather_rows, ("elementwise",), ci=True),

@@ -17,7 +17,10 @@ How values are judged (special values make a plain rtol useless):
   perturbation changes a value's class (finite to Inf or NaN), the position is ill-conditioned
   and is not judged at all. One more trial makes a ReduceProd NaN where its value at the
   block's dtype depends on the order of the factors (tiny ones underflow to 0 together, huge
-  ones overflow to Inf: 0 * Inf), so those positions are not judged either.
+  ones overflow to Inf: 0 * Inf), so those positions are not judged either. Nor are the
+  positions of a Conv, MatMul or Gemm where a product of two finite factors overflows the
+  block's dtype: -1e30 * 1e30 rounds to -Inf in float32, so beside an Inf term the sum is NaN,
+  while a fused multiply-add that never rounds the product keeps the Inf.
 - Where ``want`` is special but the shadow is finite (a float32 overflow in the reference's own
   formula, e.g. softplus(1e30) = log(exp(1e30) + 1) = inf, which kernelgen computes stably),
   a kernel value close to the shadow's also passes; where both are special, the shadow's
@@ -54,11 +57,12 @@ TOL = {"float32": (1e-4, 1e-6, 2.0**-20), "float16": (4e-3, 1e-3, 2.0**-11),
 K, TRIALS = 8.0, 3
 
 
-def _conv_direct(op: kg.Op, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None
-                 ) -> np.ndarray:
+def _conv_direct(op: kg.Op, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None,
+                 largest: bool = False) -> np.ndarray:
     """ONNX Conv tap by tap over the zero-padded input. ONNX's reference (onnx 1.23) dilates
     the kernel by writing zeros between its taps, so a NaN or Inf input under such a hole
-    (a position the dilated window skips) gives 0 * NaN = NaN where Conv never reads it."""
+    (a position the dilated window skips) gives 0 * NaN = NaN where Conv never reads it.
+    With ``largest``, each output's largest product instead of their sum."""
     nd, m, out = x.ndim - 2, op.shape[1], op.shape[2:]
     pads, strides, dil = op.attrs["pads"], op.attrs["strides"], op.attrs["dilations"]
     group = op.attrs["group"]
@@ -72,7 +76,12 @@ def _conv_direct(op: kg.Op, x: np.ndarray, w: np.ndarray, b: np.ndarray | None =
             xs = view[:, None, g * cg:(g + 1) * cg]  # (n, 1, cg, *out)
             ws = w[(slice(g * mg, (g + 1) * mg), slice(None), *tap)]  # (mg, cg)
             # a plain product and sum (no BLAS, which may skip zero factors: 0 * Inf must be NaN)
-            y[:, g * mg:(g + 1) * mg] += (xs * ws.reshape(1, mg, cg, *[1] * nd)).sum(axis=2)
+            terms = xs * ws.reshape(1, mg, cg, *[1] * nd)
+            if largest:
+                y[:, g * mg:(g + 1) * mg] = np.maximum(y[:, g * mg:(g + 1) * mg],
+                                                       terms.max(axis=2))
+            else:
+                y[:, g * mg:(g + 1) * mg] += terms.sum(axis=2)
     return y if b is None else y + b.reshape(1, m, *[1] * nd)
 
 
@@ -198,6 +207,27 @@ _FIXED: dict[str, tuple[Any, Any]] = {
 }
 
 
+def _largest_product(op: kg.Op, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """The largest magnitude of a product of two finite factors summed into each output of a
+    Conv, MatMul or Gemm (alpha included), in float64."""
+    def finite(a: np.ndarray) -> np.ndarray:
+        return np.where(np.isfinite(a), np.abs(a.astype(np.float64)), 0.0)
+
+    x, w = finite(x), finite(w)
+    if op.kind == "Conv":
+        return _conv_direct(op, x, w, largest=True)
+    if op.kind == "Gemm":
+        x = x.T if op.attrs.get("transA") else x
+        w = w.T if op.attrs.get("transB") else w
+        return abs(op.attrs.get("alpha", 1.0)) * (x[:, :, None] * w[None, :, :]).max(axis=1)
+    a2 = x[None, :] if x.ndim == 1 else x
+    b2 = w[:, None] if w.ndim == 1 else w
+    y = (a2[..., :, :, None] * b2[..., None, :, :]).max(axis=-2)
+    if x.ndim == 1:
+        y = y[..., 0, :]
+    return y[..., 0] if w.ndim == 1 else y
+
+
 def _order_dependent_prod(op: kg.Op, x: np.ndarray, dtype: str) -> np.ndarray:
     """Where a ReduceProd at ``dtype`` may give NaN, +-Inf or 0 depending on the order of its
     multiplications: the row's small factors can underflow to 0 together and its large ones
@@ -231,6 +261,10 @@ def evaluate_chain(ops: list[kg.Op], feeds: dict[str, np.ndarray],
             if order_nan and op.kind == "ReduceProd":
                 values[op.name] = np.where(_order_dependent_prod(op, args[0], order_nan),
                                            np.nan, values[op.name])
+            if order_nan and op.kind in ("Conv", "MatMul", "Gemm"):
+                largest = _largest_product(op, *args[:2])
+                values[op.name] = np.where(largest > float(np.finfo(order_nan).max), np.nan,
+                                           values[op.name])
             continue
         try:
             with np.errstate(over="raise"):

@@ -19,10 +19,11 @@ from ..base import Capabilities
 from ..c.contraction import FLAT_K, ContractionEmitter
 from ..c.vector import VectorPrinter, read_together, split_guard
 from ..printer import Scope, recomputed_inside
+from . import transposed
 from .language import (BARRIER, BUFFER_TYPES, FLOAT, INT, RESERVED_NAMES, RESERVED_PREFIXES,
                        SCALAR_TYPES, VECTOR, Launch, OpenCLSource, vector_syntax)
-from .schedule import (PACK_LOCAL, UNROLLED_LANES, OpenCLSchedule, TilePlan, WindowPlan,
-                       vector_epilogue)
+from .schedule import (PACK_LOCAL, UNROLLED_LANES, OpenCLSchedule, TilePlan, TransposedReads,
+                       WindowPlan, vector_epilogue)
 
 
 def render(schedule: OpenCLSchedule, caps: Capabilities) -> OpenCLSource:
@@ -89,8 +90,9 @@ class OpenCLPrinter(ContractionEmitter):
                         "tiled": self._tiled, "window": self._window}[self.sched.kind]()
         return head + "\n" + body, launch
 
-    def _ndrange(self, axes: list[Axis], scope: Scope, clamp: bool = False,
-                 lanes: int = 1, explicit_vectors: bool = False) -> Launch:
+    def ndrange(self, axes: list[Axis], scope: Scope, clamp: bool = False,
+                 lanes: int = 1, explicit_vectors: bool = False,
+                 dim0_max: int | None = None) -> Launch:
         """Map ``axes`` (outermost first) to NDRange dims: innermost -> 0, next -> 1, rest -> 2.
 
         Work-items past the end return early, or with ``clamp`` recompute the last point and set
@@ -98,7 +100,8 @@ class OpenCLPrinter(ContractionEmitter):
         work-group's dimension 0, when longer, is a multiple of it (idle items return). With
         ``explicit_vectors`` the test on dimension 0 is there even when no item is idle: PoCL
         then runs the work-items one after the other instead of vectorising across them, which
-        split a depthwise conv's float16 reads into 8-byte pieces (0.14 against 0.08 ms)."""
+        split a depthwise conv's float16 reads into 8-byte pieces (0.14 against 0.08 ms).
+        ``dim0_max`` caps the work-group's dimension 0."""
         if not axes:
             if clamp:
                 scope.add("const int in_range = 1;")
@@ -107,8 +110,12 @@ class OpenCLPrinter(ContractionEmitter):
         if len(axes) > 2:
             dims.append(list(axes[:-2]))
         sizes = [prod(n for _, n in d) for d in dims]
-        width = -(-sizes[0] // lanes) * lanes if sizes[0] > lanes else sizes[0]
-        local = _local_shape([width, *sizes[1:]], self.local, self.caps.max_item_sizes)
+        width_0 = -(-sizes[0] // lanes) * lanes if sizes[0] > lanes else sizes[0]
+        limits = self.caps.max_item_sizes
+        if dim0_max is not None:
+            limits = (min(dim0_max, limits[0]), *limits[1:]) if limits else \
+                (dim0_max, 1 << 30, 1 << 30)
+        local = _local_shape([width_0, *sizes[1:]], self.local, limits)
         global_ = _covering(sizes, local)
         checks = []
         for dim, (d, size) in enumerate(zip(dims, sizes)):
@@ -136,8 +143,12 @@ class OpenCLPrinter(ContractionEmitter):
 
     def _elementwise(self) -> tuple[str, Launch]:
         index, body = Scope([], 1), Scope([], 1)
-        if self.sched.unroll == unroll.none(self.kernel):
-            launch = self._ndrange(list(self.kernel.domain), index)
+        if isinstance(self.sched.plan, TransposedReads):
+            assert self.sched.vector_width is not None
+            launch = transposed.print_kernel(self, self.sched.plan, self.sched.vector_width,
+                                             self.ndrange, index, body)
+        elif self.sched.unroll == unroll.none(self.kernel):
+            launch = self.ndrange(list(self.kernel.domain), index)
             self.stores(body)
         else:
             launch = self._unrolled(index, body)
@@ -155,7 +166,7 @@ class OpenCLPrinter(ContractionEmitter):
         # PoCL vectorises a work-group's items along dimension 0 by UNROLLED_LANES; a group 28
         # items wide ran its last 12 items as scalar code (Winograd's input transform: 0.78 ms,
         # against 0.53 ms 32 wide with 4 idle items)
-        launch = self._ndrange(list(plan.parallel), index, lanes=UNROLLED_LANES)
+        launch = self.ndrange(list(plan.parallel), index, lanes=UNROLLED_LANES)
         for copy in plan.copies:
             offset = self.index(plan.offset(k.store_offset, copy))
             for buf, st in zip(k.outputs, k.stores):
@@ -175,7 +186,7 @@ class OpenCLPrinter(ContractionEmitter):
     def _item(self) -> tuple[str, Launch]:
         k = self.kernel
         index, body = Scope([], 1), Scope([], 1)
-        launch = self._ndrange(self.group_axes(), index, clamp=True)
+        launch = self.ndrange(self.group_axes(), index, clamp=True)
         self.group_body(body, vectorize=False, guard="in_range")
         src = templates.render("opencl", "item_reduce.cl", name=k.name, params=self.params(),
                                index="\n".join(index.lines), body="\n".join(body.lines))
@@ -476,7 +487,7 @@ class OpenCLPrinter(ContractionEmitter):
         self.ranges[cols.flat] = prod(k.domain[i][1] for i in cols.run)  # bounds edge reads
         ranges = dict(self.ranges)
         index = Scope([], 1)
-        launch = self._ndrange(parallel, index, explicit_vectors=True)
+        launch = self.ndrange(parallel, index, explicit_vectors=True)
         sums, taps, stores = Scope([], 1), Scope([], 1), Scope([], 1)
         acc = [[f"kg_acc{i}_{j}" for j in range(len(win.starts))] for i in range(len(copies))]
         zero = syntax.broadcast.format("0.0f")
@@ -534,7 +545,7 @@ class OpenCLPrinter(ContractionEmitter):
     def _row(self) -> tuple[str, Launch]:
         k = self.kernel
         index, body = Scope([], 1), Scope([], 1)
-        launch = self._ndrange(self.group_axes(), index)
+        launch = self.ndrange(self.group_axes(), index)
         launch = Launch(launch.global_size, tuple(1 for _ in launch.global_size))
         self.group_body(body, vectorize=True)
         src = templates.render("opencl", "row_reduce.cl", name=k.name, params=self.params(),

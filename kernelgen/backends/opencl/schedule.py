@@ -5,7 +5,10 @@ set them.
 - ``elementwise``: one work-item per domain point on a 1-3-D NDRange; the innermost domain axis
   is dimension 0 so neighbouring work-items touch neighbouring elements (PoCL vectorises across
   them), and merged axes keep integer division out of the index. Where neighbouring points
-  share loads, each work-item computes several (``unroll``, ``lower/unroll.py``).
+  share loads, each work-item computes several (``unroll``, ``lower/unroll.py``). Where an
+  input is read along another axis than the output's contiguous one (a fused transpose,
+  ``lower/transpose.py``), each work-item covers a ``tile`` of width x width points, transposed
+  in registers, so that reads and writes are both whole vectors (``transposed.py``).
 - ``group``: one work-group per group point; hoisted reductions are computed cooperatively
   (strided partial results, then a tree in ``__local`` memory), then the same work-items write the
   group's elements: single-kernel softmax, layer-norm-like blocks, reductions over long axes.
@@ -36,6 +39,7 @@ from ...ir.expr import Expr, extent, free_index_symbols
 from ...ir.loop import Buffer, LoopKernel
 from ...ir.substitute import flatten_axes, flatten_offset
 from ...lower import unroll
+from ...lower.transpose import TransposedReads
 from ...lower.contraction import (Contraction, contraction, operand_buffers, operand_has_reduction,
                                   producer_redundancy)
 from ...shapes import prod
@@ -43,6 +47,7 @@ from ..base import (PRIVATE, Capabilities, Schedule, check_derived, check_option
                     option_names)
 from ..c.contraction import FLAT_K, flat_reduction
 from ..c.vector import vector_reduction_ok, vectorizable
+from . import transposed
 from .language import VECTOR, vector_syntax
 
 KINDS = ("elementwise", "group", "item", "row", "tiled", "window")
@@ -163,8 +168,8 @@ class OpenCLSchedule(Schedule):
     pack_in_tile: bool | None = None  # each column tile's work-item packs its own panel
     unroll: tuple[int, ...] | None = None  # 'elementwise': domain points a work-item computes
     window_rows: int | None = None  # 'window': rows of the outer axis a work-item owns
-    plan: TilePlan | WindowPlan | None = field(default=None, repr=False, compare=False,
-                                                metadata=PRIVATE)
+    plan: TilePlan | WindowPlan | TransposedReads | None = field(
+        default=None, repr=False, compare=False, metadata=PRIVATE)
     # serial reduction loops up to this many points unroll completely ('item')
     unroll_loops: int = field(default=0, metadata=PRIVATE)
 
@@ -173,6 +178,8 @@ class OpenCLSchedule(Schedule):
         k = self.loop
         if k.staged:  # each staged producer row once per group point (lower/staging.py)
             out.update(staged_rows=[st.buffer.name for st in k.staged], producer_redundancy=1.0)
+        if isinstance(self.plan, TransposedReads):  # read along rows, transposed in registers
+            out["transposed_reads"] = sorted({load.buffer for load in self.plan.loads})
         if isinstance(self.plan, TilePlan):
             c, tile_n = self.plan.contraction, self.tile[1] if self.tile else 1
             if self.pack is not None:  # the vector template: the operand it packs, or not
@@ -208,7 +215,9 @@ def choose(loop: LoopKernel, options: Mapping[str, Any], caps: Capabilities) -> 
                           local_size=local or default_local(caps))
     _check_applies(loop, kind, options)
     if kind == "elementwise":
-        sched = replace(base, unroll=_unroll(loop, options.get("unroll")))
+        square, plan = transposed.choose(loop, caps, tile, options.get("unroll"))
+        sched = replace(base, tile=square, vector_width=square[0], plan=plan) if square and plan \
+            else replace(base, tile=square, unroll=_unroll(loop, options.get("unroll")))
     elif kind == "window":
         sched = _window(base, options.get("window_rows"), local, caps)
     elif kind in STAGED_KINDS:

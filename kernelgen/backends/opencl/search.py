@@ -7,6 +7,7 @@ from ...lower import unroll
 from ...lower.contraction import operand_has_reduction
 from ..base import Capabilities, Config
 from .schedule import WINDOW_ROWS, opencl_contraction, opencl_window, row_vectorizable
+from .transposed import tile_plan
 
 
 def search_space(loop: LoopKernel, caps: Capabilities) -> list[Config]:
@@ -50,6 +51,11 @@ def search_space(loop: LoopKernel, caps: Capabilities) -> list[Config]:
     sizes = [ls for ls in (256, 64, 1024) if ls <= most]
     configs = [Config.of(**({"local_size": ls} | ({"schedule": st} if st else {})))
                for st in kinds for ls in sizes]
+    square = [w for w in caps.vector_widths if tile_plan(loop, caps, w)]
+    if square:  # remapped reads transposed in registers: each width, and one point an item
+        configs += [Config.of(tile=(w, w), local_size=ls) for w in square for ls in (256, 64)
+                    if ls <= most]
+        configs.append(Config.of(tile=(1, 1)))
     plans = unroll.ranked(loop)
     if plans:  # the default takes the first; the next two and one point per item too
         configs += [Config.of(local_size=ls, unroll=p)
