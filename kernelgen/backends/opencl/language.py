@@ -65,10 +65,20 @@ BUFFER_TYPES = {DType.float32: "float", DType.float64: "double", DType.int32: "i
 _VECTOR_LOGIC = {"and": "{0} & {1}", "or": "{0} | {1}", "xor": "{0} ^ {1}", "not": "~{0}"}
 
 
+# PoCL (3.0 and 3.1, SLEEF) computes floatN sin, cos and tan wrong in every lane when one lane
+# needs its large-argument reduction (|x| of 1e5 and up, Inf): sin(-1.9e-3) gave -0.015 beside
+# a lane of 7.8e27, cos(1e-20) 0.99993 (a long-run fuzz finding, in a fused prologue's float4).
+# Its scalar calls are right, also where it vectorises them across work-items; Intel's runtime
+# is right either way. On vectors these three are called lane by lane.
+LANE_BY_LANE = ("sin", "cos", "tan")
+
+
 def _vector_functions(width: int) -> dict[str, str]:
     """The primitives' spellings on floatN ('sign' has none: OpenCL's gives 0 for NaN)."""
     scalar = {k: v for k, v in FLOAT.items() if isinstance(v, str) and k != "sign"}
-    return {**scalar, **_bits(str(width)), **_VECTOR_LOGIC}
+    lanes = {f: f"((float{width})(" + ", ".join(f"{f}(({{0}}).s{j:x})" for j in range(width))
+             + "))" for f in LANE_BY_LANE}
+    return {**scalar, **lanes, **_bits(str(width)), **_VECTOR_LOGIC}
 
 
 VECTOR = VectorSyntax(
