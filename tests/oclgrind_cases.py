@@ -41,8 +41,8 @@ class Case:
 
 def label(metadata: dict[str, Any]) -> str:
     """A kernel's schedule with the variants the cases tell apart: an elementwise kernel
-    computing several points per work-item or transposed tiles, the scalar contraction template, packed panels
-    (by a first launch or in the tile), a staged row."""
+    computing several points per work-item or transposed tiles, the scalar contraction
+    template, packed panels (by a first launch or in the tile), a staged row."""
     schedule, tunables = metadata["schedule"], metadata["tunables"]
     if schedule == "elementwise" and any(f > 1 for f in tunables.get("unroll") or ()):
         return "elementwise+unroll"

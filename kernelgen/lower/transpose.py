@@ -32,7 +32,7 @@ class TransposedReads:
     loads: tuple[Load, ...]
 
 
-def _stride(offset: sympy.Expr, sym: sympy.Symbol) -> int | None:
+def stride(offset: sympy.Expr, sym: sympy.Symbol) -> int | None:
     """The constant stride of ``offset`` along ``sym``, or None when ``offset`` is not linear
     in it (a floor division of the axis, a gathered index)."""
     coeff = offset.coeff(sym)
@@ -51,7 +51,7 @@ def transposed_reads(kernel: LoopKernel, min_extent: int) -> TransposedReads | N
     if kernel.grouped or kernel.staged or len(kernel.domain) < 2:
         return None
     a, n_a = kernel.domain[-1]
-    if n_a < min_extent or _stride(sympy.expand(kernel.store_offset), a) != 1:
+    if n_a < min_extent or stride(sympy.expand(kernel.store_offset), a) != 1:
         return None
     loads = list(dict.fromkeys(n for root in kernel.roots() for n in walk(root)
                                if isinstance(n, Load)))
@@ -59,12 +59,12 @@ def transposed_reads(kernel: LoopKernel, min_extent: int) -> TransposedReads | N
     rows: int | None = None
     for load in loads:
         offset = sympy.expand(load.offset)
-        stride = _stride(offset, a)
-        if stride in (0, 1):
+        along_lanes = stride(offset, a)
+        if along_lanes in (0, 1):
             continue
-        if stride is None or load.guard is not sympy.true or load.data:
+        if along_lanes is None or load.guard is not sympy.true or load.data:
             return None
-        along = [k for k, (s, _) in enumerate(kernel.domain[:-1]) if _stride(offset, s) == 1]
+        along = [k for k, (s, _) in enumerate(kernel.domain[:-1]) if stride(offset, s) == 1]
         if len(along) != 1 or (rows is not None and along[0] != rows):
             return None
         rows = along[0]

@@ -172,6 +172,41 @@ def test_attention_with_prologue_and_epilogue_equals_unfused(backend: str, shape
     assert_close(got, want, scale=50)
 
 
+# (batch, queries, depth, keys, value depth): depth a multiple of the vector width (keys read as
+# transposed tiles) with a ragged last block of keys; a depth no width divides (keys read one
+# by one)
+TRANSPOSED_KEY_SHAPES = [(1, 37, 16, 129, 17), (2, 9, 32, 40, 3), (1, 7, 13, 5, 3)]
+
+
+@pytest.mark.parametrize("shape", TRANSPOSED_KEY_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_attention_with_a_fused_key_transpose(backend: str, shape) -> None:
+    """Q Kᵀ with the Transpose of K (keys, depth) fused: the staged score row reads K along
+    the depth (its reduction), strided along the keys (its vector lanes). On OpenCL's 'row'
+    schedule, K is read in vectors along the depth, one per key, and transposed in registers
+    (``VectorPrinter._transposed_loop``), where the depth is a multiple of the width."""
+    batch, m, d, n, dv = shape
+    q, kt, v = (kg.tensor("q", (batch, m, d)), kg.tensor("kt", (batch, n, d)),
+                kg.tensor("v", (batch, n, dv)))
+    k = kg.transpose(kt, [0, 2, 1])
+    s = kg.matmul(q, k)
+    scaled = kg.mul(s, kg.tensor("scale", (1,)))
+    p = kg.softmax(scaled, 2)
+    o = kg.matmul(p, v)
+    ops = [k, s, scaled, p, o]
+    feeds = _feeds([q, kt, v, scaled.inputs[1]])
+    want = evaluate_chain(ops, feeds)[o.name]
+    fused = kg.fuse(*ops, force=True)
+    if backend == "opencl":
+        kernel = fused.emit("opencl", tuning="none")
+        width = kernel.metadata["tunables"].get("vector_width", 0)
+        vector_keys = re.search(r"vload\d+\(0, kt \+", kernel.source) is not None
+        row = kernel.metadata["schedule"] == "row"
+        assert vector_keys == (row and d % width == 0 and n >= 2 * width), kernel.source
+        assert_close(kernel(*(feeds[x.name] for x in fused.inputs)), want, scale=50)
+    (got,) = run(backend, fused, *(feeds[x.name] for x in fused.inputs))
+    assert_close(got, want, scale=50)
+
+
 @pytest.mark.parametrize("backend_name", ["opencl", "neon", "triton"])
 def test_attention_computes_each_score_once(backend_name: str) -> None:
     require(backend_name)

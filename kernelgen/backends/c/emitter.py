@@ -20,8 +20,8 @@ from ...lower.staging import hoist_order
 from ...lower.unroll import Unrolled
 from ..base import Capabilities
 from ..printer import Emitter, Scope, recomputed_inside
-from .vector import (VectorPrinter, VectorSyntax, outer_reductions, vector_columns_ok,
-                     vector_reduction_ok, vectorizable)
+from .vector import (VectorPrinter, VectorSyntax, outer_reductions, transposable_loads,
+                     vector_columns_ok, vector_reduction_ok, vectorizable)
 
 StoreAt = tuple[Buffer, Expr, sympy.Expr]  # an output, its value, its flat offset
 
@@ -260,14 +260,18 @@ class CEmitter(Emitter):
         sym = rows[0].row  # every copy of a staged row keeps its row symbol
         self.symbol_names[sym] = var
         start = "0"
+        # keys read along the reduction (Q Kᵀ): transposed in registers
+        transposed = transposable_loads([st.value for st in rows], sym, v) \
+            if vectorize and v is not None else frozenset()
         if vectorize and v is not None and n >= 2 * v.width and all(vectorizable(
-                st.value, sym, v, frozenset(self.hoisted_all), reductions=True) for st in rows):
+                st.value, sym, v, frozenset(self.hoisted_all), reductions=True,
+                lanes=transposed) for st in rows):
             for st in rows:
                 self._hoist_invariants(st.value, sym, scope)
             scope.add(f"{self.index_t} {var} = 0;")
             scope.add(f"for (; {var} + {v.width} <= {n}; {var} += {v.width}) {{")
             inner = scope.child()
-            printer = VectorPrinter(self, sym, var, inner, v)
+            printer = VectorPrinter(self, sym, var, inner, v, transposed=transposed)
             printer.reduce_together([st.value for st in rows])
             for st in rows:
                 value = printer.expr(st.value)

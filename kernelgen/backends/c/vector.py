@@ -6,12 +6,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import sympy
 
 from ...dtypes import DType
 from ...ir.expr import Call, Const, Expr, IndexCond, Load, Reduce, Select, free_index_symbols, walk
 from ...ir.loop import LoopKernel
+from ...lower.transpose import stride
 from ..printer import Emitter, Scope
 
 
@@ -154,7 +156,8 @@ class VectorPrinter:
     were named before the loop and broadcast."""
 
     def __init__(self, emitter: Emitter, sym: sympy.Symbol, base: str | int, scope: Scope,
-                 syntax: VectorSyntax | None, lanes: Mapping[Expr, str] | None = None) -> None:
+                 syntax: VectorSyntax | None, lanes: Mapping[Expr, str] | None = None,
+                 transposed: frozenset[Load] = frozenset()) -> None:
         assert syntax is not None, "a vector printer needs the backend's vector syntax"
         self.em, self.v, self.sym, self.scope = emitter, syntax, sym, scope
         self.base = base
@@ -163,6 +166,7 @@ class VectorPrinter:
         self.names: dict[Expr, str] = dict(self.lane_values)
         self.lanes = frozenset(self.lane_values)
         self.declared: set[str] = set()
+        self.transposed = transposed  # ``transposable_loads``: read as transposed tiles
 
     def expr(self, node: Expr) -> str:
         if node in self.names:
@@ -234,22 +238,71 @@ class VectorPrinter:
         accs = [em.fresh("vacc") for _ in nodes]
         for node, acc in zip(nodes, accs):
             self.scope.add(f"{v.vtype} {acc} = {v.broadcast.format(em.reduce_init(node))};")
-        # a window's taps unrolled: straight-line code
-        inner, opened = em.open_reduce_loops(nodes[0], self.scope, lambda n: n <= SHORT_LOOP)
-        inner_printer = VectorPrinter(em, self.sym, self.base, inner, v, self.lane_values)
-        for node, acc in zip(nodes, accs):
-            b = node.body
-            if node.kind == "sum" and v.fma and isinstance(b, Call) and b.fn == "mul":
-                x, y = (inner_printer.expr(a) for a in b.args)
-                inner.add(f"{acc} = {v.fma.format(x, y, acc)};")
-            else:
-                body = inner_printer.expr(b)
-                inner.add(f"{acc} = {v.combine[node.kind].format(a=acc, b=body)};")
-        for outer in reversed(opened):
-            em.close_loop(outer)
+        axis = nodes[0].axes[0][0] if len(nodes[0].axes) == 1 else None
+        reads = [n for n in dict.fromkeys(n for node in nodes for n in walk(node.body))
+                 if n in self.transposed and axis is not None and
+                 stride(sympy.expand(cast(Load, n).offset), axis) == 1]
+        if reads:
+            self._transposed_loop(nodes, accs, cast(list[Load], reads))
+        else:
+            # a window's taps unrolled: straight-line code
+            inner, opened = em.open_reduce_loops(nodes[0], self.scope,
+                                                 lambda n: n <= SHORT_LOOP)
+            inner_printer = VectorPrinter(em, self.sym, self.base, inner, v, self.lane_values,
+                                          self.transposed)
+            self._accumulate(inner_printer, inner, nodes, accs)
+            for outer in reversed(opened):
+                em.close_loop(outer)
         for node, acc in zip(nodes, accs):
             self.names[node] = acc
         return accs
+
+    def _accumulate(self, printer: VectorPrinter, scope: Scope, nodes: list[Reduce],
+                    accs: list[str]) -> None:
+        """Each reduction's body at one position, combined into its accumulator."""
+        v = self.v
+        for node, acc in zip(nodes, accs):
+            b = node.body
+            if node.kind == "sum" and v.fma and isinstance(b, Call) and b.fn == "mul":
+                x, y = (printer.expr(a) for a in b.args)
+                scope.add(f"{acc} = {v.fma.format(x, y, acc)};")
+            else:
+                body = printer.expr(b)
+                scope.add(f"{acc} = {v.combine[node.kind].format(a=acc, b=body)};")
+
+    def _transposed_loop(self, nodes: list[Reduce], accs: list[str], reads: list[Load]
+                         ) -> None:
+        """The reduction loop ``width`` positions a step: each of ``reads`` (contiguous along
+        the reduction, strided along the lanes) as ``width`` vectors along the reduction, one
+        per lane, then per position the vector along the lanes composed from one lane of
+        each (a transpose in registers), so every load is a whole vector."""
+        em, v, w = self.em, self.v, self.v.width
+        ((r, n),) = nodes[0].axes
+        chunk, name = em.fresh("rc"), em.fresh("r")
+        em.symbol_names[r] = name
+        self.scope.add(f"for ({em.index_t} {chunk} = 0; {chunk} < {n}; {chunk} += {w}) {{")
+        body = self.scope.child()
+        rows: dict[Load, list[str]] = {}
+        for load in reads:
+            rows[load] = []
+            for lane in range(w):
+                rows[load].append(em.fresh("row"))
+                at = {self.sym: self.base_expr + lane, r: sympy.Symbol(chunk)}
+                off = em.index(load.offset.xreplace(at))
+                body.add(f"const {v.vtype} {rows[load][-1]} = "
+                         f"{v.load.format(ptr=em.arg_names[load.buffer], off=off)};")
+        transposed = {load: transpose_in_registers(em, v, body, names)
+                      for load, names in rows.items()}
+        for c in range(w):
+            body.add("{")
+            block = body.child()
+            block.add(f"const {em.index_t} {name} = {chunk} + {c};")
+            columns: dict[Expr, str] = dict(self.lane_values)
+            columns.update({load: cols[c] for load, cols in transposed.items()})
+            printer = VectorPrinter(em, self.sym, self.base, block, v, columns, self.transposed)
+            self._accumulate(printer, block, nodes, accs)
+            body.add("}")
+        self.scope.add("}")
 
     def _stride(self, node: Load) -> int:
         return int(sympy.expand(node.offset).coeff(self.sym))
@@ -403,6 +456,52 @@ class VectorPrinter:
         holds = em.index(sympy.And(*(self._at(t, lane) for t in linear)))
         self.scope.child().add(f"{name}[kg_lane] = ({holds}) ? -1 : 0;")
         return (v.mask_load or v.load).format(ptr=name, off="0")
+
+
+def transpose_in_registers(em: Emitter, v: VectorSyntax, scope: Scope, rows: Sequence[str]
+                           ) -> list[str]:
+    """Declare the columns of the square of vectors ``rows`` in ``scope`` (column ``c`` holds
+    lane ``c`` of each row) and return their names. Composed lane by lane: LLVM turns these
+    into shuffles; an explicit network of two-vector shuffles (log2(width) stages) measured no
+    faster on PoCL (transposed score rows and a fused 2048^2 transpose, 9 and 5 rounds)."""
+    names = [em.fresh("col") for _ in rows]
+    for c, name in enumerate(names):
+        lanes = ", ".join(v.lane.format(v=row, j=c) for row in rows)
+        scope.add(f"const {v.vtype} {name} = {v.compose.format(lanes)};")
+    return names
+
+
+def transposable_loads(roots: Sequence[Expr], sym: sympy.Symbol, syntax: VectorSyntax
+                       ) -> frozenset[Load]:
+    """The float32 loads inside one-axis reductions of ``roots`` that read with a stride
+    other than 0 or 1 along ``sym`` but contiguously along the reduction's axis, whose extent
+    the vector width divides: the keys of Q Kᵀ in a score row computed along the keys.
+    ``VectorPrinter`` reads them as transposed tiles (``_transposed_loop``); ``vectorizable``
+    takes them as ``lanes``. Empty where the backend has no lane syntax."""
+    if not (syntax.lane and syntax.compose):
+        return frozenset()
+    found: set[Load] = set()
+    seen: set[tuple[int, sympy.Symbol | None]] = set()
+
+    def visit(node: Expr, axis: sympy.Symbol | None) -> None:
+        if (id(node), axis) in seen:
+            return
+        seen.add((id(node), axis))
+        if isinstance(node, Reduce):
+            one = len(node.axes) == 1 and node.axes[0][1] % syntax.width == 0
+            visit(node.body, node.axes[0][0] if one else None)
+            return
+        if isinstance(node, Load) and axis is not None and node.dtype is DType.float32 \
+                and node.guard is sympy.true and not node.data:
+            offset = sympy.expand(node.offset)
+            if stride(offset, sym) not in (None, 0, 1) and stride(offset, axis) == 1:
+                found.add(node)
+        for child in node.children():
+            visit(child, axis)
+
+    for root in roots:
+        visit(root, None)
+    return frozenset(found)
 
 
 def outer_reductions(roots: Sequence[Expr], done: Callable[[Expr], bool]

@@ -20,7 +20,7 @@ from ...lower import unroll
 from ...lower.transpose import TransposedReads, transposed_reads
 from ..base import Capabilities
 from ..c.emitter import CEmitter
-from ..c.vector import VectorPrinter, vectorizable
+from ..c.vector import VectorPrinter, transpose_in_registers, vectorizable
 from ..printer import Scope
 from .language import Launch, vector_syntax
 
@@ -118,16 +118,13 @@ def print_tile(em: CEmitter, plan: TransposedReads, w: int, body: Scope) -> None
                      f"{syntax.load.format(ptr=ptr, off=off)};")
         rows[load] = names
     offset = em.index(k.store_offset.xreplace({a: a0}))
+    transposed = {load: transpose_in_registers(em, syntax, tile, names)
+                  for load, names in rows.items()}
     for r in range(w):
         tile.add("{")
         block = tile.child()
         block.add(f"const {t} {em.symbol_names[b]} = kg_b0 + {r};")
-        columns: dict[Expr, str] = {}
-        for load, names in rows.items():
-            columns[load] = em.fresh("col")
-            lanes = ", ".join(syntax.lane.format(v=name, j=r) for name in names)
-            block.add(f"const {syntax.vtype} {columns[load]} = "
-                      f"{syntax.compose.format(lanes)};")
+        columns: dict[Expr, str] = {load: cols[r] for load, cols in transposed.items()}
         printer = VectorPrinter(em, a, "kg_a0", block, syntax, columns)
         for buf, st in zip(k.outputs, k.stores):
             block.add(syntax.store.format(v=printer.expr(st.value),
