@@ -1,0 +1,235 @@
+"""Patterns every exported model contains, fused by kernelgen on OpenCL, against onnxruntime (all
+graph optimisations, 2 threads) and against a copy kernel moving the same bytes, in one run
+(kernelgen and the copy round-robin, onnxruntime just before and after them): fused
+transposes (2-D, NCHW->NHWC), ShuffleNet's channel shuffle, attention with the Transpose of K
+fused, and a masked softmax, each at three shapes from real models (BERT, ResNet,
+ShuffleNetV2). Both sides get the same inputs, and kernelgen's output is
+checked against onnxruntime's before timing.
+
+    python bench/patterns.py [--rounds 5] [--repeat 30] [--only transpose,attention]
+                             [--json bench/results/patterns.json]
+
+Per round: onnxruntime's median over ours (above 1: kernelgen faster), and the copy kernel's
+time over ours, scaled by bytes (the fraction of the copy bandwidth the pattern reaches: each
+input read once, the output written once). The table gives the medians over rounds.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from onnx import TensorProto, helper
+
+import kernelgen as kg
+from kernelgen.compile import copy_kernel
+from kernelgen.measure import runner
+
+
+@dataclass
+class Pattern:
+    """One pattern at one shape: ONNX nodes (inputs named as the arrays), the same computation
+    as kernelgen operators, and the arrays."""
+
+    family: str
+    label: str
+    nodes: list
+    ops: list[kg.Op]
+    arrays: dict[str, np.ndarray]
+    output: str
+
+
+def _rand(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def transpose_add_relu(rows: int, cols: int) -> Pattern:
+    """relu(transpose(x) + b): a Linear layer's weight read transposed, with its bias."""
+    rng = np.random.default_rng(0)
+    x, b = kg.tensor("x", (rows, cols)), kg.tensor("b", (rows,))
+    t = kg.transpose(x, (1, 0))
+    a = kg.add(t, b)
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0]),
+             helper.make_node("Add", ["t", "b"], ["a"]), helper.make_node("Relu", ["a"], ["y"])]
+    return Pattern("transpose", f"relu(transpose(x) + b), {rows}x{cols}", nodes,
+                   [t, a, kg.relu(a)], {"x": _rand(rng, rows, cols), "b": _rand(rng, rows)}, "y")
+
+
+def nchw_to_nhwc(n: int, c: int, hw: int) -> Pattern:
+    """NCHW -> NHWC with a ReLU: a layout change at a model's edge."""
+    rng = np.random.default_rng(1)
+    x = kg.tensor("x", (n, c, hw, hw))
+    t = kg.transpose(x, (0, 2, 3, 1))
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 3, 1]),
+             helper.make_node("Relu", ["t"], ["y"])]
+    return Pattern("nchw-to-nhwc", f"relu(NCHW->NHWC), {n}x{c}x{hw}x{hw}", nodes,
+                   [t, kg.relu(t)], {"x": _rand(rng, n, c, hw, hw)}, "y")
+
+
+def channel_shuffle(c: int, hw: int, groups: int = 2) -> Pattern:
+    """ShuffleNetV2's channel shuffle: reshape, transpose, reshape."""
+    rng = np.random.default_rng(2)
+    x = kg.tensor("x", (1, c, hw, hw))
+    r1 = kg.reshape(x, (1, groups, c // groups, hw, hw))
+    t = kg.transpose(r1, (0, 2, 1, 3, 4))
+    r2 = kg.reshape(t, (1, c, hw, hw))
+    shapes = {"s1": np.array([1, groups, c // groups, hw, hw]), "s2": np.array([1, c, hw, hw])}
+    nodes = [helper.make_node("Constant", [], [k], value=helper.make_tensor(
+                 k, TensorProto.INT64, v.shape, v)) for k, v in shapes.items()]
+    nodes += [helper.make_node("Reshape", ["x", "s1"], ["r1"]),
+              helper.make_node("Transpose", ["r1"], ["t"], perm=[0, 2, 1, 3, 4]),
+              helper.make_node("Reshape", ["t", "s2"], ["y"])]
+    return Pattern("channel-shuffle", f"channel shuffle, {c}x{hw}x{hw}, {groups} groups", nodes,
+                   [r1, t, r2], {"x": _rand(rng, 1, c, hw, hw)}, "y")
+
+
+def attention(heads: int, seq: int, depth: int) -> Pattern:
+    """softmax(Q transpose(K) * s) V with K as the projections give it: (heads, seq, depth)."""
+    rng = np.random.default_rng(3)
+    q, k, v = (kg.tensor(n, (heads, seq, depth)) for n in "qkv")
+    s = kg.tensor("s", (1,))
+    kt = kg.transpose(k, (0, 2, 1))
+    scores = kg.matmul(q, kt)
+    scaled = kg.mul(scores, s)
+    p = kg.softmax(scaled, 2)
+    o = kg.matmul(p, v)
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["q", "kt"], ["sc"]),
+             helper.make_node("Mul", ["sc", "s"], ["m"]),
+             helper.make_node("Softmax", ["m"], ["p"], axis=2),
+             helper.make_node("MatMul", ["p", "v"], ["y"])]
+    arrays = {n: _rand(rng, heads, seq, depth) for n in "qkv"}
+    arrays["s"] = np.array([depth ** -0.5], np.float32)
+    return Pattern("attention", f"attention, {heads} heads x {seq} x {depth}, K transposed",
+                   nodes, [kt, scores, scaled, p, o], arrays, "y")
+
+
+def masked_softmax(rows: int, cols: int) -> Pattern:
+    """softmax(x * s + mask) over rows: attention scores with a padding mask."""
+    rng = np.random.default_rng(4)
+    x, s, mask = kg.tensor("x", (rows, cols)), kg.tensor("s", (1,)), kg.tensor("mask", (cols,))
+    m = kg.mul(x, s)
+    a = kg.add(m, mask)
+    nodes = [helper.make_node("Mul", ["x", "s"], ["m"]),
+             helper.make_node("Add", ["m", "mask"], ["a"]),
+             helper.make_node("Softmax", ["a"], ["y"], axis=1)]
+    arrays = {"x": _rand(rng, rows, cols), "s": np.array([0.125], np.float32),
+              "mask": np.where(np.arange(cols) < cols - 7, 0.0, -1e4).astype(np.float32)}
+    return Pattern("softmax", f"softmax(x * s + mask), {rows}x{cols}", nodes,
+                   [m, a, kg.softmax(a, 1)], arrays, "y")
+
+
+PATTERNS: dict[str, list[Callable[[], Pattern]]] = {
+    "transpose": [lambda: transpose_add_relu(2048, 2048), lambda: transpose_add_relu(768, 3072),
+                  lambda: transpose_add_relu(3072, 768)],
+    "nchw-to-nhwc": [lambda: nchw_to_nhwc(1, 64, 56), lambda: nchw_to_nhwc(1, 256, 28),
+                     lambda: nchw_to_nhwc(8, 32, 28)],
+    "channel-shuffle": [lambda: channel_shuffle(116, 28), lambda: channel_shuffle(232, 14),
+                        lambda: channel_shuffle(464, 7)],
+    "attention": [lambda: attention(8, 256, 64), lambda: attention(12, 128, 64),
+                  lambda: attention(4, 512, 64)],
+    "softmax": [lambda: masked_softmax(4096, 1024), lambda: masked_softmax(12 * 128, 128),
+                lambda: masked_softmax(1024, 4096)],
+}
+
+
+def ort_runner(p: Pattern) -> tuple[Callable[[], None], np.ndarray]:
+    """onnxruntime on ``p`` (all graph optimisations, 2 threads): a timed callable and its
+    output."""
+    import onnxruntime as ort
+
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, a.shape)
+              for n, a in p.arrays.items()]
+    graph = helper.make_graph(p.nodes, p.family, inputs,
+                              [helper.make_tensor_value_info(p.output, TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = 2, 1
+    session = ort.InferenceSession(model.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    feeds = dict(p.arrays)
+    return (lambda: session.run(None, feeds)), session.run(None, feeds)[0]
+
+
+def _timed(f: Callable[[], object], repeat: int) -> list[float]:
+    """``repeat`` back-to-back runs of ``f`` after one warm-up, in milliseconds."""
+    f()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        f()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return times
+
+
+def measure(p: Pattern, rounds: int, repeat: int) -> dict[str, object]:
+    fused = kg.fuse(*p.ops, force=True)
+    kernel = fused.emit("opencl")
+    arrays = [p.arrays[v.name] for v in fused.inputs]
+    run_ort, want = ort_runner(p)
+    np.testing.assert_allclose(kernel(*arrays), want, rtol=2e-4, atol=2e-5)
+    moved = kernel.loop.bytes_moved()
+    biggest = max((a.shape for a in p.arrays.values()), key=lambda s: int(np.prod(s)))
+    copy = copy_kernel(biggest, backend="opencl")
+    copy_bytes = 2 * 4 * int(np.prod(biggest))
+    runs = {"kernelgen": runner(kernel, *arrays),
+            "copy": runner(copy, p.arrays[next(n for n, a in p.arrays.items()
+                                               if a.shape == biggest)])}
+    per_round: dict[str, list[float]] = {"vs_ort": [], "of_copy": []}
+    medians: dict[str, list[float]] = {name: [] for name in (*runs, "onnxruntime")}
+    for _ in range(rounds):
+        # onnxruntime just before and just after ours (docs/benchmarks.md, methodology: its
+        # spinning thread pool inflated both sides' times when interleaved)
+        times: dict[str, list[float]] = {"onnxruntime": _timed(run_ort, repeat)}
+        for f in runs.values():
+            f()
+        for name in runs:
+            times[name] = []
+        for _ in range(repeat):
+            for name, f in runs.items():
+                t0 = time.perf_counter()
+                f()
+                times[name].append((time.perf_counter() - t0) * 1e3)
+        times["onnxruntime"] += _timed(run_ort, repeat)
+        ms = {name: float(np.median(t)) for name, t in times.items()}
+        for name in medians:
+            medians[name].append(ms[name])
+        per_round["vs_ort"].append(ms["onnxruntime"] / ms["kernelgen"])
+        per_round["of_copy"].append((moved / ms["kernelgen"]) / (copy_bytes / ms["copy"]))
+    row = {"family": p.family, "pattern": p.label,
+           "schedule": kernel.metadata["schedule"], "tunables": kernel.metadata["tunables"],
+           **{f"{n}_ms": round(float(np.median(v)), 3) for n, v in medians.items()},
+           **{k: round(float(np.median(v)), 2) for k, v in per_round.items()},
+           "rounds": {k: [round(x, 2) for x in v] for k, v in per_round.items()}}
+    print(f"{p.label}: kernelgen {row['kernelgen_ms']} ms, onnxruntime "
+          f"{row['onnxruntime_ms']} ms (x{row['vs_ort']}), {row['of_copy']} of copy "
+          f"bandwidth", flush=True)
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--only", default=",".join(PATTERNS))
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    rows = [measure(build(), args.rounds, args.repeat)
+            for family in args.only.split(",") for build in PATTERNS[family]]
+    ratios = [r["vs_ort"] for r in rows]
+    summary = {"machine": platform.processor() or platform.machine(),
+               "geomean_vs_ort": round(float(np.exp(np.mean(np.log(ratios)))), 2),
+               "rows": rows}
+    print(json.dumps({k: v for k, v in summary.items() if k != "rows"}))
+    if args.json:
+        args.json.write_text(json.dumps(summary, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
