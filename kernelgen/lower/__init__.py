@@ -1,13 +1,14 @@
 """From a fused block to the loop IR, through named passes:
 
-    flatten -> hoist -> stage_producers -> merge_axes
+    flatten -> hoist -> stage_producers -> stage_shared_terms -> merge_axes
 
 ``flatten`` turns the block's ``Read`` leaves into ``Load``s of kernel buffers at flat offsets;
 ``hoist`` lifts the reductions keyed by a few domain axes out of the per-element work;
 ``stage_producers`` computes a fused producer's row once per group point (AGO's attention
-pattern, ``staging.py``); ``merge_axes`` merges contiguous domain axes so that indices need no
-division. Also here: the analyses backends share (``contraction``) and the unrolling of several
-domain points per work-item (``unroll``).
+pattern, ``staging.py``); ``stage_shared_terms`` does so for a costly term a row's reduction
+and its stores share (the softmax's exp); ``merge_axes`` merges contiguous domain axes so that
+indices need no division. Also here: the analyses backends share (``contraction``) and the
+unrolling of several domain points per work-item (``unroll``).
 """
 from __future__ import annotations
 
@@ -18,11 +19,12 @@ from collections.abc import Callable
 from ..fusion import FusedBlock
 from ..ir.loop import LoopKernel
 from .passes import flatten, hoist, merge_axes
-from .staging import stage_producers
+from .staging import stage_producers, stage_shared_terms
 
 PIPELINE: tuple[tuple[str, Callable[[LoopKernel], LoopKernel]], ...] = (
     ("hoist", hoist),
     ("stage_producers", stage_producers),
+    ("stage_shared_terms", stage_shared_terms),
     ("merge_axes", merge_axes),
 )
 

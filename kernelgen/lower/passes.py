@@ -1,6 +1,6 @@
 """The lowering passes from a fused block to the loop IR:
 
-    flatten -> hoist -> stage_producers (``staging.py``) -> merge_axes
+    flatten -> hoist -> stage_producers, stage_shared_terms (``staging.py``) -> merge_axes
 """
 from __future__ import annotations
 

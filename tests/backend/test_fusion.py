@@ -4,6 +4,7 @@ behind, and a Hypothesis property test over random chains and diamonds of 2-6 op
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -246,12 +247,16 @@ def test_random_blocks_triton(chain, seed: int) -> None:
 
 
 def test_loop_kernel_prints_as_a_listing() -> None:
-    """``str(kernel.loop)`` lists buffers, the domain, hoisted reductions and each store, with
-    loads as ``buffer[offset]`` (it used to import a module that did not exist)."""
+    """``str(kernel.loop)`` lists buffers, the domain, staged rows, hoisted reductions and each
+    store, with loads as ``buffer[offset]`` (it used to import a module that did not exist).
+    A softmax stages its exp row once (``stage_shared_terms``): the sum and the stores read it."""
     x = kg.tensor("x", (4, 8))
     text = str(kg.fuse(kg.softmax(x, 1)).lower())
     lines = text.splitlines()
     assert lines[0] == "kernel fused_softmax"
     assert "  in  x: float32[4, 8]" in lines
     assert sum(line.startswith("  hoisted: ") for line in lines) == 2  # max, then sum
-    assert lines[-1].startswith("  softmax_") and "exp(sub(x[8*o0 + o1]" in lines[-1]
+    assert "  staged: stage0[_row0 < 8] = exp(sub(x[_row0 + 8*o0], max[" in text
+    assert any(re.fullmatch(r"  hoisted: sum\[(r\d+) < 8\]\(stage0\[\1\]\)", line)
+               for line in lines)
+    assert lines[-1].startswith("  softmax_") and "div(stage0[o1], sum[" in lines[-1]

@@ -39,6 +39,7 @@ from ...ir.expr import Expr, extent, free_index_symbols
 from ...ir.loop import Buffer, LoopKernel
 from ...ir.substitute import flatten_axes, flatten_offset
 from ...lower import unroll
+from ...lower.staging import shared_terms_only, unstage
 from ...lower.transpose import TransposedReads
 from ...lower.contraction import (Contraction, contraction, operand_buffers, operand_has_reduction,
                                   producer_redundancy)
@@ -210,6 +211,10 @@ def choose(loop: LoopKernel, options: Mapping[str, Any], caps: Capabilities) -> 
     if tile is not None and (len(tile) != 2 or min(tile) < 1):
         raise ValueError(f"kernel '{loop.name}': tile must be (rows, columns), both positive, "
                          f"got {tile!r}")
+    # a staged shared term (a softmax's exp row) pays on a CPU's 'row' schedule only
+    row = caps.simd_within_work_item and row_vectorizable(loop, caps)
+    if shared_terms_only(loop) and not (row and options.get("schedule") in (None, "row")):
+        loop = unstage(loop)
     kind = _kind(loop, options.get("schedule"), tile is not None, caps)
     base = OpenCLSchedule(kind, "long" if loop.needs_long_index else "int", loop,
                           local_size=local or default_local(caps))

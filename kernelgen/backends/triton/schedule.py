@@ -142,6 +142,7 @@ def staged_as_blocks(kernel: LoopKernel) -> bool:
     cannot be indexed at run time), and no such reduction computed per element holds another
     (a tile inside a tile); ``lower/staging.py`` stages only such reads."""
     extents = {st.buffer.name: st.buffer.numel for st in kernel.staged}
+    domain = {s for s, _ in kernel.domain}  # a row read at the element point is not a block
 
     def reads_row(node: Expr) -> bool:
         return isinstance(node, Reduce) and node not in kernel.hoisted and any(
@@ -153,8 +154,8 @@ def staged_as_blocks(kernel: LoopKernel) -> bool:
                     m is not node and reads_row(m) for m in walk(node))):
                 return False
             if isinstance(node, Load) and node.buffer in extents and not (
-                    node.offset.is_Symbol and kernel.ranges.get(node.offset)
-                    == extents[node.buffer]):
+                    node.offset.is_Symbol and node.offset not in domain
+                    and kernel.ranges.get(node.offset) == extents[node.buffer]):
                 return False
     return True
 

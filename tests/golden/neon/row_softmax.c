@@ -46,7 +46,7 @@ static inline float kg_vmaxvq_f32(float32x4_t v)
 // fused_softmax
 //   in0: input 'x' float32[64, 1000]
 //   out0: output 'y' float32[64, 1000]
-void kg_fused_softmax_6208c5b60c22(const float* restrict in0,
+void kg_fused_softmax_6c8219c332b0(const float* restrict in0,
         float* restrict out0)
 {
     #pragma omp parallel for schedule(static)
@@ -59,82 +59,56 @@ void kg_fused_softmax_6208c5b60c22(const float* restrict in0,
             vacc3 = vmaxq_f32(vacc3, v6);
         }
         float acc4 = kg_vmaxvq_f32(vacc3);
-        float32x4_t vacc7 = vdupq_n_f32(0.0f);
-        int i9 = 0;
-        for (; i9 + 4 <= 1000; i9 += 4) {
-            const float32x4_t v10 = vld1q_f32(in0 + 1000 * o0 + i9);
-            const float32x4_t v11 = vsubq_f32(v10, vdupq_n_f32(acc4));
-            const uint32x4_t v12 = vcgtq_f32(v11, vdupq_n_f32(88.8f));
-            const float32x4_t v13 = vbslq_f32(v12, vdupq_n_f32(88.8f), v11);
-            const uint32x4_t v14 = vcltq_f32(v13, vdupq_n_f32(-104.0f));
-            const float32x4_t v15 = vbslq_f32(v14, vdupq_n_f32(-104.0f), v13);
-            const float32x4_t v16 = vmulq_f32(v15, vdupq_n_f32(1.4426950216293335f));
-            const float32x4_t v17 = vaddq_f32(v16, vdupq_n_f32(12582912.0f));
-            const float32x4_t v18 = vsubq_f32(v17, vdupq_n_f32(12582912.0f));
-            const float32x4_t v19 = vmulq_f32(v18, vdupq_n_f32(0.693115234375f));
-            const float32x4_t v20 = vsubq_f32(v15, v19);
-            const float32x4_t v21 = vmulq_f32(v18, vdupq_n_f32(3.194618329871446e-05f));
-            const float32x4_t v22 = vsubq_f32(v20, v21);
-            const float32x4_t v23 = vmulq_f32(v22, v22);
-            const float32x4_t v24 = vmulq_f32(vdupq_n_f32(0.0013868323294445872f), v22);
-            const float32x4_t v25 = vaddq_f32(v24, vdupq_n_f32(0.008366423659026623f));
-            const float32x4_t v26 = vmulq_f32(v25, v22);
-            const float32x4_t v27 = vaddq_f32(v26, vdupq_n_f32(0.04166746512055397f));
-            const float32x4_t v28 = vmulq_f32(v27, v22);
-            const float32x4_t v29 = vaddq_f32(v28, vdupq_n_f32(0.1666654497385025f));
-            const float32x4_t v30 = vmulq_f32(v29, v22);
-            const float32x4_t v31 = vaddq_f32(v30, vdupq_n_f32(0.4999999701976776f));
-            const float32x4_t v32 = vmulq_f32(v23, v31);
-            const float32x4_t v33 = vaddq_f32(v22, v32);
-            const float32x4_t v34 = vaddq_f32(vdupq_n_f32(1.0f), v33);
-            const float32x4_t v35 = vmulq_f32(v18, vdupq_n_f32(0.5f));
-            const float32x4_t v36 = vaddq_f32(v35, vdupq_n_f32(12582912.0f));
-            const float32x4_t v37 = vsubq_f32(v36, vdupq_n_f32(12582912.0f));
-            const float32x4_t v38 = kg_exp2iq_f32(v37);
-            const float32x4_t v39 = vmulq_f32(v34, v38);
-            const float32x4_t v40 = vsubq_f32(v18, v37);
-            const float32x4_t v41 = kg_exp2iq_f32(v40);
-            const float32x4_t v42 = vmulq_f32(v39, v41);  // exp(v11)
-            vacc7 = vaddq_f32(vacc7, v42);
+        float kg_stage0[1000];
+        int j7 = 0;
+        for (; j7 + 4 <= 1000; j7 += 4) {
+            const float32x4_t v8 = vld1q_f32(in0 + 1000 * o0 + j7);
+            const float32x4_t v9 = vsubq_f32(v8, vdupq_n_f32(acc4));
+            const uint32x4_t v10 = vcgtq_f32(v9, vdupq_n_f32(88.8f));
+            const float32x4_t v11 = vbslq_f32(v10, vdupq_n_f32(88.8f), v9);
+            const uint32x4_t v12 = vcltq_f32(v11, vdupq_n_f32(-104.0f));
+            const float32x4_t v13 = vbslq_f32(v12, vdupq_n_f32(-104.0f), v11);
+            const float32x4_t v14 = vmulq_f32(v13, vdupq_n_f32(1.4426950216293335f));
+            const float32x4_t v15 = vaddq_f32(v14, vdupq_n_f32(12582912.0f));
+            const float32x4_t v16 = vsubq_f32(v15, vdupq_n_f32(12582912.0f));
+            const float32x4_t v17 = vmulq_f32(v16, vdupq_n_f32(0.693115234375f));
+            const float32x4_t v18 = vsubq_f32(v13, v17);
+            const float32x4_t v19 = vmulq_f32(v16, vdupq_n_f32(3.194618329871446e-05f));
+            const float32x4_t v20 = vsubq_f32(v18, v19);
+            const float32x4_t v21 = vmulq_f32(v20, v20);
+            const float32x4_t v22 = vmulq_f32(vdupq_n_f32(0.0013868323294445872f), v20);
+            const float32x4_t v23 = vaddq_f32(v22, vdupq_n_f32(0.008366423659026623f));
+            const float32x4_t v24 = vmulq_f32(v23, v20);
+            const float32x4_t v25 = vaddq_f32(v24, vdupq_n_f32(0.04166746512055397f));
+            const float32x4_t v26 = vmulq_f32(v25, v20);
+            const float32x4_t v27 = vaddq_f32(v26, vdupq_n_f32(0.1666654497385025f));
+            const float32x4_t v28 = vmulq_f32(v27, v20);
+            const float32x4_t v29 = vaddq_f32(v28, vdupq_n_f32(0.4999999701976776f));
+            const float32x4_t v30 = vmulq_f32(v21, v29);
+            const float32x4_t v31 = vaddq_f32(v20, v30);
+            const float32x4_t v32 = vaddq_f32(vdupq_n_f32(1.0f), v31);
+            const float32x4_t v33 = vmulq_f32(v16, vdupq_n_f32(0.5f));
+            const float32x4_t v34 = vaddq_f32(v33, vdupq_n_f32(12582912.0f));
+            const float32x4_t v35 = vsubq_f32(v34, vdupq_n_f32(12582912.0f));
+            const float32x4_t v36 = kg_exp2iq_f32(v35);
+            const float32x4_t v37 = vmulq_f32(v32, v36);
+            const float32x4_t v38 = vsubq_f32(v16, v35);
+            const float32x4_t v39 = kg_exp2iq_f32(v38);
+            const float32x4_t v40 = vmulq_f32(v37, v39);  // exp(v9)
+            vst1q_f32(kg_stage0 + j7, v40);
         }
-        float acc8 = vaddvq_f32(vacc7);
+        float32x4_t vacc41 = vdupq_n_f32(0.0f);
+        int i43 = 0;
+        for (; i43 + 4 <= 1000; i43 += 4) {
+            const float32x4_t v44 = vld1q_f32(kg_stage0 + i43);
+            vacc41 = vaddq_f32(vacc41, v44);
+        }
+        float acc42 = vaddvq_f32(vacc41);
         int o1 = 0;
         for (; o1 + 4 <= 1000; o1 += 4) {
-            const float32x4_t v43 = vld1q_f32(in0 + 1000 * o0 + o1);
-            const float32x4_t v44 = vsubq_f32(v43, vdupq_n_f32(acc4));
-            const uint32x4_t v45 = vcgtq_f32(v44, vdupq_n_f32(88.8f));
-            const float32x4_t v46 = vbslq_f32(v45, vdupq_n_f32(88.8f), v44);
-            const uint32x4_t v47 = vcltq_f32(v46, vdupq_n_f32(-104.0f));
-            const float32x4_t v48 = vbslq_f32(v47, vdupq_n_f32(-104.0f), v46);
-            const float32x4_t v49 = vmulq_f32(v48, vdupq_n_f32(1.4426950216293335f));
-            const float32x4_t v50 = vaddq_f32(v49, vdupq_n_f32(12582912.0f));
-            const float32x4_t v51 = vsubq_f32(v50, vdupq_n_f32(12582912.0f));
-            const float32x4_t v52 = vmulq_f32(v51, vdupq_n_f32(0.693115234375f));
-            const float32x4_t v53 = vsubq_f32(v48, v52);
-            const float32x4_t v54 = vmulq_f32(v51, vdupq_n_f32(3.194618329871446e-05f));
-            const float32x4_t v55 = vsubq_f32(v53, v54);
-            const float32x4_t v56 = vmulq_f32(v55, v55);
-            const float32x4_t v57 = vmulq_f32(vdupq_n_f32(0.0013868323294445872f), v55);
-            const float32x4_t v58 = vaddq_f32(v57, vdupq_n_f32(0.008366423659026623f));
-            const float32x4_t v59 = vmulq_f32(v58, v55);
-            const float32x4_t v60 = vaddq_f32(v59, vdupq_n_f32(0.04166746512055397f));
-            const float32x4_t v61 = vmulq_f32(v60, v55);
-            const float32x4_t v62 = vaddq_f32(v61, vdupq_n_f32(0.1666654497385025f));
-            const float32x4_t v63 = vmulq_f32(v62, v55);
-            const float32x4_t v64 = vaddq_f32(v63, vdupq_n_f32(0.4999999701976776f));
-            const float32x4_t v65 = vmulq_f32(v56, v64);
-            const float32x4_t v66 = vaddq_f32(v55, v65);
-            const float32x4_t v67 = vaddq_f32(vdupq_n_f32(1.0f), v66);
-            const float32x4_t v68 = vmulq_f32(v51, vdupq_n_f32(0.5f));
-            const float32x4_t v69 = vaddq_f32(v68, vdupq_n_f32(12582912.0f));
-            const float32x4_t v70 = vsubq_f32(v69, vdupq_n_f32(12582912.0f));
-            const float32x4_t v71 = kg_exp2iq_f32(v70);
-            const float32x4_t v72 = vmulq_f32(v67, v71);
-            const float32x4_t v73 = vsubq_f32(v51, v70);
-            const float32x4_t v74 = kg_exp2iq_f32(v73);
-            const float32x4_t v75 = vmulq_f32(v72, v74);  // exp(v44)
-            const float32x4_t v76 = vdivq_f32(v75, vdupq_n_f32(acc8));
-            vst1q_f32(out0 + 1000 * o0 + o1, v76);
+            const float32x4_t v45 = vld1q_f32(kg_stage0 + o1);
+            const float32x4_t v46 = vdivq_f32(v45, vdupq_n_f32(acc42));
+            vst1q_f32(out0 + 1000 * o0 + o1, v46);
         }
     }
 }

@@ -4,99 +4,124 @@
 #define KG_FLOORMOD(a, b) ((((a) % (b)) + (b)) % (b))
 
 // One work-item per group point (a CPU device runs each work-group on one core anyway): the
-// reductions and the element loop run as explicit 8-lane vector loops with scalar tails.
+// reductions and the element loop run as explicit 16-lane vector loops with scalar tails.
 __kernel void fused_softmax(__global const float* restrict x,
         __global float* restrict y)
 {
     const int o0 = (int)get_global_id(0);
-    float8 vacc1 = ((float8)((-INFINITY)));
+    float16 vacc1 = ((float16)((-INFINITY)));
     int i3 = 0;
-    for (; i3 + 8 <= 1000; i3 += 8) {
-        const float8 v4 = vload8(0, x + 1000 * o0 + i3);
+    for (; i3 + 16 <= 1000; i3 += 16) {
+        const float16 v4 = vload16(0, x + 1000 * o0 + i3);
         vacc1 = (((vacc1 > v4) | (vacc1 != vacc1)) ? vacc1 : v4);
     }
-    const float4 h5 = (((vacc1.lo > vacc1.hi) | isnan(vacc1.lo)) ? vacc1.lo : vacc1.hi);
-    const float2 h6 = (((h5.lo > h5.hi) | isnan(h5.lo)) ? h5.lo : h5.hi);
-    const float h7 = (((h6.lo > h6.hi) | isnan(h6.lo)) ? h6.lo : h6.hi);
-    float acc2 = h7;
-    float8 vacc8 = ((float8)(0.0f));
-    int i10 = 0;
-    for (; i10 + 8 <= 1000; i10 += 8) {
-        const float8 v11 = vload8(0, x + 1000 * o0 + i10);
-        const float8 v12 = v11 - ((float8)(acc2));
-        const int8 v13 = v12 > ((float8)(88.8f));
-        const float8 v14 = select(v12, ((float8)(88.8f)), v13);
-        const int8 v15 = v14 < ((float8)(-104.0f));
-        const float8 v16 = select(v14, ((float8)(-104.0f)), v15);
-        const float8 v17 = v16 * ((float8)(1.4426950216293335f));
-        const float8 v18 = v17 + ((float8)(12582912.0f));
-        const float8 v19 = v18 - ((float8)(12582912.0f));
-        const float8 v20 = v19 * ((float8)(0.693115234375f));
-        const float8 v21 = v16 - v20;
-        const float8 v22 = v19 * ((float8)(3.194618329871446e-05f));
-        const float8 v23 = v21 - v22;
-        const float8 v24 = v23 * v23;
-        const float8 v25 = ((float8)(0.0013868323294445872f)) * v23;
-        const float8 v26 = v25 + ((float8)(0.008366423659026623f));
-        const float8 v27 = v26 * v23;
-        const float8 v28 = v27 + ((float8)(0.04166746512055397f));
-        const float8 v29 = v28 * v23;
-        const float8 v30 = v29 + ((float8)(0.1666654497385025f));
-        const float8 v31 = v30 * v23;
-        const float8 v32 = v31 + ((float8)(0.4999999701976776f));
-        const float8 v33 = v24 * v32;
-        const float8 v34 = v23 + v33;
-        const float8 v35 = ((float8)(1.0f)) + v34;
-        const float8 v36 = v19 * ((float8)(0.5f));
-        const float8 v37 = v36 + ((float8)(12582912.0f));
-        const float8 v38 = v37 - ((float8)(12582912.0f));
-        const float8 v39 = as_float8((as_uint8(v38 + 12582912.0f) + 127u) << 23);
-        const float8 v40 = v35 * v39;
-        const float8 v41 = v19 - v38;
-        const float8 v42 = as_float8((as_uint8(v41 + 12582912.0f) + 127u) << 23);
-        const float8 v43 = v40 * v42;  // exp(v12)
-        vacc8 = vacc8 + v43;
+    const float8 h5 = (((vacc1.lo > vacc1.hi) | isnan(vacc1.lo)) ? vacc1.lo : vacc1.hi);
+    const float4 h6 = (((h5.lo > h5.hi) | isnan(h5.lo)) ? h5.lo : h5.hi);
+    const float2 h7 = (((h6.lo > h6.hi) | isnan(h6.lo)) ? h6.lo : h6.hi);
+    const float h8 = (((h7.lo > h7.hi) | isnan(h7.lo)) ? h7.lo : h7.hi);
+    float acc2 = h8;
+    for (; i3 < 1000; ++i3) {
+        const float t9 = x[1000 * o0 + i3];
+        acc2 = (((acc2 > t9) | isnan(acc2)) ? acc2 : t9);
     }
-    const float4 h44 = vacc8.lo + vacc8.hi;
-    const float2 h45 = h44.lo + h44.hi;
-    const float h46 = h45.lo + h45.hi;
-    float acc9 = h46;
+    float kg_stage0[1000];
+    int j10 = 0;
+    for (; j10 + 16 <= 1000; j10 += 16) {
+        const float16 v11 = vload16(0, x + 1000 * o0 + j10);
+        const float16 v12 = v11 - ((float16)(acc2));
+        const int16 v13 = v12 > ((float16)(88.8f));
+        const float16 v14 = select(v12, ((float16)(88.8f)), v13);
+        const int16 v15 = v14 < ((float16)(-104.0f));
+        const float16 v16 = select(v14, ((float16)(-104.0f)), v15);
+        const float16 v17 = v16 * ((float16)(1.4426950216293335f));
+        const float16 v18 = v17 + ((float16)(12582912.0f));
+        const float16 v19 = v18 - ((float16)(12582912.0f));
+        const float16 v20 = v19 * ((float16)(0.693115234375f));
+        const float16 v21 = v16 - v20;
+        const float16 v22 = v19 * ((float16)(3.194618329871446e-05f));
+        const float16 v23 = v21 - v22;
+        const float16 v24 = v23 * v23;
+        const float16 v25 = ((float16)(0.0013868323294445872f)) * v23;
+        const float16 v26 = v25 + ((float16)(0.008366423659026623f));
+        const float16 v27 = v26 * v23;
+        const float16 v28 = v27 + ((float16)(0.04166746512055397f));
+        const float16 v29 = v28 * v23;
+        const float16 v30 = v29 + ((float16)(0.1666654497385025f));
+        const float16 v31 = v30 * v23;
+        const float16 v32 = v31 + ((float16)(0.4999999701976776f));
+        const float16 v33 = v24 * v32;
+        const float16 v34 = v23 + v33;
+        const float16 v35 = ((float16)(1.0f)) + v34;
+        const float16 v36 = v19 * ((float16)(0.5f));
+        const float16 v37 = v36 + ((float16)(12582912.0f));
+        const float16 v38 = v37 - ((float16)(12582912.0f));
+        const float16 v39 = as_float16((as_uint16(v38 + 12582912.0f) + 127u) << 23);
+        const float16 v40 = v35 * v39;
+        const float16 v41 = v19 - v38;
+        const float16 v42 = as_float16((as_uint16(v41 + 12582912.0f) + 127u) << 23);
+        const float16 v43 = v40 * v42;  // exp(v12)
+        vstore16(v43, 0, kg_stage0 + j10);
+    }
+    for (int j44 = j10; j44 < 1000; ++j44) {
+        const float t45 = x[1000 * o0 + j44];
+        const float t46 = t45 - acc2;
+        const bool t47 = t46 > 88.8f;
+        const float t48 = t47 ? 88.8f : t46;
+        const bool t49 = t48 < -104.0f;
+        const float t50 = t49 ? -104.0f : t48;
+        const float t51 = t50 * 1.4426950216293335f;
+        const float t52 = t51 + 12582912.0f;
+        const float t53 = t52 - 12582912.0f;
+        const float t54 = t53 * 0.693115234375f;
+        const float t55 = t50 - t54;
+        const float t56 = t53 * 3.194618329871446e-05f;
+        const float t57 = t55 - t56;
+        const float t58 = t57 * t57;
+        const float t59 = 0.0013868323294445872f * t57;
+        const float t60 = t59 + 0.008366423659026623f;
+        const float t61 = t60 * t57;
+        const float t62 = t61 + 0.04166746512055397f;
+        const float t63 = t62 * t57;
+        const float t64 = t63 + 0.1666654497385025f;
+        const float t65 = t64 * t57;
+        const float t66 = t65 + 0.4999999701976776f;
+        const float t67 = t58 * t66;
+        const float t68 = t57 + t67;
+        const float t69 = 1.0f + t68;
+        const float t70 = t53 * 0.5f;
+        const float t71 = t70 + 12582912.0f;
+        const float t72 = t71 - 12582912.0f;
+        const float t73 = as_float((as_uint(t72 + 12582912.0f) + 127u) << 23);
+        const float t74 = t69 * t73;
+        const float t75 = t53 - t72;
+        const float t76 = as_float((as_uint(t75 + 12582912.0f) + 127u) << 23);
+        const float t77 = t74 * t76;  // exp(t46)
+        kg_stage0[j44] = t77;
+    }
+    float16 vacc78 = ((float16)(0.0f));
+    int i80 = 0;
+    for (; i80 + 16 <= 1000; i80 += 16) {
+        const float16 v81 = vload16(0, kg_stage0 + i80);
+        vacc78 = vacc78 + v81;
+    }
+    const float8 h82 = vacc78.lo + vacc78.hi;
+    const float4 h83 = h82.lo + h82.hi;
+    const float2 h84 = h83.lo + h83.hi;
+    const float h85 = h84.lo + h84.hi;
+    float acc79 = h85;
+    for (; i80 < 1000; ++i80) {
+        const float t86 = kg_stage0[i80];
+        acc79 = acc79 + t86;
+    }
     int o1 = 0;
-    for (; o1 + 8 <= 1000; o1 += 8) {
-        const float8 v47 = vload8(0, x + 1000 * o0 + o1);
-        const float8 v48 = v47 - ((float8)(acc2));
-        const int8 v49 = v48 > ((float8)(88.8f));
-        const float8 v50 = select(v48, ((float8)(88.8f)), v49);
-        const int8 v51 = v50 < ((float8)(-104.0f));
-        const float8 v52 = select(v50, ((float8)(-104.0f)), v51);
-        const float8 v53 = v52 * ((float8)(1.4426950216293335f));
-        const float8 v54 = v53 + ((float8)(12582912.0f));
-        const float8 v55 = v54 - ((float8)(12582912.0f));
-        const float8 v56 = v55 * ((float8)(0.693115234375f));
-        const float8 v57 = v52 - v56;
-        const float8 v58 = v55 * ((float8)(3.194618329871446e-05f));
-        const float8 v59 = v57 - v58;
-        const float8 v60 = v59 * v59;
-        const float8 v61 = ((float8)(0.0013868323294445872f)) * v59;
-        const float8 v62 = v61 + ((float8)(0.008366423659026623f));
-        const float8 v63 = v62 * v59;
-        const float8 v64 = v63 + ((float8)(0.04166746512055397f));
-        const float8 v65 = v64 * v59;
-        const float8 v66 = v65 + ((float8)(0.1666654497385025f));
-        const float8 v67 = v66 * v59;
-        const float8 v68 = v67 + ((float8)(0.4999999701976776f));
-        const float8 v69 = v60 * v68;
-        const float8 v70 = v59 + v69;
-        const float8 v71 = ((float8)(1.0f)) + v70;
-        const float8 v72 = v55 * ((float8)(0.5f));
-        const float8 v73 = v72 + ((float8)(12582912.0f));
-        const float8 v74 = v73 - ((float8)(12582912.0f));
-        const float8 v75 = as_float8((as_uint8(v74 + 12582912.0f) + 127u) << 23);
-        const float8 v76 = v71 * v75;
-        const float8 v77 = v55 - v74;
-        const float8 v78 = as_float8((as_uint8(v77 + 12582912.0f) + 127u) << 23);
-        const float8 v79 = v76 * v78;  // exp(v48)
-        const float8 v80 = v79 / ((float8)(acc9));
-        vstore8(v80, 0, y + 1000 * o0 + o1);
+    for (; o1 + 16 <= 1000; o1 += 16) {
+        const float16 v87 = vload16(0, kg_stage0 + o1);
+        const float16 v88 = v87 / ((float16)(acc79));
+        vstore16(v88, 0, y + 1000 * o0 + o1);
+    }
+    for (; o1 < 1000; ++o1) {
+        const float t89 = kg_stage0[o1];
+        const float t90 = t89 / acc79;
+        y[1000 * o0 + o1] = t90;
     }
 }
