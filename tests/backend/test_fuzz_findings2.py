@@ -291,3 +291,22 @@ def test_trigonometry_beside_a_huge_lane(backend: str, fn: str) -> None:
     finite_columns = np.isfinite(trig).all(axis=0)
     assert_close(got[:, finite_columns], want[:, finite_columns], "float32", scale=50)
     assert np.isnan(got[:, ~finite_columns]).all()
+
+
+def test_sign_of_negative_zero_is_positive_zero(backend: str) -> None:
+    """ONNX and NumPy give Sign(-0) = +0 (and NaN for NaN); kernelgen kept the input's -0, so
+    1 / sign(-0) was -Inf where the reference gives +Inf (a long-run fuzz finding). Rows long
+    enough for the vector forms, the special values in every lane position."""
+    specials = np.array([-0.0, 0.0, nan, -3.0, 2.5, inf, -inf, -1e-40], np.float32)
+    x = np.stack([np.roll(specials, k) for k in range(8)])
+    ones = np.ones(8, np.float32)
+    s = kg.sign(kg.tensor("x", x.shape))
+    q = kg.div(kg.tensor("one", (8,)), s)
+    fused = kg.fuse(s, q, outputs=[s, q])
+    arrays = {"x": x, "one": ones}
+    got_sign, got_q = run(backend, fused, *(arrays[v.name] for v in fused.inputs))
+    with np.errstate(divide="ignore"):
+        want = np.sign(x)
+        np.testing.assert_array_equal(got_sign, want)
+        np.testing.assert_array_equal(np.signbit(got_sign), np.signbit(want))
+        np.testing.assert_array_equal(got_q, ones / want)

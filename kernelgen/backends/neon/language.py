@@ -39,7 +39,7 @@ FLOAT: dict[str, Any] = {
     "pow": {dt: f"{n}({{0}}, {{1}})" for dt, n in _per_dtype("pow").items()},
     "fmod": {dt: f"{n}({{0}}, {{1}})" for dt, n in _per_dtype("fmod").items()},
     "rsqrt": {DType.float32: "1.0f / sqrtf({0})", DType.float64: "1.0 / sqrt({0})"},
-    "sign": "({0} > 0 ? 1 : ({0} < 0 ? -1 : {0}))",
+    "sign": "({0} > 0 ? 1 : ({0} < 0 ? -1 : ({0} != {0} ? {0} : 0)))",  # +0 for -0, NaN kept
     "isnan": "isnan({0})", "isinf": "isinf({0})", **_COMPARE,
     # the math library's bit-level primitives (lower/fastmath.py): float32 only
     **{f: {DType.float32: f"kg_{f}f({{0}})"} for f in ("exp2i", "logb", "significand")},

@@ -28,8 +28,9 @@ FLOAT: dict[str, str | dict[DType, str]] = {
     "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / {1}",
     "neg": "-{0}", "max": MAX_NAN, "min": MIN_NAN,  # "abs": after _bits below
     "pow": "pow({0}, {1})", "fmod": "fmod({0}, {1})",
-    # sign() of OpenCL C gives 0 for NaN; NumPy and ONNX give NaN (the input itself)
-    "sign": "({0} > 0 ? 1 : ({0} < 0 ? -1 : {0}))",
+    # sign() of OpenCL C gives 0 for NaN; NumPy and ONNX give NaN (the input itself), and +0
+    # for -0 (1 / sign(-0) is +Inf: a long-run fuzz finding)
+    "sign": "({0} > 0 ? 1 : ({0} < 0 ? -1 : ({0} != {0} ? {0} : 0)))",
     "isnan": ISNAN, "isinf": "(({0} == INFINITY) | ({0} == -INFINITY))",
     **{f: f"{f}({{0}})" for f in _MATH}, **_COMPARE,
 }
