@@ -7,6 +7,7 @@ import hashlib
 import math
 from typing import Any
 
+import numpy as np
 import sympy
 
 from ...dtypes import DType
@@ -95,6 +96,10 @@ class TritonPrinter(Emitter):
             return 'float("nan")'
         if math.isinf(v):
             return 'float("inf")' if v > 0 else 'float("-inf")'
+        if dtype is DType.float64 and float(np.float32(v)) != v:
+            # a Python float constant compiles as float32 (the interpreter keeps it float64):
+            # clip(x, 0.1, 0.7) stored 0.10000000149 into a float64 output on an H200
+            return f"tl.full([], {v!r}, tl.float64)"
         return repr(v)
 
     def declare(self, scope: Scope, name: str, dtype: DType, text: str) -> None:
