@@ -90,6 +90,8 @@ VECTOR = VectorSyntax(
     combine={"sum": "{a} + {b}", "prod": "{a} * {b}",
              "max": MAX_NAN.format("{a}", "{b}"), "min": MIN_NAN.format("{a}", "{b}")},
     horizontal={"sum": "", "prod": "", "max": "", "min": ""},  # halving with .lo/.hi
+    # lanes, for keys read as transposed tiles in a float8 'row' (pip's PoCL builds no float16)
+    lane="{v}.s{j:x}", compose="((float8)({0}))",
 )
 BARRIER = "barrier(CLK_LOCAL_MEM_FENCE);"
 # OpenCL C's keywords, built-in functions and macros (OpenCL C 1.2 and 2.0, section 6): a kernel
