@@ -20,7 +20,8 @@ How values are judged (special values make a plain rtol useless):
   ones overflow to Inf: 0 * Inf), so those positions are not judged either. Nor are the
   positions of a Conv, MatMul or Gemm where a product of two finite factors overflows the
   block's dtype: -1e30 * 1e30 rounds to -Inf in float32, so beside an Inf term the sum is NaN,
-  while a fused multiply-add that never rounds the product keeps the Inf.
+  while a fused multiply-add that never rounds the product keeps the Inf. Nor are sin, cos and
+  tan of arguments that one rounding at the compute precision moves by over 0.01 rad.
 - Where ``want`` is special but the shadow is finite (a float32 overflow in the reference's own
   formula, e.g. softplus(1e30) = log(exp(1e30) + 1) = inf, which kernelgen computes stably),
   a kernel value close to the shadow's also passes; where both are special, the shadow's
@@ -207,6 +208,16 @@ _FIXED: dict[str, tuple[Any, Any]] = {
 }
 
 
+def _argument_too_large(x: np.ndarray, dtype: str) -> np.ndarray:
+    """Where sin, cos or tan of ``x`` has no meaningful value at the precision a kernel computes
+    in (float32 for float16 and float32 blocks): one rounding of the argument moves it by more
+    than 0.01 rad (|x| above 1.7e5 in float32; sin(1.05e14) was 0.84 in float32 and -0.94
+    exactly, and three perturbed shadows happened to stay close)."""
+    unit = 2.0 ** -53 if dtype == "float64" else 2.0 ** -24
+    with np.errstate(invalid="ignore"):
+        return np.abs(x.astype(np.float64)) * unit > 1e-2
+
+
 def _largest_product(op: kg.Op, x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """The largest magnitude of a product of two finite factors summed into each output of a
     Conv, MatMul or Gemm (alpha included), in float64."""
@@ -261,6 +272,9 @@ def evaluate_chain(ops: list[kg.Op], feeds: dict[str, np.ndarray],
             if order_nan and op.kind == "ReduceProd":
                 values[op.name] = np.where(_order_dependent_prod(op, args[0], order_nan),
                                            np.nan, values[op.name])
+            if order_nan and op.kind in ("Sin", "Cos", "Tan"):
+                values[op.name] = np.where(_argument_too_large(args[0], order_nan), np.nan,
+                                           values[op.name])
             if order_nan and op.kind in ("Conv", "MatMul", "Gemm"):
                 largest = _largest_product(op, *args[:2])
                 values[op.name] = np.where(largest > float(np.finfo(order_nan).max), np.nan,
