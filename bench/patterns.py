@@ -2,16 +2,18 @@
 graph optimisations, 2 threads) and against a copy kernel moving the same bytes, in one run
 (kernelgen and the copy round-robin, onnxruntime just before and after them): fused
 transposes (2-D, NCHW->NHWC), ShuffleNet's channel shuffle, attention with the Transpose of K
-fused, and a masked softmax, each at three shapes from real models (BERT, ResNet,
-ShuffleNetV2). Both sides get the same inputs, and kernelgen's output is
-checked against onnxruntime's before timing.
+fused, a masked softmax, residual adds, squeeze-and-excitation scaling, a GELU FFN layer,
+depth-to-space and U-Net's resize + concat, each at three shapes from real models (BERT,
+ResNet, ShuffleNetV2, MobileNetV3, super-resolution, U-Net). Both sides get the same inputs,
+and kernelgen's output is checked against onnxruntime's before timing.
 
     python bench/patterns.py [--rounds 5] [--repeat 30] [--only transpose,attention]
                              [--json bench/results/patterns.json]
 
 Per round: onnxruntime's median over ours (above 1: kernelgen faster), and the copy kernel's
 time over ours, scaled by bytes (the fraction of the copy bandwidth the pattern reaches: each
-input read once, the output written once). The table gives the medians over rounds.
+input read once, the output written once). The table gives the medians over rounds, and the
+arithmetic rate counted on the loop IR (the measure for the contractions).
 """
 from __future__ import annotations
 
@@ -124,6 +126,78 @@ def masked_softmax(rows: int, cols: int) -> Pattern:
                    [m, a, kg.softmax(a, 1)], arrays, "y")
 
 
+def residual(c: int, hw: int) -> Pattern:
+    """relu(x + y): a ResNet block's residual add."""
+    rng = np.random.default_rng(5)
+    x, y = kg.tensor("x", (1, c, hw, hw)), kg.tensor("y", (1, c, hw, hw))
+    a = kg.add(x, y)
+    nodes = [helper.make_node("Add", ["x", "y"], ["a"]), helper.make_node("Relu", ["a"], ["z"])]
+    return Pattern("residual", f"relu(x + y), {c}x{hw}x{hw}", nodes, [a, kg.relu(a)],
+                   {"x": _rand(rng, 1, c, hw, hw), "y": _rand(rng, 1, c, hw, hw)}, "z")
+
+
+def se_scale(c: int, hw: int) -> Pattern:
+    """x * sigmoid(s): a squeeze-and-excitation block's channel scaling (MobileNetV3)."""
+    rng = np.random.default_rng(6)
+    x, g = kg.tensor("x", (1, c, hw, hw)), kg.tensor("g", (1, c, 1, 1))
+    sg = kg.sigmoid(g)
+    nodes = [helper.make_node("Sigmoid", ["g"], ["sg"]),
+             helper.make_node("Mul", ["x", "sg"], ["y"])]
+    return Pattern("se-scale", f"x * sigmoid(s), {c}x{hw}x{hw}", nodes, [sg, kg.mul(x, sg)],
+                   {"x": _rand(rng, 1, c, hw, hw), "g": _rand(rng, 1, c, 1, 1)}, "y")
+
+
+def ffn_gelu(m: int, k: int, n: int) -> Pattern:
+    """gelu(x W + b), erf form: a transformer FFN's first layer (onnxruntime fuses the ONNX
+    expansion into its Gelu)."""
+    rng = np.random.default_rng(7)
+    x, w, b = kg.tensor("x", (m, k)), kg.tensor("w", (k, n)), kg.tensor("b", (n,))
+    mm = kg.matmul(x, w)
+    a = kg.add(mm, b)
+    consts = {"sqrt2": np.array(2 ** 0.5, np.float32), "one": np.array(1.0, np.float32),
+              "half": np.array(0.5, np.float32)}
+    nodes = [helper.make_node("Constant", [], [n_], value=helper.make_tensor(
+                 n_, TensorProto.FLOAT, (), [float(v)])) for n_, v in consts.items()]
+    nodes += [helper.make_node("MatMul", ["x", "w"], ["mm"]),
+              helper.make_node("Add", ["mm", "b"], ["a"]),
+              helper.make_node("Div", ["a", "sqrt2"], ["d"]),
+              helper.make_node("Erf", ["d"], ["e"]),
+              helper.make_node("Add", ["e", "one"], ["e1"]),
+              helper.make_node("Mul", ["a", "e1"], ["p"]),
+              helper.make_node("Mul", ["p", "half"], ["y"])]
+    arrays = {"x": _rand(rng, m, k), "w": _rand(rng, k, n) / np.float32(k ** 0.5),
+              "b": _rand(rng, n)}
+    return Pattern("ffn-gelu", f"gelu(x W + b), {m}x{k}x{n}", nodes, [mm, a, kg.gelu(a)],
+                   arrays, "y")
+
+
+def depth_to_space(c: int, hw: int, block: int) -> Pattern:
+    """DepthToSpace (DCR) with a ReLU: a super-resolution network's upsampling."""
+    rng = np.random.default_rng(8)
+    x = kg.tensor("x", (1, c, hw, hw))
+    d = kg.depth_to_space(x, block)
+    nodes = [helper.make_node("DepthToSpace", ["x"], ["d"], blocksize=block, mode="DCR"),
+             helper.make_node("Relu", ["d"], ["y"])]
+    return Pattern("depth-to-space", f"relu(depth_to_space), {c}x{hw}x{hw}, block {block}",
+                   nodes, [d, kg.relu(d)], {"x": _rand(rng, 1, c, hw, hw)}, "y")
+
+
+def resize_concat(c: int, hw: int) -> Pattern:
+    """concat(resize_nearest(x, 2), skip): a U-Net decoder's upsampling and skip connection."""
+    rng = np.random.default_rng(9)
+    x, skip = kg.tensor("x", (1, c, hw, hw)), kg.tensor("skip", (1, c, 2 * hw, 2 * hw))
+    up = kg.resize(x, scales=[1.0, 1.0, 2.0, 2.0], mode="nearest")
+    scales = np.array([1.0, 1.0, 2.0, 2.0], np.float32)
+    nodes = [helper.make_node("Constant", [], ["scales"], value=helper.make_tensor(
+                 "scales", TensorProto.FLOAT, (4,), scales)),
+             helper.make_node("Resize", ["x", "", "scales"], ["up"], mode="nearest"),
+             helper.make_node("Concat", ["up", "skip"], ["y"], axis=1)]
+    return Pattern("resize-concat", f"concat(resize(x, 2), skip), {c}x{hw}x{hw}", nodes,
+                   [up, kg.concat([up, skip], axis=1)],
+                   {"x": _rand(rng, 1, c, hw, hw), "skip": _rand(rng, 1, c, 2 * hw, 2 * hw)},
+                   "y")
+
+
 PATTERNS: dict[str, list[Callable[[], Pattern]]] = {
     "transpose": [lambda: transpose_add_relu(2048, 2048), lambda: transpose_add_relu(768, 3072),
                   lambda: transpose_add_relu(3072, 768)],
@@ -135,6 +209,16 @@ PATTERNS: dict[str, list[Callable[[], Pattern]]] = {
                   lambda: attention(4, 512, 64)],
     "softmax": [lambda: masked_softmax(4096, 1024), lambda: masked_softmax(12 * 128, 128),
                 lambda: masked_softmax(1024, 4096)],
+    "residual": [lambda: residual(256, 56), lambda: residual(512, 28),
+                 lambda: residual(2048, 7)],
+    "se-scale": [lambda: se_scale(144, 56), lambda: se_scale(240, 28),
+                 lambda: se_scale(672, 14)],
+    "ffn-gelu": [lambda: ffn_gelu(128, 768, 3072), lambda: ffn_gelu(512, 1024, 1024),
+                 lambda: ffn_gelu(64, 1024, 4096)],
+    "depth-to-space": [lambda: depth_to_space(64, 56, 2), lambda: depth_to_space(256, 28, 2),
+                       lambda: depth_to_space(36, 64, 3)],
+    "resize-concat": [lambda: resize_concat(128, 28), lambda: resize_concat(256, 14),
+                      lambda: resize_concat(64, 56)],
 }
 
 
@@ -204,11 +288,12 @@ def measure(p: Pattern, rounds: int, repeat: int) -> dict[str, object]:
     row = {"family": p.family, "pattern": p.label,
            "schedule": kernel.metadata["schedule"], "tunables": kernel.metadata["tunables"],
            **{f"{n}_ms": round(float(np.median(v)), 3) for n, v in medians.items()},
+           "gflops": round(kernel.loop.flops() / float(np.median(medians["kernelgen"])) / 1e6, 1),
            **{k: round(float(np.median(v)), 2) for k, v in per_round.items()},
            "rounds": {k: [round(x, 2) for x in v] for k, v in per_round.items()}}
     print(f"{p.label}: kernelgen {row['kernelgen_ms']} ms, onnxruntime "
           f"{row['onnxruntime_ms']} ms (x{row['vs_ort']}), {row['of_copy']} of copy "
-          f"bandwidth", flush=True)
+          f"bandwidth, {row['gflops']} GFLOP/s", flush=True)
     return row
 
 
