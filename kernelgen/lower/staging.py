@@ -304,7 +304,7 @@ def _shared_term(kernel: LoopKernel) -> tuple[Reduce, Expr, Expr] | None:
         if len(r.axes) != 1 or r.axes[0][1] != extent or extent > STAGE_MAX:
             continue
         (axis, _), = r.axes
-        for u in reversed(list(walk(r.body))):  # children first: the largest term last
+        for u in reversed(list(walk(r.body))):  # walk lists children first: largest first here
             free = free_index_symbols(u)
             if u.dtype is not DType.float32 or axis not in free or not free <= keys | {axis}:
                 continue

@@ -39,10 +39,10 @@ from ...ir.expr import Expr, extent, free_index_symbols
 from ...ir.loop import Buffer, LoopKernel
 from ...ir.substitute import flatten_axes, flatten_offset
 from ...lower import unroll
-from ...lower.staging import shared_terms_only, unstage
-from ...lower.transpose import TransposedReads
 from ...lower.contraction import (Contraction, contraction, operand_buffers, operand_has_reduction,
                                   producer_redundancy)
+from ...lower.staging import shared_terms_only, unstage
+from ...lower.transpose import TransposedReads
 from ...shapes import prod
 from ..base import (PRIVATE, Capabilities, Schedule, check_derived, check_options,
                     option_names)
