@@ -282,17 +282,8 @@ class VectorPrinter:
         em.symbol_names[r] = name
         self.scope.add(f"for ({em.index_t} {chunk} = 0; {chunk} < {n}; {chunk} += {w}) {{")
         body = self.scope.child()
-        rows: dict[Load, list[str]] = {}
-        for load in reads:
-            rows[load] = []
-            for lane in range(w):
-                rows[load].append(em.fresh("row"))
-                at = {self.sym: self.base_expr + lane, r: sympy.Symbol(chunk)}
-                off = em.index(load.offset.xreplace(at))
-                body.add(f"const {v.vtype} {rows[load][-1]} = "
-                         f"{v.load.format(ptr=em.arg_names[load.buffer], off=off)};")
-        transposed = {load: transpose_in_registers(em, v, body, names)
-                      for load, names in rows.items()}
+        transposed = {load: read_transposed(em, v, body, load, (self.sym, self.base_expr),
+                                            (r, sympy.Symbol(chunk))) for load in reads}
         for c in range(w):
             body.add("{")
             block = body.child()
@@ -458,17 +449,28 @@ class VectorPrinter:
         return (v.mask_load or v.load).format(ptr=name, off="0")
 
 
-def transpose_in_registers(em: Emitter, v: VectorSyntax, scope: Scope, rows: Sequence[str]
-                           ) -> list[str]:
-    """Declare the columns of the square of vectors ``rows`` in ``scope`` (column ``c`` holds
-    lane ``c`` of each row) and return their names. Composed lane by lane: LLVM turns these
-    into shuffles; an explicit network of two-vector shuffles (log2(width) stages) measured no
-    faster on PoCL (transposed score rows and a fused 2048^2 transpose, 9 and 5 rounds)."""
-    names = [em.fresh("col") for _ in rows]
-    for c, name in enumerate(names):
-        lanes = ", ".join(v.lane.format(v=row, j=c) for row in rows)
-        scope.add(f"const {v.vtype} {name} = {v.compose.format(lanes)};")
-    return names
+def read_transposed(em: Emitter, v: VectorSyntax, scope: Scope, load: Load,
+                    lanes: tuple[sympy.Symbol, sympy.Expr],
+                    rows: tuple[sympy.Symbol, sympy.Expr]) -> list[str]:
+    """``load`` over a square of ``width`` points, read as whole vectors and transposed in
+    registers: one vector along the ``rows`` symbol (from its start) per lane of the ``lanes``
+    symbol (from its base), then the square's columns composed lane by lane. Column ``c`` is
+    the load at row ``start + c`` as a vector along the lanes. Declares both in ``scope`` and
+    returns the columns' names. LLVM turns the composition into shuffles; an explicit network
+    of two-vector shuffles (log2(width) stages) measured no faster on PoCL (transposed score
+    rows and a fused 2048^2 transpose, 9 and 5 rounds)."""
+    (lane_sym, base), (row_sym, start) = lanes, rows
+    ptr = em.arg_names[load.buffer]
+    vectors = []
+    for lane in range(v.width):
+        vectors.append(em.fresh("row"))
+        off = em.index(load.offset.xreplace({lane_sym: base + lane, row_sym: start}))
+        scope.add(f"const {v.vtype} {vectors[-1]} = {v.load.format(ptr=ptr, off=off)};")
+    columns = [em.fresh("col") for _ in vectors]
+    for c, name in enumerate(columns):
+        composed = ", ".join(v.lane.format(v=vector, j=c) for vector in vectors)
+        scope.add(f"const {v.vtype} {name} = {v.compose.format(composed)};")
+    return columns
 
 
 def transposable_loads(roots: Sequence[Expr], sym: sympy.Symbol, syntax: VectorSyntax

@@ -212,8 +212,9 @@ def choose(loop: LoopKernel, options: Mapping[str, Any], caps: Capabilities) -> 
         raise ValueError(f"kernel '{loop.name}': tile must be (rows, columns), both positive, "
                          f"got {tile!r}")
     # a staged shared term (a softmax's exp row) pays on a CPU's 'row' schedule only
-    row = caps.simd_within_work_item and row_vectorizable(loop, caps)
-    if shared_terms_only(loop) and not (row and options.get("schedule") in (None, "row")):
+    if shared_terms_only(loop) and not (options.get("schedule") in (None, "row") and
+                                        caps.simd_within_work_item and
+                                        row_vectorizable(loop, caps)):
         loop = unstage(loop)
     kind = _kind(loop, options.get("schedule"), tile is not None, caps)
     base = OpenCLSchedule(kind, "long" if loop.needs_long_index else "int", loop,

@@ -14,13 +14,13 @@ from typing import Any
 import sympy
 
 from ...dtypes import DType
-from ...ir.expr import Expr, Load
+from ...ir.expr import Expr
 from ...ir.loop import LoopKernel
 from ...lower import unroll
 from ...lower.transpose import TransposedReads, transposed_reads
 from ..base import Capabilities
 from ..c.emitter import CEmitter
-from ..c.vector import VectorPrinter, transpose_in_registers, vectorizable
+from ..c.vector import VectorPrinter, read_transposed, vectorizable
 from ..printer import Scope
 from .language import Launch, vector_syntax
 
@@ -108,18 +108,10 @@ def print_tile(em: CEmitter, plan: TransposedReads, w: int, body: Scope) -> None
     if not whole:
         body.add(f"if (kg_a0 + {w} <= {n_a} && kg_b0 + {w} <= {n_b}) {{")
         tile = body.child()
-    rows: dict[Load, list[str]] = {}
-    for load in plan.loads:  # the remapped inputs, a vector along the rows per lane
-        ptr, names = em.arg_names[load.buffer], []
-        for lane in range(w):
-            names.append(em.fresh("row"))
-            off = em.index(load.offset.xreplace({a: a0 + lane, b: b0}))
-            tile.add(f"const {syntax.vtype} {names[-1]} = "
-                     f"{syntax.load.format(ptr=ptr, off=off)};")
-        rows[load] = names
+    # the remapped inputs: a vector along the rows per lane, transposed into the columns
+    transposed = {load: read_transposed(em, syntax, tile, load, (a, a0), (b, b0))
+                  for load in plan.loads}
     offset = em.index(k.store_offset.xreplace({a: a0}))
-    transposed = {load: transpose_in_registers(em, syntax, tile, names)
-                  for load, names in rows.items()}
     for r in range(w):
         tile.add("{")
         block = tile.child()
