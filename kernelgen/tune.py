@@ -6,7 +6,8 @@ caller), pass an optional constraint (AGO's no-redundancy rule, device limits), 
 then timed with ``kernelgen.bench``. The search stops starting new candidates when the time
 budget is spent, reports progress on long searches, and stores the winner in the Fast-Run
 database under the kernel's fingerprint, shapes, backend, device and toolchain versions.
-``Measure`` is the tuning policy that measures on a miss; it sits above the compile driver,
+``Measure`` is the tuning policy that measures on a miss (tunables, convolution algorithms, and
+yellow blocks fused against split, ``measure_fusion``); it sits above the compile driver,
 which it calls to build candidates.
 """
 from __future__ import annotations
@@ -25,12 +26,14 @@ from .compile import NO_TUNING, STORED, TuningPolicy, compile, compile_loop
 from .compile.tuning import valid_options
 from .compile.conv_algorithms import applicable
 from .fastrun import FastRunDB, algorithm_key, stored_config, tuning_key
-from .fusion import FusedBlock
+from .fusion import FusedBlock, FusionVerdict
 from .ir.interp import interpret
-from .ir.loop import Buffer, LoopKernel
-from .ir.node import Constant, Value
+from .ir.loop import LoopKernel
+from .ir.node import Constant
 from .lower import lower
 from .measure import bench
+from .measure_fusion import measure_fusion
+from .reference_check import matches, random_input
 
 Progress = Callable[[int, int, Config, float | None, str], None]
 
@@ -48,30 +51,6 @@ class TuneResult:
     ms: float | None
     candidates: list[Candidate] = field(default_factory=list)
     from_cache: bool = False
-
-
-def _correct(got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> bool:
-    """Every element within rtol of the output's scale (max-norm): a long float32 reduction
-    summed in another order differs by far less, one wrong element by far more. Integers and
-    booleans must match exactly; NaN must be where the reference has NaN."""
-    for g, w in zip(got, want):
-        if g.shape != w.shape:
-            return False
-        if not np.issubdtype(w.dtype, np.floating):
-            if not np.array_equal(g, w):
-                return False
-            continue
-        if not np.array_equal(np.isnan(g), np.isnan(w)):
-            return False
-        finite = np.isfinite(w)
-        if not np.array_equal(g[~finite & ~np.isnan(w)], w[~finite & ~np.isnan(w)]):
-            return False
-        rtol = 5e-3 if w.dtype == np.float16 else 1e-4
-        scale = float(np.max(np.abs(w[finite]), initial=0.0)) + 1.0
-        diff = np.abs(g[finite].astype(np.float64) - w[finite].astype(np.float64))
-        if diff.size and float(diff.max()) > rtol * scale:
-            return False
-    return True
 
 
 def tune(loop: LoopKernel, backend: str | Backend = backends.DEFAULT,
@@ -109,7 +88,7 @@ def tune(loop: LoopKernel, backend: str | Backend = backends.DEFAULT,
         raise ValueError("tune: a reference output needs the inputs it was computed from")
     if inputs is None:
         rng = np.random.default_rng(0)
-        inputs = [_random_input(rng, b) for b in loop.inputs]
+        inputs = [random_input(rng, b) for b in loop.inputs]
     want = list(reference) if reference is not None else interpret(loop, *inputs)
     space = list(configs) if configs is not None else be.search_space(loop)
     report = progress or (_print_progress if len(space) > 4 else None)
@@ -143,7 +122,7 @@ def tune_algorithm(fused: FusedBlock, backend: str | Backend = backends.DEFAULT,
     be = backends.get(backend)
     loop = lower(fused)
     rng = np.random.default_rng(0)
-    inputs = [np.asarray(v.value) if isinstance(v, Constant) else _random_input(rng, v)
+    inputs = [np.asarray(v.value) if isinstance(v, Constant) else random_input(rng, v)
               for v in fused.inputs]
     configs = [Config.of(algorithm=a) for a, why in applicable(fused).items() if why is None]
     tiles: TuningPolicy = Measure(db) if tune_tiles else STORED
@@ -170,6 +149,11 @@ class Measure:
     def algorithm(self, block: FusedBlock, backend: Backend) -> str | None:
         return str(tune_algorithm(block, backend, db=self.db).best.as_options()["algorithm"])
 
+    def fusion(self, block: FusedBlock, backend: Backend) -> FusionVerdict | None:
+        if len(block.outputs) != 1:  # a program returns one output: such a block stays fused
+            return None
+        return measure_fusion(block, backend, db=self.db, tuning=STORED)
+
 
 def _try(config: Config, build: Callable[[Config], Any],
          constraint: Callable[[Config], str | None] | None, inputs: Sequence[np.ndarray],
@@ -184,19 +168,11 @@ def _try(config: Config, build: Callable[[Config], Any],
                                            f"{recomputed:g} times")
         got = kernel(*inputs)
         got = got if isinstance(got, tuple) else (got,)
-        if not _correct(got, want):
+        if not matches(got, want):
             return Candidate(config, None, "wrong")
         return Candidate(config, bench(kernel, *inputs, repeat=repeat).median_ms, "ok")
     except Exception as exc:  # noqa: BLE001 - a failing config scores 'error', the search goes on
         return Candidate(config, None, f"error: {type(exc).__name__}: {str(exc)[:200]}")
-
-
-def _random_input(rng: np.random.Generator, buf: Buffer | Value) -> np.ndarray:
-    if buf.dtype.value == "bool":
-        return rng.random(buf.shape) < 0.5
-    if buf.dtype.is_int:
-        return rng.integers(0, 3, buf.shape).astype(buf.dtype.numpy)  # valid gather indices
-    return rng.standard_normal(buf.shape).astype(buf.dtype.numpy)
 
 
 def _print_progress(i: int, n: int, config: Config, ms: float | None, status: str) -> None:

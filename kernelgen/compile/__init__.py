@@ -4,6 +4,7 @@ that runs.
     compile(block, backend)
       -> conv_algorithms: which algorithm runs a block around a Conv (stored, measured or the
          heuristic's pick), and its stages (im2col, Winograd: ``winograd.py``)
+      -> a block with yellow edges: fused, or split where the policy's measurement says so
       -> padding: padded copies of operands whose rows alias in the cache, where the backend
          asks for them and its kernel does not pack
       -> for each stage: lower -> tuning policy -> backend.choose -> backend.render
@@ -25,7 +26,7 @@ from .. import backends
 from ..backends import Backend
 from ..errors import UnsupportedError
 from ..exec import Executable, Kernel, Program, metadata
-from ..fusion import FusedBlock, fuse
+from ..fusion import FusedBlock, fuse, split_parts
 from ..ir.interp import interpret
 from ..ir.loop import LoopKernel
 from ..ir.node import Constant, Op, tensor
@@ -54,7 +55,22 @@ def compile(block: FusedBlock, backend: str | Backend = backends.DEFAULT, *,
     'implicit_gemm', 'im2col', 'winograd', 'winograd_4x4'), by default the one ``tuning``
     names or the heuristic's pick; Winograd (and im2col where its patches cannot be packed)
     returns a ``Program`` of several kernels, as does a contraction whose operands' rows alias
-    in the cache on a backend that pads them. ``options`` are the backend's tunables."""
+    in the cache on a backend that pads them, and so does a block with yellow edges whose
+    measurement (``tuning.fusion``) found its split alternative faster. ``options`` are the
+    backend's tunables."""
+    be = backends.get(backend)
+    if algorithm is None and not options and (block.needs_measurement or block.forced):
+        verdict = tuning.fusion(block, be)
+        if verdict is not None and not verdict.fused:
+            return compile_split(block, be, tuning=tuning) or \
+                compile_fused(block, be, tuning=tuning)
+    return compile_fused(block, be, algorithm=algorithm, tuning=tuning, **options)
+
+
+def compile_fused(block: FusedBlock, backend: str | Backend = backends.DEFAULT, *,
+                  algorithm: str | None = None, tuning: TuningPolicy = STORED,
+                  **options: Any) -> Executable:
+    """``compile`` without the fused-or-split choice: ``block`` as it was fused."""
     be = backends.get(backend)
     if algorithm is None and not any(op.kind == "Conv" for op in block.ops):
         kernel = compile_kernel(block, be, tuning=tuning, **options)
@@ -64,6 +80,29 @@ def compile(block: FusedBlock, backend: str | Backend = backends.DEFAULT, *,
     if algorithm is None:
         algorithm = tuning.algorithm(block, be) or heuristic(block, be.caps)
     return _convolution(block, algorithm, be, tuning, options)
+
+
+def compile_split(block: FusedBlock, backend: str | Backend = backends.DEFAULT, *,
+                  tuning: TuningPolicy = STORED) -> Program | None:
+    """``block``'s split alternative (``fusion.split_parts``) as one ``Program``: a kernel (or
+    an algorithm's stages) per piece, in order, intermediates kept on the device. None for a
+    block with several outputs: a program returns one."""
+    if len(block.outputs) != 1:
+        return None
+    be = backends.get(backend)
+    kernels: list[Kernel] = []
+    folded: dict[str, np.ndarray] = {}
+    parts = split_parts(block)
+    for part in parts:
+        built = compile_fused(part, be, tuning=tuning)
+        if isinstance(built, Program):
+            kernels += built.kernels
+            folded.update(built.folded)
+        else:
+            assert isinstance(built, Kernel)
+            kernels.append(built)
+    return Program(f"{block.name}_split", be.name, block.inputs, kernels, folded,
+                   {"algorithm": "split", "parts": [[op.name for op in p.ops] for p in parts]})
 
 
 def compile_kernel(block: FusedBlock, backend: str | Backend = backends.DEFAULT, *,
@@ -177,4 +216,5 @@ def _program(block: FusedBlock, algorithm: str, stages: Sequence[FusedBlock | Co
 
 
 __all__ = ["NO_TUNING", "STORED", "NoTuning", "Stored", "TuningPolicy", "compile",
-           "compile_kernel", "compile_loop", "copy_kernel", "unfused"]
+           "compile_fused", "compile_kernel", "compile_loop", "compile_split", "copy_kernel",
+           "unfused"]

@@ -1,7 +1,8 @@
-"""Where a kernel's tunables and a convolution block's algorithm come from, passed to the
-driver as a policy: the results stored in the Fast-Run database (``Stored``, the default), none
-(``NO_TUNING``: the backends' defaults, the same source on every machine), or measured now on a
-miss (``kernelgen.tune.Measure``, above the driver). Explicit options always win.
+"""Where a kernel's tunables, a convolution block's algorithm and a yellow block's choice of
+fused or split come from, passed to the driver as a policy: the results stored in the Fast-Run
+database (``Stored``, the default), none (``NO_TUNING``: the backends' defaults, the same source
+on every machine), or measured now on a miss (``kernelgen.tune.Measure``, above the driver).
+Explicit options always win.
 
 A stored entry is data from disk, not a decision: one the backend's ``choose`` (or the
 convolution's applicability check) refuses is ignored with a ``CacheWarning``, and the
@@ -12,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..backends import Backend
-from ..fastrun import FastRunDB, stored_algorithm, stored_options
-from ..fusion import FusedBlock
+from ..fastrun import FastRunDB, stored_algorithm, stored_options, stored_verdict
+from ..fusion import FusedBlock, FusionVerdict
 from ..ir.loop import LoopKernel
 from ..options import warn_cache
 from .conv_algorithms import applicable
@@ -33,6 +34,11 @@ class TuningPolicy(Protocol):
         """The convolution algorithm for ``block`` (None: the heuristic's pick)."""
         ...
 
+    def fusion(self, block: FusedBlock, backend: Backend) -> FusionVerdict | None:
+        """Whether ``block``, which holds yellow edges, runs fused or split (None: no
+        measurement, so fused as it was built)."""
+        ...
+
 
 @dataclass(frozen=True)
 class NoTuning:
@@ -44,6 +50,9 @@ class NoTuning:
         return {}
 
     def algorithm(self, block: FusedBlock, backend: Backend) -> str | None:
+        return None
+
+    def fusion(self, block: FusedBlock, backend: Backend) -> FusionVerdict | None:
         return None
 
 
@@ -70,6 +79,9 @@ class Stored:
                        f"'{block.name}' on {backend.name} ({why}); using the heuristic's pick")
             return None
         return algorithm
+
+    def fusion(self, block: FusedBlock, backend: Backend) -> FusionVerdict | None:
+        return stored_verdict(block, backend, self.db)
 
 
 def generate(loop: LoopKernel, backend: Backend, options: dict[str, Any],

@@ -8,7 +8,7 @@ from typing import Any
 
 from .. import backends
 from ..backends import Backend, Config
-from ..fusion import FusedBlock
+from ..fusion import FusedBlock, FusionVerdict, split_parts
 from ..ir.fingerprint import fingerprint
 from ..ir.loop import LoopKernel
 from ..lower import lower
@@ -31,6 +31,22 @@ def tuning_key(loop: LoopKernel, backend: str | Backend) -> dict[str, Any]:
 def algorithm_key(block: FusedBlock, backend: str | Backend) -> dict[str, Any]:
     """The database key of ``block``'s convolution algorithm on ``backend``."""
     return {**tuning_key(lower(block), backend), "kind": "conv-algorithm"}
+
+
+def fusion_key(block: FusedBlock, backend: str | Backend) -> dict[str, Any]:
+    """The database key of the measured choice between ``block``'s one kernel and its split
+    alternative on ``backend``: the fused kernel's fingerprint and the operators (kind and
+    shape) of each piece the split runs, since another cut of the same kernel is another
+    question."""
+    pieces = [[f"{op.kind}{list(op.shape)}" for op in part.ops] for part in split_parts(block)]
+    return {**tuning_key(lower(block), backend), "kind": "fusion-decision", "split": pieces}
+
+
+def stored_verdict(block: FusedBlock, backend: str | Backend, db: FastRunDB | None = None
+                   ) -> FusionVerdict | None:
+    """The stored measurement of ``block`` fused against split on ``backend``, if any."""
+    hit = (db if db is not None else FastRunDB()).get(fusion_key(block, backend))
+    return FusionVerdict.from_value(hit["value"]) if hit is not None else None
 
 
 def stored_options(loop: LoopKernel, backend: str | Backend, db: FastRunDB | None = None

@@ -15,8 +15,12 @@ mapping-type table), as a planner: ``plan_dnnfusion(graph) -> list[Block]``.
    recomputing its branch; that ran Inception v1 100x slower than one kernel per block. And
    an operand chain fused into a contraction (its prologue) costs at most ``PROLOGUE_LIMIT``
    operations an element, since the template recomputes it for every tile of output columns.
-3. Yellow cells (fusion pays only where measured) are not fused: the Fast-Run measurement that
-   would decide them is not wired in yet, so the plan keeps the cheaper certain choice.
+3. Yellow cells (fusion pays only where measured) are decided by ``decide``: the enlarged
+   block is fused where its measurement (``kernelgen.measure_fusion``: the one kernel timed
+   against the block cut at its yellow edges, stored in the Fast-Run database) found the one
+   kernel faster. ``compile_model(..., tuning='measure')`` measures what is missing, the
+   default 'stored' reads what was measured before. Without a verdict the cell is not fused:
+   the plan keeps the cheaper certain choice.
 
 Each block's note names its operators and every neighbour that stopped growth; its ``stops``
 hold every edge to a refused neighbour with the rule that stopped it (the fusion report's
@@ -25,7 +29,10 @@ unassigned then, so it was a neighbour that the block refused.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..errors import FusionError
+from ..fusion import FusedBlock, FusionVerdict
 from ..ir.expr import Call, walk
 from ..ir.node import Op
 from ..mapping_types import Colour, MappingType
@@ -33,19 +40,26 @@ from .blocks import Block, Stop, fusible, order_blocks
 from .model import Graph
 
 
-def plan_dnnfusion(graph: Graph) -> list[Block]:
-    """DNNFusion's blocks for ``graph`` (green edges only), in an executable order."""
+# A yellow block's measured verdict, or None where nothing was measured.
+Decide = Callable[[FusedBlock], FusionVerdict | None]
+
+
+def plan_dnnfusion(graph: Graph, decide: Decide | None = None) -> list[Block]:
+    """DNNFusion's blocks for ``graph``, in an executable order: green edges, and yellow ones
+    where ``decide`` found the fused kernel faster."""
     order = graph.producer_index()
     assigned: set[int] = set()
     blocks: list[Block] = []
     for seed in _seeds(graph):
         if id(seed) in assigned:
             continue
-        members, refused = _grow(graph, seed, assigned)
+        members, refused, measured = _grow(graph, seed, assigned, decide)
         members.sort(key=lambda op: order[id(op)])
         assigned.update(id(op) for op in members)
-        blocks.append(Block(tuple(members), _note(graph, members, refused),
-                            _stops(graph, members, refused)))
+        note = _note(graph, members, refused)
+        if measured:
+            note += "; yellow cells fused, " + "; ".join(measured)
+        blocks.append(Block(tuple(members), note, _stops(graph, members, refused)))
     return order_blocks(graph, blocks)
 
 
@@ -55,23 +69,26 @@ def _seeds(graph: Graph) -> list[Op]:
     return oto + [op for op in graph.ops if op.mapping_type is not MappingType.ONE_TO_ONE]
 
 
-def _grow(graph: Graph, seed: Op, assigned: set[int]) -> tuple[list[Op], dict[int, str]]:
-    """The block grown from ``seed`` and, per refused neighbour (by id), why it was refused."""
+def _grow(graph: Graph, seed: Op, assigned: set[int], decide: Decide | None
+          ) -> tuple[list[Op], dict[int, str], list[str]]:
+    """The block grown from ``seed``, per refused neighbour (by id) why it was refused, and
+    the measurements that let yellow cells in."""
     members = [seed]
     refused: dict[int, str] = {}
+    measured: list[str] = []
     changed = True
     while changed:
         changed = False
         for candidate in _neighbours(graph, members):
             if id(candidate) in assigned or id(candidate) in refused:
                 continue
-            why = _refusal(graph, members, candidate)
+            why = _refusal(graph, members, candidate, decide, measured)
             if why is None:
                 members.append(candidate)
                 changed = True
             else:
                 refused[id(candidate)] = why
-    return members, refused
+    return members, refused, measured
 
 
 def _neighbours(graph: Graph, members: list[Op]) -> list[Op]:
@@ -112,8 +129,10 @@ def _prologue(head: Op, block: list[Op]) -> list[Op]:
     return list(upstream.values())
 
 
-def _refusal(graph: Graph, members: list[Op], candidate: Op) -> str | None:
-    """None when ``candidate`` may join the block, else the rule that stops it."""
+def _refusal(graph: Graph, members: list[Op], candidate: Op, decide: Decide | None,
+             measured: list[str]) -> str | None:
+    """None when ``candidate`` may join the block, else the rule that stops it. A yellow
+    block's measurement that lets it join goes to ``measured``."""
     try:
         block = fusible(graph, [*members, candidate])
     except FusionError as exc:
@@ -133,9 +152,16 @@ def _refusal(graph: Graph, members: list[Op], candidate: Op) -> str | None:
                     f"({'+'.join(op.kind for op in prologue)}, {cost} operations an element) "
                     f"for every tile of its output: more than {PROLOGUE_LIMIT}")
     yellow = [e for e in block.edges if e.rule.colour is Colour.YELLOW]
-    if yellow:
-        return (f"yellow cell {yellow[0]}: fusion pays only where measured, and no "
-                "measurement decides it yet, so it is left unfused")
+    if not yellow:
+        return None
+    verdict = decide(block) if decide is not None else None
+    if verdict is None:
+        return (f"yellow cell {yellow[0]}: fusion pays only where measured, and nothing "
+                "was measured (compile with tuning='measure' to measure it), so it is left "
+                "unfused")
+    if not verdict.fused:
+        return f"yellow cell {yellow[0]}: split ran faster ({verdict})"
+    measured.append(f"{candidate.name} ({verdict})")
     return None
 
 

@@ -18,6 +18,7 @@ and compiled into the plan; ``session.schedule_report`` compares the schedules.
 """
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from ..api import Tuning, tuning_policy
 from ..backends import Backend
 from ..errors import ArgumentError
 from ..ir.node import Value
+from ..measure_fusion import fusion_verdict
 from .ecg import ECG
 from .executor import CompiledModel, compile_plan
 from .model import Graph
@@ -40,7 +42,7 @@ from .onnx_import import InputShapes, ModelLike, import_onnx
 from .onnx_import import load_model as load_onnx
 from .plan import Plan
 from .blocks import Block, Planner
-from .planners import PLANNERS, planner
+from .planners import PLANNERS, plan_dnnfusion, planner
 from .report import FusionReport, fusion_report
 from .saved import load, save
 from .scheduling import SCHEDULERS, ScheduleReport, schedule_model
@@ -190,11 +192,18 @@ def compile_model(model: ModelLike | Graph, backend: str | Backend = backends.DE
     another unmeasured) measures the blocks' stage latencies and compiles the named schedule,
     or with 'auto' the fastest of the three, where it beats running the blocks one after
     another; ``schedule_options`` are IOS's pruning (``r``, ``s``, ``max_part``).
-    Options: ``tuning`` ('stored', the default: the Fast-Run database's tunables, else the
-    defaults; 'none'; 'measure'; or a policy), ``algorithm`` (the convolution algorithm of
-    every block holding a Conv), ``warmup`` (True: build every kernel now, not at the first
-    run), and backend tunables applied to every block."""
+    Options: ``tuning`` ('stored', the default: the Fast-Run database's tunables and yellow
+    cells' verdicts, else the defaults and yellow cells unfused; 'none'; 'measure', which also
+    times each yellow cell the DNNFusion planner meets against its split; or a policy),
+    ``algorithm`` (the convolution algorithm of every block holding a Conv), ``warmup`` (True:
+    build every kernel now, not at the first run), and backend tunables applied to every
+    block."""
+    tuning: Tuning = options.pop("tuning", "stored")
+    policy = tuning_policy(tuning)
     plan_blocks = planner(fusion)
+    if plan_blocks is plan_dnnfusion:  # yellow cells as the policy's measurements decide
+        plan_blocks = functools.partial(
+            plan_dnnfusion, decide=lambda block: fusion_verdict(block, backend, policy))
     if isinstance(model, Graph) and input_shapes is not None:
         raise TypeError("input_shapes fixes an ONNX model's inputs; a Graph has its shapes")
     start = time.perf_counter()
@@ -212,8 +221,6 @@ def compile_model(model: ModelLike | Graph, backend: str | Backend = backends.DE
         raise ArgumentError(f"unknown schedule '{schedule}'; known: 'auto', "
                             + ", ".join(f"'{n}'" for n in SCHEDULERS))
     blocks = plan_blocks(graph)
-    tuning: Tuning = options.pop("tuning", "stored")
-    policy = tuning_policy(tuning)
     compiled = compile_plan(graph, blocks, backend, tuning=policy, **options)
     timings = {"import_s": imported, **compiled.timings}
     report = None

@@ -26,9 +26,9 @@ LAYERS = (
     ("lower",),
     ("backends",),
     ("exec",),
-    ("fastrun", "measure"),
+    ("fastrun", "measure", "reference_check"),
     ("compile",),
-    ("tune",),
+    ("measure_fusion", "tune"),
     ("api", "graph"),
     ("cli", "__main__", ""),  # "": the package face, kernelgen/__init__.py
 )

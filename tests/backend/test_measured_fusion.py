@@ -1,0 +1,206 @@
+"""Yellow cells decided by measurement (``kernelgen.measure_fusion``): a block holding yellow
+edges is cut at them (``fusion.split_parts``), the split runs as one program equal to NumPy on
+every backend, the one kernel is timed against it, the verdict is stored in the Fast-Run
+database and read back, ``emit`` returns the winner, and the DNNFusion planner fuses a yellow
+cell only where a verdict says the fused kernel won."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import assert_close, require
+
+import kernelgen as kg
+from kernelgen import backends
+from kernelgen.compile import Stored
+from kernelgen.errors import FusionError
+from kernelgen.exec import Program
+from kernelgen.fastrun import FastRunDB, fusion_key, stored_verdict
+from kernelgen.fusion import FusionVerdict, split_parts
+from kernelgen.graph import Graph, compile_model
+from kernelgen.graph.dnnfusion import plan_dnnfusion
+from kernelgen.mapping_types import Colour
+from kernelgen.measure_fusion import measure_fusion
+from kernelgen.tune import Measure
+
+EMITTING = ("opencl", "neon", "triton")
+
+
+def _scores(b: int, m: int, n: int, d: int) -> tuple[kg.FusedOp, list[np.ndarray], np.ndarray]:
+    """exp(Q . transpose(K)): the Transpose -> MatMul edge is yellow (Shuffle -> Many-to-Many)."""
+    rng = np.random.default_rng(b * m + n * d)
+    q = rng.standard_normal((b, m, d)).astype(np.float32) * 0.5
+    k = rng.standard_normal((b, n, d)).astype(np.float32) * 0.5
+    kt = kg.transpose(kg.tensor("k", (b, n, d)), (0, 2, 1))
+    s = kg.matmul(kg.tensor("q", (b, m, d)), kt)
+    e = kg.exp(s)
+    fused = kg.fuse(kt, s, e)
+    arrays = [{"q": q, "k": k}[v.name] for v in fused.inputs]
+    return fused, arrays, np.exp(q @ k.transpose(0, 2, 1))
+
+
+def _not_convex_without_the_cut(m: int, n: int, d: int
+                                ) -> tuple[kg.FusedOp, list[np.ndarray], np.ndarray]:
+    """a = q.w; out = a + transpose(transpose(a)). The green edges join a, the second
+    transpose and the add, but without the first transpose between them that piece is not
+    convex: the split runs one kernel per operator."""
+    rng = np.random.default_rng(m + n + d)
+    q = rng.standard_normal((m, d)).astype(np.float32)
+    w = rng.standard_normal((d, n)).astype(np.float32)
+    a = kg.matmul(kg.tensor("q", (m, d)), kg.tensor("w", (d, n)))
+    t1 = kg.transpose(a, (1, 0))
+    t2 = kg.transpose(t1, (1, 0))
+    out = kg.add(a, t2)
+    fused = kg.fuse(a, t1, t2, out)
+    arrays = [{"q": q, "w": w}[v.name] for v in fused.inputs]
+    return fused, arrays, 2 * (q @ w)
+
+
+def _split_won(fused: kg.FusedOp, backend: str) -> kg.FusedOp:
+    parts = tuple(tuple(op.name for op in p.ops) for p in split_parts(fused))
+    fused.verdict = FusionVerdict(backend, False, 2.0, 1.0, parts)
+    return fused
+
+
+def test_the_split_cuts_only_the_yellow_edge() -> None:
+    fused, _, _ = _scores(2, 5, 3, 4)
+    assert fused.needs_measurement
+    parts = split_parts(fused)
+    assert [[op.kind for op in p.ops] for p in parts] == [["Transpose"], ["MatMul", "Exp"]]
+    assert all(e.rule.colour is Colour.GREEN for p in parts for e in p.edges)
+
+
+def test_a_piece_that_is_not_convex_runs_an_operator_per_kernel() -> None:
+    fused, _, _ = _not_convex_without_the_cut(3, 5, 2)
+    parts = split_parts(fused)
+    assert [[op.kind for op in p.ops] for p in parts] == [
+        ["MatMul"], ["Transpose"], ["Transpose"], ["Add"]]
+
+
+@pytest.mark.parametrize("backend", EMITTING)
+@pytest.mark.parametrize("shape", [(1, 1, 3, 2), (3, 37, 29, 13), (2, 17, 64, 16)])
+def test_emit_runs_the_split_where_it_won(backend: str, shape: tuple[int, ...]) -> None:
+    require(backend)
+    fused, arrays, want = _scores(*shape)
+    program = _split_won(fused, backend).emit(backend)
+    assert isinstance(program, Program) and program.metadata["algorithm"] == "split"
+    assert len(program.kernels) == 2
+    assert_close(program(*arrays), want, scale=float(np.abs(want).max()))
+    # the verdict belongs to its backend: another one still gets the fused kernel
+    other = next(b for b in EMITTING if b != backend)
+    if other == "opencl":
+        require(other)
+        assert not isinstance(fused.emit(other), Program)
+
+
+@pytest.mark.parametrize("backend", EMITTING)
+def test_a_split_of_single_operators_equals_numpy(backend: str) -> None:
+    require(backend)
+    fused, arrays, want = _not_convex_without_the_cut(7, 11, 5)
+    program = _split_won(fused, backend).emit(backend)
+    assert isinstance(program, Program) and len(program.kernels) == 4
+    assert_close(program(*arrays), want, scale=float(np.abs(want).max()))
+
+
+def test_measure_stores_the_verdict_and_reads_it_back(tmp_path: Path) -> None:
+    require("opencl")
+    db = FastRunDB(tmp_path / "fastrun.sqlite")
+    fused, arrays, want = _scores(2, 19, 23, 8)
+    verdict = measure_fusion(fused, "opencl", db=db, repeat=5)
+    assert not verdict.from_cache and verdict.backend == "opencl"
+    assert verdict.fused == (verdict.fused_ms <= verdict.split_ms)
+    assert verdict.parts == ((fused.ops[0].name,), tuple(op.name for op in fused.ops[1:]))
+    assert verdict.edges and "yellow" in verdict.edges[0]
+    again = measure_fusion(fused, "opencl", db=db)
+    assert again.from_cache and again.as_value() == verdict.as_value()
+    assert stored_verdict(fused, "opencl", db) == again
+    [(fields, _, _)] = list(db.entries())
+    assert fields["kind"] == "fusion-decision"
+    # the same block measured through fuse(): the verdict, the report and the winner
+    ops = fused.ops
+    measured = kg.fuse(*ops, measure=True, backend="opencl", db=db)
+    assert measured.verdict == again
+    assert f"{verdict.winner} wins by" in measured.report()
+    winner = measured.emit("opencl")
+    assert isinstance(winner, Program) == (not verdict.fused)
+    assert_close(winner(*arrays), want, scale=float(np.abs(want).max()))
+
+
+def test_a_damaged_verdict_reads_as_missing_and_is_measured_again(tmp_path: Path) -> None:
+    require("opencl")
+    db = FastRunDB(tmp_path / "fastrun.sqlite")
+    fused, _, _ = _scores(1, 9, 7, 5)
+    db.put(fusion_key(fused, "opencl"), {"fused": "yes", "parts": 3})
+    assert stored_verdict(fused, "opencl", db) is None
+    verdict = measure_fusion(fused, "opencl", db=db, repeat=3)
+    assert not verdict.from_cache
+    assert stored_verdict(fused, "opencl", db) == FusionVerdict(
+        **{**verdict.__dict__, "from_cache": True})
+
+
+def test_blocks_that_cannot_be_measured_say_why(tmp_path: Path) -> None:
+    db = FastRunDB(tmp_path / "fastrun.sqlite")
+    x = kg.tensor("x", (4, 6))
+    r = kg.relu(x)
+    n = kg.neg(r)
+    green = kg.fuse(r, n, measure=True, db=db)
+    assert green.verdict is None and len(db) == 0
+    with pytest.raises(FusionError, match="only green edges"):
+        measure_fusion(green, db=db)
+    # two outputs: the split would be a program per output
+    a = kg.matmul(kg.tensor("q", (4, 3)), kg.tensor("w", (3, 4)))
+    t = kg.transpose(a, (1, 0))
+    two = kg.fuse(a, t, outputs=[a])
+    assert two.needs_measurement and len(two.outputs) == 2
+    with pytest.raises(FusionError, match="2 outputs"):
+        measure_fusion(two, db=db)
+    assert Measure(db).fusion(two, backends.get("opencl")) is None
+
+
+def _scores_graph(b: int, m: int, n: int, d: int) -> Graph:
+    q, k = kg.tensor("q", (b, m, d)), kg.tensor("k", (b, n, d))
+    kt = kg.transpose(k, (0, 2, 1))
+    out = kg.exp(kg.matmul(q, kt))
+    return Graph.build([q, k], [out])
+
+
+@pytest.mark.parametrize("fused", [True, False, None])
+def test_the_planner_fuses_a_yellow_cell_only_where_a_verdict_says_so(fused: bool | None
+                                                                      ) -> None:
+    graph = _scores_graph(2, 5, 7, 3)
+    asked: list[kg.FusedOp] = []
+
+    def decide(block: kg.FusedOp) -> FusionVerdict | None:
+        asked.append(block)
+        return None if fused is None else FusionVerdict("opencl", fused, 1.0, 1.5, ())
+
+    blocks = plan_dnnfusion(graph, decide=decide)
+    assert asked and all(b.needs_measurement for b in asked)
+    if fused:
+        [block] = blocks
+        assert "yellow cells fused" in block.note and "fused wins by 1.50x" in block.note
+        return
+    assert [[op.kind for op in b.ops] for b in blocks] == [["Transpose"], ["MatMul", "Exp"]]
+    [stop] = [s for b in blocks for s in b.stops]
+    assert ("split ran faster" if fused is False else "nothing was measured") in stop.rule
+
+
+def test_compile_model_measures_yellow_cells_under_tuning_measure(tmp_path: Path) -> None:
+    require("opencl")
+    db = FastRunDB(tmp_path / "fastrun.sqlite")
+    graph = _scores_graph(2, 13, 11, 8)
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((2, 13, 8)).astype(np.float32) * 0.5
+    k = rng.standard_normal((2, 11, 8)).astype(np.float32) * 0.5
+    want = np.exp(q @ k.transpose(0, 2, 1))
+    session = compile_model(graph, "opencl", fusion="dnnfusion", tuning=Measure(db))
+    [(fields, value, _)] = [e for e in db.entries() if e[0]["kind"] == "fusion-decision"]
+    assert len(session.blocks) == (1 if value["fused"] else 2)
+    (got,) = session.run(None, {"q": q, "k": k})
+    assert_close(got, want, scale=float(want.max()))
+    # the stored verdict plans the same blocks without measuring again
+    stored = compile_model(graph, "opencl", fusion="dnnfusion",
+                           tuning=Stored(db))
+    assert [b.names for b in stored.blocks] == [b.names for b in session.blocks]
+    assert len(db) == len(list(db.entries()))
