@@ -149,8 +149,9 @@ def _parser() -> argparse.ArgumentParser:
                             "sequential, greedy and IOS schedules and runs the fastest; "
                             "'sequential' measures nothing")
     p_run.add_argument("--tuning", default="stored", choices=["stored", "none", "measure"],
-                       help="kernel tunables: the Fast-Run database's (default), the "
-                            "defaults, or measured now (slow)")
+                       help="kernel tunables and DNNFusion's yellow cells (fused or split): "
+                            "the Fast-Run database's (default), the defaults (yellow cells "
+                            "unfused), or measured now (slow)")
     p_plan = sub.add_parser("plan", help="the fusion report of an ONNX model (nothing is "
                             "compiled), or with --schedule its measured IOS schedules",
                             description=plan_model.__doc__)
@@ -160,7 +161,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="compile the model (fusion default: dnnfusion), measure its "
                              "stages and print the sequential, greedy and IOS schedules")
     p_plan.add_argument("--backend", default=backends.DEFAULT, choices=backends.names(),
-                        help=f"where --schedule measures (default: {backends.DEFAULT})")
+                        help=f"where --schedule measures, and whose stored yellow-cell "
+                             f"verdicts the plan uses (default: {backends.DEFAULT})")
     _model_options(p_plan, backend=False, fusion=None)
     p_emit = sub.add_parser("emit", help="write an ONNX model's kernels, plan and constants "
                             "as files", description=emit_model.__doc__)

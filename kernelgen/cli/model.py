@@ -93,7 +93,9 @@ def plan_model(path: str, fusion: str | None, as_json: bool,
                schedule: bool = False, backend: str = backends.DEFAULT) -> int:
     """Print the fusion report (every planner's counts; the blocks and unfused edges of
     ``fusion``, of every planner when None), as text or JSON, of the model as imported or
-    (``rewrite``) after the math-property rewrites. Nothing is compiled, except with
+    (``rewrite``) after the math-property rewrites; DNNFusion's yellow cells as the verdicts
+    stored for ``backend`` decide (``compile_model(..., tuning='measure')`` or ``kernelgen run
+    --tuning measure`` measures them). Nothing is compiled, except with
     ``schedule``: then the model is compiled for ``backend`` with ``fusion`` (default
     dnnfusion), the stage latencies measured, and the sequential, greedy and IOS schedules
     printed (stages, strategy, groups of kernels, measured latency)."""
@@ -105,7 +107,7 @@ def plan_model(path: str, fusion: str | None, as_json: bool,
     if rewrite:
         result = simplify(graph)
         graph, applied = result.graph, result.applied
-    report = fusion_report(graph, model=proto)
+    report = fusion_report(graph, model=proto, backend=backend)
     if as_json:
         data = report.to_dict()
         if rewrite:

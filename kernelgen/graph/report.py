@@ -25,6 +25,7 @@ from typing import Any
 
 import onnx
 
+from ..backends import Backend
 from ..ir.node import Op
 from ..mapping_types import Colour
 from .blocks import Block, block_outputs, fusible
@@ -158,13 +159,16 @@ def _planner_lines(p: PlannerReport) -> list[str]:
 
 def fusion_report(graph: Graph, planners: Sequence[str] = tuple(PLANNERS),
                   model: ModelLike | None = None,
-                  planned: Mapping[str, Sequence[Block]] | None = None) -> FusionReport:
+                  planned: Mapping[str, Sequence[Block]] | None = None,
+                  backend: str | Backend | None = None) -> FusionReport:
     """The fusion report of ``graph`` under each of ``planners`` (names in ``PLANNERS``).
     ``planned`` gives blocks already planned, by planner name (a session's own), which are
     used instead of planning again; ``model`` is the ONNX model the graph came from, for
-    onnxruntime's node count (left out: no count)."""
+    onnxruntime's node count (left out: no count); ``backend``: yellow cells as the verdicts
+    stored for it decide (``planner``; left out: unfused)."""
     planned = dict(planned or {})
-    reports = tuple(_plan_report(graph, name, planned.get(name) or planner(name)(graph))
+    reports = tuple(_plan_report(graph, name,
+                                 planned.get(name) or planner(name, backend)(graph))
                     for name in dict.fromkeys([*planners, *planned]))
     onnx_nodes = ort_nodes = None
     if model is not None:

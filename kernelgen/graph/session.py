@@ -18,7 +18,6 @@ and compiled into the plan; ``session.schedule_report`` compares the schedules.
 """
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -34,7 +33,6 @@ from ..api import Tuning, tuning_policy
 from ..backends import Backend
 from ..errors import ArgumentError
 from ..ir.node import Value
-from ..measure_fusion import fusion_verdict
 from .ecg import ECG
 from .executor import CompiledModel, compile_plan
 from .model import Graph
@@ -42,7 +40,7 @@ from .onnx_import import InputShapes, ModelLike, import_onnx
 from .onnx_import import load_model as load_onnx
 from .plan import Plan
 from .blocks import Block, Planner
-from .planners import PLANNERS, plan_dnnfusion, planner
+from .planners import PLANNERS, planner
 from .report import FusionReport, fusion_report
 from .saved import load, save
 from .scheduling import SCHEDULERS, ScheduleReport, schedule_model
@@ -129,7 +127,8 @@ class Session:
         key = tuple(planners)
         if key not in self._reports:
             self._reports[key] = fusion_report(self.graph, key, self.source,
-                                               planned={self.fusion: self.blocks})
+                                               planned={self.fusion: self.blocks},
+                                               backend=self.backend)
         return self._reports[key]
 
     def report(self) -> str:
@@ -200,10 +199,7 @@ def compile_model(model: ModelLike | Graph, backend: str | Backend = backends.DE
     block."""
     tuning: Tuning = options.pop("tuning", "stored")
     policy = tuning_policy(tuning)
-    plan_blocks = planner(fusion)
-    if plan_blocks is plan_dnnfusion:  # yellow cells as the policy's measurements decide
-        plan_blocks = functools.partial(
-            plan_dnnfusion, decide=lambda block: fusion_verdict(block, backend, policy))
+    plan_blocks = planner(fusion, backend, policy)  # yellow cells: the policy's verdicts
     if isinstance(model, Graph) and input_shapes is not None:
         raise TypeError("input_shapes fixes an ONNX model's inputs; a Graph has its shapes")
     start = time.perf_counter()

@@ -20,6 +20,7 @@ from kernelgen.fastrun import FastRunDB, fusion_key, stored_verdict
 from kernelgen.fusion import FusionVerdict, split_parts
 from kernelgen.graph import Graph, compile_model
 from kernelgen.graph.dnnfusion import plan_dnnfusion
+from kernelgen.graph.planners import planner
 from kernelgen.mapping_types import Colour
 from kernelgen.measure_fusion import measure_fusion
 from kernelgen.tune import Measure
@@ -203,4 +204,8 @@ def test_compile_model_measures_yellow_cells_under_tuning_measure(tmp_path: Path
     stored = compile_model(graph, "opencl", fusion="dnnfusion",
                            tuning=Stored(db))
     assert [b.names for b in stored.blocks] == [b.names for b in session.blocks]
-    assert len(db) == len(list(db.entries()))
+    assert [b.names for b in planner("dnnfusion", "opencl", Stored(db))(graph)] == \
+        [b.names for b in session.blocks]
+    # no verdicts: the cell stays unfused
+    assert len(planner("dnnfusion", "opencl", "none")(graph)) == 2
+    assert len(planner("dnnfusion")(graph)) == 2
