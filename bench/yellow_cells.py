@@ -5,6 +5,11 @@ yellow edges) at three shapes, on one backend, in one run.
 
     python bench/yellow_cells.py [--backend opencl] [--rounds 3] [--repeat 15]
                                  [--only scores,merge] [--json bench/results/yellow_cells.json]
+    python bench/yellow_cells.py --models bert_layer,mobilenet_v2 [--repeat 60]
+
+``--models``: whole models (``tests/models/model_zoo.py``) planned by TVM's planner, by
+DNNFusion's with no verdicts (yellow cells unfused) and by DNNFusion's with its yellow cells
+measured (``tuning='measure-fusion'``, a scratch database), run round-robin in one process.
 
 Each round measures afresh (nothing is read from the Fast-Run database; a scratch database is
 used) with fused and split timed round-robin; the table gives per block the medians over rounds
@@ -16,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -25,7 +31,12 @@ import numpy as np
 
 import kernelgen as kg
 from kernelgen.fastrun import FastRunDB
+from kernelgen.graph import compile_model
 from kernelgen.measure_fusion import measure_fusion
+from kernelgen.tune import MeasureFusion
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from models.model_zoo import bert_layer, mobilenet_v2  # noqa: E402
 
 
 def scores(heads: int, seq: int, depth: int) -> tuple[str, list[kg.Op]]:
@@ -115,6 +126,52 @@ def run(backend: str, only: list[str], rounds: int, repeat: int) -> list[dict[st
     return rows
 
 
+# the models of docs/benchmarks.md "Whole models", with their fixed input shapes
+MODELS = {"bert_layer": (lambda: bert_layer(batch=1, seq=128, hidden=256, heads=4),
+                         {"x": (1, 128, 256), "mask": (1, 128)}),
+          "mobilenet_v2": (lambda: mobilenet_v2(size=112), {})}
+
+
+def run_models(backend: str, names: list[str], repeat: int) -> list[dict[str, object]]:
+    rows = []
+    for name in names:
+        build, shapes = MODELS[name]
+        model = build()
+        rng = np.random.default_rng(0)
+        sessions, compile_s = {}, {}
+        with tempfile.TemporaryDirectory() as scratch:
+            db = FastRunDB(Path(scratch) / "fastrun.sqlite")
+            for label, fusion, tuning in (("tvm", "tvm", "stored"),
+                                          ("dnnfusion, yellow unfused", "dnnfusion", "none"),
+                                          ("dnnfusion, yellow measured", "dnnfusion",
+                                           MeasureFusion(db))):
+                start = time.perf_counter()
+                sessions[label] = compile_model(model, backend, fusion=fusion, tuning=tuning,
+                                                input_shapes=shapes)
+                compile_s[label] = round(time.perf_counter() - start, 1)
+        feeds = {}
+        for info in next(iter(sessions.values())).get_inputs():
+            feeds[info.name] = (np.ones(info.shape, np.int64) if "int" in info.dtype else
+                                rng.standard_normal(info.shape).astype(np.float32))
+        want = next(iter(sessions.values())).run(None, feeds)[0]
+        times: dict[str, list[float]] = {label: [] for label in sessions}
+        for _ in range(repeat):
+            for label, session in sessions.items():
+                t0 = time.perf_counter()
+                session.run(None, feeds)
+                times[label].append((time.perf_counter() - t0) * 1e3)
+        for label, session in sessions.items():
+            got = session.run(None, feeds)[0]
+            row = {"model": name, "plan": label, "kernels": len(session.blocks),
+                   "median_ms": float(np.median(times[label])),
+                   "compile_s": compile_s[label],
+                   "max_abs_diff_vs_tvm": float(np.max(np.abs(got - want)))}
+            rows.append(row)
+            print(f"{name:<13} {label:<28} {row['kernels']:3d} kernels  "
+                  f"{row['median_ms']:7.3f} ms  compile {row['compile_s']} s", flush=True)
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", default="opencl")
@@ -122,14 +179,21 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--only", default="", help="comma-separated families: "
                         + ", ".join(FAMILIES))
+    parser.add_argument("--models", default="", help="comma-separated whole models instead: "
+                        + ", ".join(MODELS))
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    if args.models:
+        names = [m for m in args.models.split(",") if m]
+        if any(m not in MODELS for m in names):
+            parser.error(f"unknown models in {names}; known: {', '.join(MODELS)}")
     only = [f for f in args.only.split(",") if f]
     unknown = [f for f in only if f not in FAMILIES]
     if unknown:
         parser.error(f"unknown families {unknown}; known: {', '.join(FAMILIES)}")
     start = time.time()
-    rows = run(args.backend, only, args.rounds, args.repeat)
+    rows = (run_models(args.backend, names, args.repeat) if args.models else
+            run(args.backend, only, args.rounds, args.repeat))
     if args.json:
         args.json.write_text(json.dumps({
             "command": "python bench/yellow_cells.py " + " ".join(

@@ -29,7 +29,7 @@ from .ir.loop import LoopKernel
 from .ir.node import Op
 from .lower import lower
 from .measure_fusion import measure_fusion
-from .tune import Measure
+from .tune import Measure, MeasureFusion
 
 Tuning = TuningPolicy | str
 
@@ -126,13 +126,15 @@ class _Decided:
         return self.verdict
 
 
-_POLICIES: dict[str, TuningPolicy] = {"stored": STORED, "none": NO_TUNING, "measure": Measure()}
+_POLICIES: dict[str, TuningPolicy] = {"stored": STORED, "none": NO_TUNING, "measure": Measure(),
+                                      "measure-fusion": MeasureFusion()}
 _TUNED = {None: "stored", True: "measure", False: "none"}
 
 
 def tuning_policy(tuning: Tuning = "stored", tuned: bool | None = None) -> TuningPolicy:
-    """The policy ``tuning`` names ('stored', 'measure', 'none'), or ``tuning`` itself; the
-    older ``tuned`` flag, when given, names one instead."""
+    """The policy ``tuning`` names ('stored', 'measure', 'none', or 'measure-fusion': the
+    stored tunables with yellow blocks measured fused against split), or ``tuning`` itself;
+    the older ``tuned`` flag, when given, names one instead."""
     if tuned is not None:
         warnings.warn("emit(tuned=...) is deprecated: pass tuning='measure' (True) or "
                       "'none' (False)", DeprecationWarning, stacklevel=3)

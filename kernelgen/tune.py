@@ -22,7 +22,7 @@ import numpy as np
 
 from . import backends
 from .backends import Backend, Config
-from .compile import NO_TUNING, STORED, TuningPolicy, compile, compile_loop
+from .compile import NO_TUNING, STORED, Stored, TuningPolicy, compile, compile_loop
 from .compile.tuning import valid_options
 from .compile.conv_algorithms import applicable
 from .fastrun import FastRunDB, algorithm_key, stored_config, tuning_key
@@ -153,6 +153,24 @@ class Measure:
         if len(block.outputs) != 1:  # a program returns one output: such a block stays fused
             return None
         return measure_fusion(block, backend, db=self.db, tuning=STORED)
+
+
+@dataclass(frozen=True)
+class MeasureFusion:
+    """The stored tunables and algorithms (``Stored``), with yellow blocks measured fused
+    against split on a miss: the cheap part of ``Measure``, for planning a model."""
+
+    db: FastRunDB | None = None
+    name: str = "measure-fusion"
+
+    def options(self, loop: LoopKernel, backend: Backend) -> dict[str, Any]:
+        return Stored(self.db).options(loop, backend)
+
+    def algorithm(self, block: FusedBlock, backend: Backend) -> str | None:
+        return Stored(self.db).algorithm(block, backend)
+
+    def fusion(self, block: FusedBlock, backend: Backend) -> FusionVerdict | None:
+        return Measure(self.db).fusion(block, backend)
 
 
 def _try(config: Config, build: Callable[[Config], Any],

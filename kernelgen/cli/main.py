@@ -148,10 +148,12 @@ def _parser() -> argparse.ArgumentParser:
                        help="the stages the kernels run in: 'auto' (default) measures the "
                             "sequential, greedy and IOS schedules and runs the fastest; "
                             "'sequential' measures nothing")
-    p_run.add_argument("--tuning", default="stored", choices=["stored", "none", "measure"],
+    p_run.add_argument("--tuning", default="stored",
+                       choices=["stored", "none", "measure", "measure-fusion"],
                        help="kernel tunables and DNNFusion's yellow cells (fused or split): "
                             "the Fast-Run database's (default), the defaults (yellow cells "
-                            "unfused), or measured now (slow)")
+                            "unfused), measured now (slow), or the stored tunables with the "
+                            "yellow cells measured now")
     p_plan = sub.add_parser("plan", help="the fusion report of an ONNX model (nothing is "
                             "compiled), or with --schedule its measured IOS schedules",
                             description=plan_model.__doc__)

@@ -193,7 +193,8 @@ def compile_model(model: ModelLike | Graph, backend: str | Backend = backends.DE
     another; ``schedule_options`` are IOS's pruning (``r``, ``s``, ``max_part``).
     Options: ``tuning`` ('stored', the default: the Fast-Run database's tunables and yellow
     cells' verdicts, else the defaults and yellow cells unfused; 'none'; 'measure', which also
-    times each yellow cell the DNNFusion planner meets against its split; or a policy),
+    times each yellow cell the DNNFusion planner meets against its split; 'measure-fusion',
+    the stored tunables with the yellow cells timed; or a policy),
     ``algorithm`` (the convolution algorithm of every block holding a Conv), ``warmup`` (True:
     build every kernel now, not at the first run), and backend tunables applied to every
     block."""

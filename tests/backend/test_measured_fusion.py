@@ -23,7 +23,7 @@ from kernelgen.graph.dnnfusion import plan_dnnfusion
 from kernelgen.graph.planners import planner
 from kernelgen.mapping_types import Colour
 from kernelgen.measure_fusion import measure_fusion
-from kernelgen.tune import Measure
+from kernelgen.tune import Measure, MeasureFusion
 
 EMITTING = ("opencl", "neon", "triton")
 
@@ -187,7 +187,7 @@ def test_the_planner_fuses_a_yellow_cell_only_where_a_verdict_says_so(fused: boo
     assert ("split ran faster" if fused is False else "nothing was measured") in stop.rule
 
 
-def test_compile_model_measures_yellow_cells_under_tuning_measure(tmp_path: Path) -> None:
+def test_compile_model_measures_yellow_cells_under_measure_fusion(tmp_path: Path) -> None:
     require("opencl")
     db = FastRunDB(tmp_path / "fastrun.sqlite")
     graph = _scores_graph(2, 13, 11, 8)
@@ -195,7 +195,9 @@ def test_compile_model_measures_yellow_cells_under_tuning_measure(tmp_path: Path
     q = rng.standard_normal((2, 13, 8)).astype(np.float32) * 0.5
     k = rng.standard_normal((2, 11, 8)).astype(np.float32) * 0.5
     want = np.exp(q @ k.transpose(0, 2, 1))
-    session = compile_model(graph, "opencl", fusion="dnnfusion", tuning=Measure(db))
+    # 'measure-fusion': stored tunables (none here: the defaults), yellow cells timed
+    session = compile_model(graph, "opencl", fusion="dnnfusion", tuning=MeasureFusion(db))
+    assert not any(k.metadata.get("tuning", {}).get("options") for k in session.model.executables)
     [(fields, value, _)] = [e for e in db.entries() if e[0]["kind"] == "fusion-decision"]
     assert len(session.blocks) == (1 if value["fused"] else 2)
     (got,) = session.run(None, {"q": q, "k": k})
