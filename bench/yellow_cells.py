@@ -165,10 +165,14 @@ def run_models(backend: str, names: list[str], repeat: int) -> list[dict[str, ob
             row = {"model": name, "plan": label, "kernels": len(session.blocks),
                    "median_ms": float(np.median(times[label])),
                    "compile_s": compile_s[label],
-                   "max_abs_diff_vs_tvm": float(np.max(np.abs(got - want)))}
+                   "max_abs_diff_vs_tvm": float(np.max(np.abs(got - want))),
+                   "yellow_fused": [b.note.split("; yellow cells fused, ")[1]
+                                    for b in session.blocks if "yellow cells fused" in b.note]}
             rows.append(row)
             print(f"{name:<13} {label:<28} {row['kernels']:3d} kernels  "
                   f"{row['median_ms']:7.3f} ms  compile {row['compile_s']} s", flush=True)
+            for note in row["yellow_fused"]:
+                print(f"    yellow cells fused: {note}")
     return rows
 
 

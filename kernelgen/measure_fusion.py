@@ -3,7 +3,8 @@ pairs yellow: fusing them removes a round trip through memory but may cost local
 Transpose read across a reduction) or recomputation (a reduced value fed to many outputs), and
 which wins depends on the shapes and the machine. ``measure_fusion`` times the fused kernel
 against its split alternative (the block cut at its non-green edges, ``fusion.split_parts``)
-round-robin in one run, checks both against the loop-IR interpreter, and stores the verdict in
+round-robin in one run (a win is ``clear`` when the winner's 80th percentile is below the
+loser's 20th), checks both against the loop-IR interpreter, and stores the verdict in
 the Fast-Run database under the fused kernel's fingerprint, the cut, the backend and the
 device. ``fuse(..., measure=True)``, ``emit(tuning='measure')`` and the DNNFusion planner under
 ``tuning='measure'`` call it; the 'stored' policy reads what it stored.
@@ -60,9 +61,10 @@ def measure_fusion(block: FusedBlock, backend: str | Backend = backends.DEFAULT,
     times = bench_interleaved({"fused": (fused, inputs), "split": (split, inputs)},
                               repeat=repeat)
     parts = tuple(tuple(op.name for op in part.ops) for part in split_parts(block))
+    fast, slow = sorted(times.values(), key=lambda m: m.median_ms)
     verdict = FusionVerdict(be.name, times["fused"].median_ms <= times["split"].median_ms,
                             times["fused"].median_ms, times["split"].median_ms, parts,
-                            tuple(cut))
+                            tuple(cut), clear=fast.p80_ms < slow.p20_ms)
     db.put(fusion_key(block, be), verdict.as_value(),
            min(verdict.fused_ms, verdict.split_ms))
     return verdict

@@ -17,6 +17,7 @@ class FusionVerdict:
     split_ms: float
     parts: tuple[tuple[str, ...], ...]   # the split alternative: each kernel's operators
     edges: tuple[str, ...] = ()          # the cut edges, with their table cells
+    clear: bool = False                  # the winner's p80 below the loser's p20
     from_cache: bool = False             # read from the database, not measured now
 
     @property
@@ -32,9 +33,10 @@ class FusionVerdict:
     def __str__(self) -> str:
         kernels = f"{len(self.parts)} kernel{'s' if len(self.parts) != 1 else ''}"
         source = ", stored" if self.from_cache else ""
+        margin = "" if self.clear else ", within the runs' spread"
         return (f"measured on {self.backend}{source}: fused {self.fused_ms:.3f} ms, split "
                 f"({kernels}) {self.split_ms:.3f} ms: {self.winner} wins by "
-                f"{self.speedup:.2f}x")
+                f"{self.speedup:.2f}x{margin}")
 
     def as_value(self) -> dict[str, Any]:
         """What the database stores (everything but where it was read from)."""
@@ -52,7 +54,8 @@ class FusionVerdict:
             parts = tuple(tuple(str(n) for n in p) for p in value["parts"])
             verdict = cls(str(value["backend"]), value["fused"], float(value["fused_ms"]),
                           float(value["split_ms"]), parts,
-                          tuple(str(e) for e in value.get("edges", ())), from_cache=True)
+                          tuple(str(e) for e in value.get("edges", ())),
+                          value.get("clear") is True, from_cache=True)
         except (TypeError, KeyError, ValueError, AttributeError):
             return None
         return verdict if isinstance(verdict.fused, bool) else None

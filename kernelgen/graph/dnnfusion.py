@@ -18,9 +18,13 @@ mapping-type table), as a planner: ``plan_dnnfusion(graph) -> list[Block]``.
 3. Yellow cells (fusion pays only where measured) are decided by ``decide``: the enlarged
    block is fused where its measurement (``kernelgen.measure_fusion``: the one kernel timed
    against the block cut at its yellow edges, stored in the Fast-Run database) found the one
-   kernel faster. ``compile_model(..., tuning='measure')`` measures what is missing, the
-   default 'stored' reads what was measured before. Without a verdict the cell is not fused:
-   the plan keeps the cheaper certain choice.
+   kernel clearly faster: its 80th percentile below the split's 20th (verdicts within the
+   runs' spread flipped from run to run, and on the BERT layer one such plan ran 25% slower
+   than leaving the cells unfused). ``compile_model(..., tuning='measure')`` measures what is
+   missing, the default 'stored' reads what was measured before. Without a verdict the cell
+   is not fused: the plan keeps the cheaper certain choice. A grown block that let yellow
+   cells in is measured once more as a whole, since what joined later can change the
+   balance; unless it still wins clearly, its split's pieces become the blocks.
 
 Each block's note names its operators and every neighbour that stopped growth; its ``stops``
 hold every edge to a refused neighbour with the rule that stopped it (the fusion report's
@@ -32,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..errors import FusionError
-from ..fusion import FusedBlock, FusionVerdict
+from ..fusion import FusedBlock, FusionVerdict, split_parts
 from ..ir.expr import Call, walk
 from ..ir.node import Op
 from ..mapping_types import Colour, MappingType
@@ -59,8 +63,41 @@ def plan_dnnfusion(graph: Graph, decide: Decide | None = None) -> list[Block]:
         note = _note(graph, members, refused)
         if measured:
             note += "; yellow cells fused, " + "; ".join(measured)
+            pieces = _checked_whole(graph, members, decide)
+            if pieces is not None:
+                blocks += _split_blocks(graph, pieces, refused, note)
+                continue
         blocks.append(Block(tuple(members), note, _stops(graph, members, refused)))
     return order_blocks(graph, blocks)
+
+
+def _checked_whole(graph: Graph, members: list[Op], decide: Decide | None
+                   ) -> tuple[list[Op], ...] | None:
+    """The grown block measured once more as a whole: each yellow cell was measured when it
+    joined, but what joined after may have changed the balance (a second transposed operand
+    into the same contraction). None when the whole still wins fused (or cannot be measured);
+    else its split's pieces."""
+    block = fusible(graph, members)
+    verdict = decide(block) if decide is not None else None
+    if verdict is None or (verdict.fused and verdict.clear):
+        return None
+    return tuple(list(part.ops) for part in split_parts(block))
+
+
+def _split_blocks(graph: Graph, pieces: tuple[list[Op], ...], refused: dict[int, str],
+                  note: str) -> list[Block]:
+    """Blocks of the pieces of a grown block that measured faster split, each cut edge recorded
+    once (by the piece that reads it)."""
+    owner = {id(op): k for k, piece in enumerate(pieces) for op in piece}
+    blocks = []
+    for k, piece in enumerate(pieces):
+        cut = tuple(Stop(v.name, op.name, "split ran faster: the grown block, measured as a "
+                         "whole, ran faster cut at its yellow cells")
+                    for op in piece for v in dict.fromkeys(op.inputs)
+                    if owner.get(id(v), k) != k)
+        blocks.append(Block(tuple(piece), f"{note}; measured as a whole, split into "
+                            f"{len(pieces)} kernels", _stops(graph, piece, refused) + cut))
+    return blocks
 
 
 def _seeds(graph: Graph) -> list[Op]:
@@ -161,6 +198,9 @@ def _refusal(graph: Graph, members: list[Op], candidate: Op, decide: Decide | No
                 "unfused")
     if not verdict.fused:
         return f"yellow cell {yellow[0]}: split ran faster ({verdict})"
+    if not verdict.clear:
+        return (f"yellow cell {yellow[0]}: fused won within the runs' spread ({verdict}), "
+                "too close to pay for the fusion's risk, so it is left unfused")
     measured.append(f"{candidate.name} ({verdict})")
     return None
 

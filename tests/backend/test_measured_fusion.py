@@ -19,6 +19,7 @@ from kernelgen.exec import Program
 from kernelgen.fastrun import FastRunDB, fusion_key, stored_verdict
 from kernelgen.fusion import FusionVerdict, split_parts
 from kernelgen.graph import Graph, compile_model
+from kernelgen.graph.blocks import fusible
 from kernelgen.graph.dnnfusion import plan_dnnfusion
 from kernelgen.graph.planners import planner
 from kernelgen.mapping_types import Colour
@@ -166,25 +167,42 @@ def _scores_graph(b: int, m: int, n: int, d: int) -> Graph:
     return Graph.build([q, k], [out])
 
 
-@pytest.mark.parametrize("fused", [True, False, None])
-def test_the_planner_fuses_a_yellow_cell_only_where_a_verdict_says_so(fused: bool | None
-                                                                      ) -> None:
+@pytest.mark.parametrize("fused,clear,words", [
+    (True, True, None), (True, False, "within the runs' spread"),
+    (False, True, "split ran faster"), (None, False, "nothing was measured")])
+def test_the_planner_fuses_a_yellow_cell_only_where_a_verdict_says_so(
+        fused: bool | None, clear: bool, words: str | None) -> None:
     graph = _scores_graph(2, 5, 7, 3)
     asked: list[kg.FusedOp] = []
 
     def decide(block: kg.FusedOp) -> FusionVerdict | None:
         asked.append(block)
-        return None if fused is None else FusionVerdict("opencl", fused, 1.0, 1.5, ())
+        return None if fused is None else FusionVerdict("opencl", fused, 1.0, 1.5, (),
+                                                        clear=clear)
 
     blocks = plan_dnnfusion(graph, decide=decide)
     assert asked and all(b.needs_measurement for b in asked)
-    if fused:
+    if words is None:
         [block] = blocks
         assert "yellow cells fused" in block.note and "fused wins by 1.50x" in block.note
+        assert len(asked) == 2  # when the cell joined, and the grown block as a whole
         return
     assert [[op.kind for op in b.ops] for b in blocks] == [["Transpose"], ["MatMul", "Exp"]]
     [stop] = [s for b in blocks for s in b.stops]
-    assert ("split ran faster" if fused is False else "nothing was measured") in stop.rule
+    assert words in stop.rule
+
+
+def test_a_grown_block_that_loses_as_a_whole_is_split(tmp_path: Path) -> None:
+    """The cell measured fused faster when it joined; the whole block, measured again, lost:
+    its pieces become the blocks, the cut edge recorded with why."""
+    graph = _scores_graph(2, 5, 7, 3)
+    verdicts = iter([FusionVerdict("opencl", True, 1.0, 1.5, (), clear=True),
+                     FusionVerdict("opencl", False, 1.5, 1.0, (), clear=True)])
+    blocks = plan_dnnfusion(graph, decide=lambda block: next(verdicts))
+    assert [[op.kind for op in b.ops] for b in blocks] == [["Transpose"], ["MatMul", "Exp"]]
+    assert all("measured as a whole, split into 2 kernels" in b.note for b in blocks)
+    [stop] = [s for b in blocks for s in b.stops]
+    assert "as a whole" in stop.rule and stop.consumer == blocks[1].ops[0].name
 
 
 def test_compile_model_measures_yellow_cells_under_measure_fusion(tmp_path: Path) -> None:
@@ -198,8 +216,9 @@ def test_compile_model_measures_yellow_cells_under_measure_fusion(tmp_path: Path
     # 'measure-fusion': stored tunables (none here: the defaults), yellow cells timed
     session = compile_model(graph, "opencl", fusion="dnnfusion", tuning=MeasureFusion(db))
     assert not any(k.metadata.get("tuning", {}).get("options") for k in session.model.executables)
-    [(fields, value, _)] = [e for e in db.entries() if e[0]["kind"] == "fusion-decision"]
-    assert len(session.blocks) == (1 if value["fused"] else 2)
+    whole = stored_verdict(fusible(graph, list(graph.ops)), "opencl", db)
+    assert whole is not None and whole.from_cache
+    assert len(session.blocks) == (1 if whole.fused and whole.clear else 2)
     (got,) = session.run(None, {"q": q, "k": k})
     assert_close(got, want, scale=float(want.max()))
     # the stored verdict plans the same blocks without measuring again
