@@ -8,10 +8,11 @@ from typing import Any
 
 from .. import backends
 from ..backends import Backend, Config
-from ..fusion import FusedBlock, FusionVerdict, split_parts
+from ..fusion import FusedBlock, FusionVerdict
 from ..ir.fingerprint import fingerprint
 from ..ir.loop import LoopKernel
 from ..lower import lower
+from ..mapping_types import Colour
 from ..version import __version__
 from .database import FastRunDB
 
@@ -35,11 +36,14 @@ def algorithm_key(block: FusedBlock, backend: str | Backend) -> dict[str, Any]:
 
 def fusion_key(block: FusedBlock, backend: str | Backend) -> dict[str, Any]:
     """The database key of the measured choice between ``block``'s one kernel and its split
-    alternative on ``backend``: the fused kernel's fingerprint and the operators (kind and
-    shape) of each piece the split runs, since another cut of the same kernel is another
-    question."""
-    pieces = [[f"{op.kind}{list(op.shape)}" for op in part.ops] for part in split_parts(block)]
-    return {**tuning_key(lower(block), backend), "kind": "fusion-decision", "split": pieces}
+    alternative on ``backend``: the fused kernel's fingerprint and the edges the split cuts
+    (each as producer and consumer kind and shape; names differ from model to model), since
+    another cut of the same kernel is another question. Cheap: the pieces are not built."""
+    ops = {op.name: op for op in block.ops}
+    cut = [[f"{ops[e.producer].kind}{list(ops[e.producer].shape)}",
+            f"{ops[e.consumer].kind}{list(ops[e.consumer].shape)}"]
+           for e in block.edges if e.rule.colour is not Colour.GREEN]
+    return {**tuning_key(lower(block), backend), "kind": "fusion-decision", "cut": cut}
 
 
 def stored_verdict(block: FusedBlock, backend: str | Backend, db: FastRunDB | None = None

@@ -50,7 +50,7 @@ Decide = Callable[[FusedBlock], FusionVerdict | None]
 
 def plan_dnnfusion(graph: Graph, decide: Decide | None = None) -> list[Block]:
     """DNNFusion's blocks for ``graph``, in an executable order: green edges, and yellow ones
-    where ``decide`` found the fused kernel faster."""
+    where ``decide`` found the fused kernel clearly faster."""
     order = graph.producer_index()
     assigned: set[int] = set()
     blocks: list[Block] = []
@@ -63,36 +63,36 @@ def plan_dnnfusion(graph: Graph, decide: Decide | None = None) -> list[Block]:
         note = _note(graph, members, refused)
         if measured:
             note += "; yellow cells fused, " + "; ".join(measured)
-            pieces = _checked_whole(graph, members, decide)
-            if pieces is not None:
-                blocks += _split_blocks(graph, pieces, refused, note)
+            lost = _checked_whole(graph, members, decide)
+            if lost is not None:
+                blocks += _split_blocks(graph, *lost, refused, note)
                 continue
         blocks.append(Block(tuple(members), note, _stops(graph, members, refused)))
     return order_blocks(graph, blocks)
 
 
 def _checked_whole(graph: Graph, members: list[Op], decide: Decide | None
-                   ) -> tuple[list[Op], ...] | None:
+                   ) -> tuple[list[list[Op]], FusionVerdict] | None:
     """The grown block measured once more as a whole: each yellow cell was measured when it
     joined, but what joined after may have changed the balance (a second transposed operand
-    into the same contraction). None when the whole still wins fused (or cannot be measured);
-    else its split's pieces."""
+    into the same contraction). None when the whole still wins clearly fused (or cannot be
+    measured); else its split's pieces and the verdict."""
     block = fusible(graph, members)
     verdict = decide(block) if decide is not None else None
     if verdict is None or (verdict.fused and verdict.clear):
         return None
-    return tuple(list(part.ops) for part in split_parts(block))
+    return [list(part.ops) for part in split_parts(block)], verdict
 
 
-def _split_blocks(graph: Graph, pieces: tuple[list[Op], ...], refused: dict[int, str],
-                  note: str) -> list[Block]:
-    """Blocks of the pieces of a grown block that measured faster split, each cut edge recorded
-    once (by the piece that reads it)."""
+def _split_blocks(graph: Graph, pieces: list[list[Op]], verdict: FusionVerdict,
+                  refused: dict[int, str], note: str) -> list[Block]:
+    """Blocks of the pieces of a grown block that did not win clearly as a whole, each cut edge
+    recorded once (by the piece that reads it)."""
     owner = {id(op): k for k, piece in enumerate(pieces) for op in piece}
     blocks = []
     for k, piece in enumerate(pieces):
-        cut = tuple(Stop(v.name, op.name, "split ran faster: the grown block, measured as a "
-                         "whole, ran faster cut at its yellow cells")
+        cut = tuple(Stop(v.name, op.name, f"the grown block, measured as a whole, did not win "
+                         f"clearly fused ({verdict}), so it runs cut at its yellow cells")
                     for op in piece for v in dict.fromkeys(op.inputs)
                     if owner.get(id(v), k) != k)
         blocks.append(Block(tuple(piece), f"{note}; measured as a whole, split into "
