@@ -59,8 +59,11 @@ def compile(block: FusedBlock, backend: str | Backend = backends.DEFAULT, *,
     measurement (``tuning.fusion``) found its split alternative faster. ``options`` are the
     backend's tunables."""
     be = backends.get(backend)
-    if algorithm is None and not options and (block.needs_measurement or block.forced):
-        verdict = tuning.fusion(block, be)
+    # a policy written before policies answered the fusion question has no ``fusion``
+    decide = getattr(tuning, "fusion", None)
+    if algorithm is None and not options and decide is not None and (
+            block.needs_measurement or block.forced):
+        verdict = decide(block, be)
         if verdict is not None and not verdict.fused:
             return compile_split(block, be, tuning=tuning) or \
                 compile_fused(block, be, tuning=tuning)
