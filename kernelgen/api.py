@@ -95,8 +95,9 @@ def fuse(*ops: Op, outputs: Iterable[Op] | None = None, force: bool = False,
     split alternative (``kernelgen.measure_fusion``: the block cut at those edges); the
     verdict is stored in the Fast-Run database, kept as ``verdict``, shown by ``report()``,
     and ``emit`` on that backend returns the winner. A block with only green edges has
-    nothing to measure (``verdict`` stays None). ``db``: the Fast-Run database to read and
-    store the verdict (default: the one in kernelgen's cache directory).
+    nothing to measure (``verdict`` stays None); one with several outputs cannot be measured
+    (``FusionError``: its split would need a program per output). ``db``: the Fast-Run
+    database to read and store the verdict (default: the one in kernelgen's cache directory).
     """
     fused = FusedOp.of(fuse_block(*ops, outputs=outputs, force=force,
                                   conservative_oto_into_heavy=conservative_oto_into_heavy))
