@@ -45,5 +45,4 @@ def random_input(rng: np.random.Generator, buf: Buffer | Value) -> np.ndarray:
     return rng.standard_normal(buf.shape).astype(buf.dtype.numpy)
 
 
-
 __all__ = ["matches", "random_input"]
