@@ -310,3 +310,25 @@ def test_sign_of_negative_zero_is_positive_zero(backend: str) -> None:
         np.testing.assert_array_equal(got_sign, want)
         np.testing.assert_array_equal(np.signbit(got_sign), np.signbit(want))
         np.testing.assert_array_equal(got_q, ones / want)
+
+
+@pytest.mark.parametrize("n", [1, 5, 37])
+def test_scalar_gather_read_under_a_gathered_bounds_test(backend: str, n: int) -> None:
+    """gather(gather(concat(expand(x)), rows), scalar): the inner read's address is the scalar
+    index only, while its bounds test (which concat piece a gathered row is in) varies per
+    output element; Triton refused the scalar pointer under a block mask (seed 8's
+    crash:InterpreterError)."""
+    rng = np.random.default_rng(n)
+    x = rng.integers(-9, 9, 3).astype(np.int64)
+    rows = rng.integers(-6, 6, (1, n)).astype(np.int64)
+    col = np.array(2 if n != 5 else -1, np.int32)
+    e = kg.expand(kg.tensor("x", (3,), "int64"), shape=[2, 3])
+    c = kg.concat([e, e, e], axis=0)
+    g = kg.gather(c, kg.tensor("rows", (1, n), "int64"), axis=-2)
+    out = kg.gather(g, kg.tensor("col", (), "int32"), axis=2)
+    fused = kg.fuse(e, c, g, out)
+    arrays = {"x": x, "rows": rows, "col": col}
+    (got,) = run(backend, fused, *(arrays[v.name] for v in fused.inputs), tuning="none")
+    table = np.concatenate([np.broadcast_to(x, (2, 3))] * 3, axis=0)
+    want = np.take(np.take(table, rows, axis=0), int(col), axis=2)
+    np.testing.assert_array_equal(got, want)

@@ -120,8 +120,11 @@ class TritonPrinter(Emitter):
         offset = self.index(node.offset)
         varies = bool(free_index_symbols(node) & self.lane_symbols)
         data = {s for s, _, _ in node.data}
+        # a data symbol that only the guard reads (a gather's bounds test) makes the mask a
+        # block, not the pointer: a scalar pointer under a block mask must be broadcast
         offset_varies = bool((node.offset.free_symbols - data) & self.lane_symbols) or any(
-            free_index_symbols(v) & self.lane_symbols for _, _, v in node.data)
+            free_index_symbols(v) & self.lane_symbols for s, _, v in node.data
+            if s in node.offset.free_symbols)
         # a block mask needs a block of pointers; 2-D tiles may vary along one axis only
         if varies and (not offset_varies or "," in str(self.lanes)):
             offset = f"{offset} + tl.zeros([{self.lanes}], {self.index_t})"
