@@ -332,3 +332,22 @@ def test_scalar_gather_read_under_a_gathered_bounds_test(backend: str, n: int) -
     table = np.concatenate([np.broadcast_to(x, (2, 3))] * 3, axis=0)
     want = np.take(np.take(table, rows, axis=0), int(col), axis=2)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("kind", ["log_softmax", "softmax"])
+def test_a_product_rounded_once_in_both_passes_of_a_row(backend: str, kind: str) -> None:
+    """log_softmax(s * x) at the row's largest product (2e30): the max pass rounds the product,
+    and the store pass must subtract the max from the same rounded product; a C compiler that
+    contracts s * x - max into one FMA keeps the exact product, and the difference (7e22 at
+    this scale) came out instead of 0 (NEON, the fuzzer's seed 9)."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((5, 3, 7)).astype(np.float32)
+    s = rng.uniform(0.5, 2.0, (5, 3, 1)).astype(np.float32)
+    x[:, :, 3] = np.float32(1.3e30) * rng.uniform(1.0, 1.7, (5, 3)).astype(np.float32)
+    p = kg.mul(kg.tensor("s", s.shape), kg.tensor("x", x.shape))
+    out = getattr(kg, kind)(p, axis=2)
+    fused = kg.fuse(p, out)
+    arrays = {"s": s, "x": x}
+    (got,) = run(backend, fused, *(arrays[v.name] for v in fused.inputs), tuning="none")
+    want = 0.0 if kind == "log_softmax" else 1.0  # the others are ~1e30 below the max
+    np.testing.assert_array_equal(got[:, :, 3], np.full((5, 3), want, np.float32))

@@ -54,7 +54,8 @@ def build_harness(kernels: Sequence[Any], workdir: Path) -> Path:
     (workdir / "kernels.c").write_text(code)
     (workdir / "harness.c").write_text(harness)
     exe = workdir / "harness"
-    result = subprocess.run([cc, "-O2", "-std=gnu11", "-march=armv8-a", "-static", "-fopenmp",
+    result = subprocess.run([cc, "-O2", "-std=gnu11", "-ffp-contract=off", "-march=armv8-a",
+                             "-static", "-fopenmp",
                              str(workdir / "kernels.c"), str(workdir / "harness.c"), "-o",
                              str(exe), "-lm"], capture_output=True, text=True)
     if result.returncode:

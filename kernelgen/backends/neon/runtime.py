@@ -64,8 +64,13 @@ def toolchain() -> tuple[list[str], str]:
     if not shutil.which(cc):
         raise UnsupportedError("neon", f"a C compiler ('{cc}' not found; apt-get install gcc)",
                                "building NEON kernels")
-    # --no-undefined: a missing symbol fails the build here, not every kernel at dlopen
-    flags = [cc, "-O3", "-std=gnu11", "-fPIC", "-shared", "-fopenmp", "-Wl,--no-undefined"]
+    # --no-undefined: a missing symbol fails the build here, not every kernel at dlopen.
+    # -ffp-contract=off: GNU C contracts a * b - c into one FMA, which keeps the product
+    # exact where the kernel's other pass rounded it: log_softmax(x1 * x0) at the row's max
+    # (2e30) gave -7e22 instead of 0 (the fuzzer's seed 9). FMAs the kernels want are
+    # written as intrinsics (vfmaq), which the flag leaves alone.
+    flags = [cc, "-O3", "-std=gnu11", "-ffp-contract=off", "-fPIC", "-shared", "-fopenmp",
+             "-Wl,--no-undefined"]
     if platform.machine().lower() in ("aarch64", "arm64"):
         flags.append("-mcpu=native")
     else:
