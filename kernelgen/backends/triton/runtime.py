@@ -133,7 +133,10 @@ class TritonRuntime:
             with _interpreter_lock:
                 kernel[self.grid](*handles, *scratch, **self.constexprs)
         else:
-            kernel[self.grid](*handles, *scratch, **self.constexprs)
+            # no contraction of a * b - c into an FMA: the kernels round a product once and
+            # expect the same rounded value wherever they recompute it (a row's max pass and
+            # store pass); fused, log_softmax(s * x) at a 2e30 max gave -7e22, not 0 (H200)
+            kernel[self.grid](*handles, *scratch, **self.constexprs, enable_fp_fusion=False)
 
     def sync(self) -> None:
         torch = _torch()
