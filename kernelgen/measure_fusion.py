@@ -18,7 +18,7 @@ from .backends import Backend
 from .compile import STORED, TuningPolicy, compile_fused, compile_split
 from .errors import FusionError
 from .fastrun import FastRunDB, fusion_key, stored_verdict
-from .fusion import FusedBlock, FusionVerdict, split_parts
+from .fusion import FusedBlock, FusionVerdict
 from .ir.interp import interpret
 from .ir.node import Constant
 from .lower import lower
@@ -60,7 +60,8 @@ def measure_fusion(block: FusedBlock, backend: str | Backend = backends.DEFAULT,
                               "match the interpreter, so its time decides nothing")
     times = bench_interleaved({"fused": (fused, inputs), "split": (split, inputs)},
                               repeat=repeat)
-    parts = tuple(tuple(op.name for op in part.ops) for part in split_parts(block))
+    # the pieces compile_split fused (fusing them again would redo their index algebra)
+    parts = tuple(tuple(names) for names in split.metadata["parts"])
     fast, slow = sorted(times.values(), key=lambda m: m.median_ms)
     verdict = FusionVerdict(be.name, times["fused"].median_ms <= times["split"].median_ms,
                             times["fused"].median_ms, times["split"].median_ms, parts,
