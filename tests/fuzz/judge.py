@@ -21,7 +21,9 @@ How values are judged (special values make a plain rtol useless):
   positions of a Conv, MatMul or Gemm where a product of two finite factors overflows the
   block's dtype: -1e30 * 1e30 rounds to -Inf in float32, so beside an Inf term the sum is NaN,
   while a fused multiply-add that never rounds the product keeps the Inf. Nor are sin, cos and
-  tan of arguments that one rounding at the compute precision moves by over 0.01 rad.
+  tan of arguments that one rounding at the compute precision moves by over 0.01 rad, nor
+  Floor, Ceil, Round and Sign of values within the judge's tolerance of a step (an integer,
+  a half-integer, 0): there a rounding upstream becomes a whole unit.
 - Where ``want`` is special but the shadow is finite (a float32 overflow in the reference's own
   formula, e.g. softplus(1e30) = log(exp(1e30) + 1) = inf, which kernelgen computes stably),
   a kernel value close to the shadow's also passes; where both are special, the shadow's
@@ -218,6 +220,24 @@ def _argument_too_large(x: np.ndarray, dtype: str) -> np.ndarray:
         return np.abs(x.astype(np.float64)) * unit > 1e-2
 
 
+def _near_a_step(op: kg.Op, x: np.ndarray, dtype: str) -> np.ndarray:
+    """Where Floor, Ceil, Round or Sign of ``x`` may land on either side of a step at
+    ``dtype``: ``x`` is within the judge's own tolerance (``TOL``) of an integer (Floor,
+    Ceil), of a half-integer (Round) or of 0 (Sign). A rounding upstream turns into a whole
+    unit there: a float16 ReduceProd of small factors underflows to 0, where the float64 shadow
+    keeps 1e-12, and ceil makes 0 of one and 1 of the other."""
+    rtol, atol, _ = TOL[dtype]
+    a = x.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        if op.kind == "Sign":
+            gap = np.abs(a)
+        elif op.kind == "Round":
+            gap = np.abs(a - np.floor(a) - 0.5)
+        else:
+            gap = np.abs(a - np.round(a))
+        return gap <= rtol * np.abs(a) + atol
+
+
 def _largest_product(op: kg.Op, x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """The largest magnitude of a product of two finite factors summed into each output of a
     Conv, MatMul or Gemm (alpha included), in float64."""
@@ -274,6 +294,9 @@ def evaluate_chain(ops: list[kg.Op], feeds: dict[str, np.ndarray],
                                            np.nan, values[op.name])
             if order_nan and op.kind in ("Sin", "Cos", "Tan"):
                 values[op.name] = np.where(_argument_too_large(args[0], order_nan), np.nan,
+                                           values[op.name])
+            if order_nan and op.kind in ("Floor", "Ceil", "Round", "Sign"):
+                values[op.name] = np.where(_near_a_step(op, args[0], order_nan), np.nan,
                                            values[op.name])
             if order_nan and op.kind in ("Conv", "MatMul", "Gemm"):
                 largest = _largest_product(op, *args[:2])
