@@ -2,7 +2,8 @@
 planner: where a plan's time goes, and how much of a model's latency is launches overlapping
 in the queue (the model's own run waits once, at the end).
 
-    python bench/model_launches.py [--model mobilenet_v2] [--backend opencl] [--repeat 5]
+    python bench/model_launches.py [--model mobilenet_v2] [--backend opencl] [--repeat 5] \
+        [--planners none,tvm,dnnfusion] [--top 5]
 
 prints, per planner, the sum of the launches' median times and the slowest launches.
 """
@@ -18,7 +19,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from models.model_zoo import bert_layer, mobilenet_v2  # noqa: E402
+from models.model_zoo import bert_layer, light, mobilenet_v2  # noqa: E402
 
 import kernelgen as kg  # noqa: E402
 from kernelgen.exec.arguments import bind_inputs  # noqa: E402
@@ -28,6 +29,8 @@ MODELS = {  # name: (model, input shapes)
     "mobilenet_v2": (lambda: mobilenet_v2(size=112), None),
     "bert_layer": (lambda: bert_layer(hidden=256, heads=4), {"x": (1, 128, 256),
                                                              "mask": (1, 128)}),
+    "squeezenet": (lambda: light("squeezenet"), None),
+    "inception_v1": (lambda: light("inception_v1"), None),
 }
 
 
@@ -56,6 +59,8 @@ def main() -> None:
     ap.add_argument("--model", default="mobilenet_v2", choices=sorted(MODELS))
     ap.add_argument("--backend", default="opencl")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--planners", default=",".join(PLANNERS))
+    ap.add_argument("--top", type=int, default=5, help="how many of the slowest launches to print")
     args = ap.parse_args()
     make, shapes = MODELS[args.model]
     proto = make()
@@ -63,13 +68,13 @@ def main() -> None:
     rng = np.random.default_rng(0)
     feeds = {v.name: rng.standard_normal(v.shape).astype(v.dtype.numpy) if v.dtype.is_float
              else np.ones(v.shape, v.dtype.numpy) for v in graph.inputs}
-    for fusion in PLANNERS:
+    for fusion in args.planners.split(","):
         session = kg.compile_model(proto, backend=args.backend, fusion=fusion,
                                    input_shapes=shapes)
         timed = launches(session, feeds, args.repeat)
         print(f"{args.model} on {args.backend}, {fusion}: {len(timed)} launches, "
               f"{sum(t for t, _ in timed) * 1e3:.3f} ms launch by launch")
-        for t, name in sorted(timed, reverse=True)[:5]:
+        for t, name in sorted(timed, reverse=True)[:args.top]:
             print(f"  {t * 1e3:8.3f} ms  {name}")
 
 

@@ -21,6 +21,10 @@ from .ios import BlockGraph
 from .model import Graph
 
 
+# The operators that lower to a contraction template (a tiled GEMM over their own output).
+CONTRACTIONS = frozenset({"Conv", "MatMul", "Gemm"})
+
+
 @dataclass(frozen=True)
 class Stop:
     """An edge a planner left unfused: the producer and consumer operators' names and the rule

@@ -12,7 +12,10 @@ mapping-type table), as a planner: ``plan_dnnfusion(graph) -> list[Block]``.
    A block also holds at most one Many-to-Many operator: two that are not an edge of the table
    (Inception's parallel convolutions joined by a Concat, ResNet's two branches joined by an
    Add) would be one kernel with neither convolution's template, each output element
-   recomputing its branch; that ran Inception v1 100x slower than one kernel per block. And
+   recomputing its branch; that ran Inception v1 100x slower than one kernel per block. Nor
+   does a contraction join a block whose output is larger than its own (the Concat closing an
+   Inception module): its template would tile the Concat's whole output, computing guarded
+   zeros for the other branches' channels (141 of Inception v1's 234 ms). And
    an operand chain fused into a contraction (its prologue) costs at most ``PROLOGUE_LIMIT``
    operations an element, since the template recomputes it for every tile of output columns.
 3. Yellow cells (fusion pays only where measured) are decided by ``decide``: the enlarged
@@ -34,13 +37,14 @@ unassigned then, so it was a neighbour that the block refused.
 from __future__ import annotations
 
 from collections.abc import Callable
+from math import prod
 
 from ..errors import FusionError
 from ..fusion import FusedBlock, FusionVerdict, split_parts
 from ..ir.expr import Call, walk
 from ..ir.node import Op
 from ..mapping_types import Colour, MappingType
-from .blocks import Block, Stop, fusible, order_blocks
+from .blocks import CONTRACTIONS, Block, Stop, fusible, order_blocks
 from .model import Graph
 
 
@@ -180,6 +184,12 @@ def _refusal(graph: Graph, members: list[Op], candidate: Op, decide: Decide | No
                 "both Many-to-Many: in one kernel they share one iteration space, so neither "
                 "keeps its template and each recomputes its part for every output element "
                 "(siblings joined by a Concat or an Add are not an edge of the table)")
+    if heavy and heavy[0].kind in CONTRACTIONS and prod(block.shape) > heavy[0].numel:
+        head = heavy[0]
+        return (f"{head.name} ({head.kind}) would run over the block's larger output "
+                f"{'x'.join(map(str, block.shape))} (a Concat or Pad after it): its template "
+                f"computes every element of that domain, most of them guarded zeros, "
+                f"instead of its own {'x'.join(map(str, head.shape))}")
     prologue = _prologue(heavy[0], [*members, candidate]) if heavy else []
     if candidate in prologue:
         cost = sum(_cost(op) for op in prologue)

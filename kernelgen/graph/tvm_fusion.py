@@ -5,7 +5,8 @@ registers them per op; kernelgen derives them from the index maps):
 
 - ``ELEMWISE``: One-to-One;
 - ``BROADCAST``: One-to-One and One-to-Many reads (a bias, BatchNormalization's parameters);
-- ``INJECTIVE``: any Reorganize or Shuffle read (reshapes, transposes, slices);
+- ``INJECTIVE``: any Reorganize or Shuffle read (reshapes, transposes, slices), and Concat
+  and Pad;
 - ``COMM_REDUCE``: Many-to-Many operators that are not contractions (reductions, pools,
   Softmax, normalisations);
 - ``OUT_EWISE_FUSABLE``: contractions (Conv, MatMul, Gemm), whose epilogue can be fused.
@@ -25,7 +26,7 @@ import enum
 from ..errors import FusionError
 from ..ir.node import Op
 from ..mapping_types import MappingType
-from .blocks import Block, Stop, fusible, order_blocks
+from .blocks import CONTRACTIONS, Block, Stop, fusible, order_blocks
 from .model import Graph
 
 
@@ -37,21 +38,25 @@ class Pattern(enum.Enum):
     OUT_EWISE_FUSABLE = "out_elemwise_fusable"
 
 
-_CONTRACTIONS = frozenset({"Conv", "MatMul", "Gemm"})
 _ANCHORS = (Pattern.COMM_REDUCE, Pattern.OUT_EWISE_FUSABLE)
+# Read One-to-One, but their output is larger than an input, so TVM registers them injective:
+# as a contraction's epilogue, the template would tile the larger output (guarded zeros)
+_GROWING = frozenset({"Concat", "Pad"})
 
 
 def pattern(op: Op) -> Pattern:
     """TVM's pattern kind of ``op``, from the least direct of its inputs' mapping types (a Conv
     whose bias is a broadcast still reduces over its data)."""
     types = set(op.input_mapping_types)
+    if op.kind in _GROWING:
+        return Pattern.INJECTIVE
     if MappingType.MANY_TO_MANY not in types:
         if types <= {MappingType.ONE_TO_ONE}:
             return Pattern.ELEMWISE
         if types <= {MappingType.ONE_TO_ONE, MappingType.ONE_TO_MANY}:
             return Pattern.BROADCAST
         return Pattern.INJECTIVE
-    return Pattern.OUT_EWISE_FUSABLE if op.kind in _CONTRACTIONS else Pattern.COMM_REDUCE
+    return Pattern.OUT_EWISE_FUSABLE if op.kind in CONTRACTIONS else Pattern.COMM_REDUCE
 
 
 def plan_tvm(graph: Graph) -> list[Block]:

@@ -292,14 +292,14 @@ def test_bit_level_primitives(backend: str, fn: str) -> None:
     np.testing.assert_array_equal(np.asarray(got, np.float64), want(x))
 
 
-POW_REDUCED = (0.0, 1.0, 2.0, 3.0, -1.0, 0.5, -0.5)
+POW_REDUCED = (0.0, 1.0, 2.0, 3.0, -1.0, 0.5, -0.5, 0.25, 0.75, 1.5)
 
 
 @pytest.mark.parametrize("exponent", POW_REDUCED)
 def test_pow_constant_exponents(backend: str, exponent: float) -> None:
-    """pow(x, c) reduced to multiplies, a division or a square root: pow's value on ±0, ±Inf,
+    """pow(x, c) reduced to multiplies, a division or square roots: pow's value on ±0, ±Inf,
     NaN and negatives (sqrt(-0) is -0 and sqrt(-Inf) NaN, pow's +0 and +Inf), within 2 ulps
-    elsewhere."""
+    elsewhere (3 for 0.75: sqrt(x) * sqrt(sqrt(x)) rounds three times; 2.1 measured)."""
     x = np.concatenate([SPECIAL, stratified("exp", per_binade=4)])
     fused = unary("pow", x.shape, exponent=exponent)
     expanded = fastmath.expand(fused.lower(), fastmath.EXPANDABLE)
@@ -307,10 +307,10 @@ def test_pow_constant_exponents(backend: str, exponent: float) -> None:
     got = run_on(backend, fused, x)
     with np.errstate(all="ignore"):  # an array exponent: C's pow (a scalar 0.5 is sqrt)
         want = np.power(x.astype(np.float64), np.full(x.shape, exponent))
-    check_ulps(x, got, want, 2.0, f"pow(x, {exponent}) on {backend}")
+    check_ulps(x, got, want, 3.0 if exponent == 0.75 else 2.0, f"pow(x, {exponent}) on {backend}")
 
 
-@pytest.mark.parametrize("exponent", [-2.0, 1.5, 4.0])
+@pytest.mark.parametrize("exponent", [-2.0, 0.3, 4.0])
 def test_pow_other_exponents_stay_calls(exponent: float) -> None:
     fused = unary("pow", (5,), exponent=exponent)
     expanded = fastmath.expand(fused.lower(), fastmath.EXPANDABLE)
