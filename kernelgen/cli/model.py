@@ -84,8 +84,11 @@ def run_model(path: str, backend: str, fusion: str, *, inputs: str | None = None
 def _schedule_line(report: ScheduleReport, used: Schedule | None) -> str:
     parts = ", ".join(f"{name} {s.latency_ms:.3f} ms" for name, s in report.schedules.items()
                       if s.latency_ms is not None)
-    return (f"schedule: {used.name if used is not None else 'sequential'} ({parts}; "
-            f"{report.measured} stages measured, {report.stored} from the Fast-Run database)")
+    runs = ("; whole runs " + ", ".join(f"{k} {ms:.3f} ms" for k, ms in report.runs.items())
+            if report.runs else "")
+    return (f"schedule: {used.name if used is not None else 'sequential'} (estimated "
+            f"{parts}; {report.measured} stages measured, {report.stored} from the Fast-Run "
+            f"database{runs})")
 
 
 def plan_model(path: str, fusion: str | None, as_json: bool,
