@@ -15,7 +15,9 @@ mapping-type table), as a planner: ``plan_dnnfusion(graph) -> list[Block]``.
    recomputing its branch; that ran Inception v1 100x slower than one kernel per block. Nor
    does a contraction join a block whose output is larger than its own (the Concat closing an
    Inception module): its template would tile the Concat's whole output, computing guarded
-   zeros for the other branches' channels (141 of Inception v1's 234 ms). And
+   zeros for the other branches' channels (141 of Inception v1's 234 ms). A Concat whose
+   parts are contiguous is no block's member at all: it is assembled in place
+   (``in_place_concats``), its inputs' kernels writing into it. And
    an operand chain fused into a contraction (its prologue) costs at most ``PROLOGUE_LIMIT``
    operations an element, since the template recomputes it for every tile of output columns.
 3. Yellow cells (fusion pays only where measured) are decided by ``decide``: the enlarged
@@ -44,7 +46,8 @@ from ..fusion import FusedBlock, FusionVerdict, split_parts
 from ..ir.expr import Call, walk
 from ..ir.node import Op
 from ..mapping_types import Colour, MappingType
-from .blocks import CONTRACTIONS, Block, Stop, fusible, order_blocks
+from .blocks import (CONTRACTIONS, Block, Stop, fusible, in_place_block, in_place_concats,
+                     order_blocks)
 from .model import Graph
 
 
@@ -56,8 +59,9 @@ def plan_dnnfusion(graph: Graph, decide: Decide | None = None) -> list[Block]:
     """DNNFusion's blocks for ``graph``, in an executable order: green edges, and yellow ones
     where ``decide`` found the fused kernel clearly faster."""
     order = graph.producer_index()
-    assigned: set[int] = set()
-    blocks: list[Block] = []
+    concats = in_place_concats(graph)
+    assigned = {id(op) for op in concats}
+    blocks = [in_place_block(graph, op) for op in concats]
     for seed in _seeds(graph):
         if id(seed) in assigned:
             continue

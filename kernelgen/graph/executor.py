@@ -69,8 +69,7 @@ def compile_plan(graph: Graph, blocks: Sequence[Block], backend: str | Backend =
         check_schedule(block_graph(graph, blocks), schedule)
     be = backends.get(backend)
     start = time.perf_counter()
-    views = {b: off for b, block in enumerate(blocks)
-             if block.view and (off := _view_offset(graph, block, be)) is not None}
+    views = _views(graph, blocks, be)
     run = [b for b in range(len(blocks)) if b not in views]
     fused, names = zip(*(_fuse(graph, blocks[b]) for b in run)) if run else ((), ())
     compiled = _compile_blocks(fused, names, be, tuning, algorithm, options)
@@ -84,6 +83,46 @@ def compile_plan(graph: Graph, blocks: Sequence[Block], backend: str | Backend =
         model.run({v.name: np.zeros(v.shape, v.dtype.numpy) for v in graph.inputs})
     timings["build_s"] = time.perf_counter() - start
     return model
+
+
+# A value that shares another's memory: (the value, the value it is part of, element offset)
+ViewOf = tuple[Value, Value, int]
+
+
+def _views(graph: Graph, blocks: Sequence[Block], be: Backend) -> dict[int, list[ViewOf]]:
+    """The view blocks that launch nothing, by block index, with the values they make parts
+    of others: a Slice's output part of its input; an in-place Concat's inputs parts of its
+    output. A view block the device cannot address so (an offset off its alignment, an input
+    already part of something else) is compiled as a copy."""
+    views: dict[int, list[ViewOf]] = {}
+    placed: set[int] = set()  # values already part of another
+    for b, block in enumerate(blocks):
+        if not block.view:
+            continue
+        op = block.ops[0]
+        if op.kind == "Concat":
+            offsets = _concat_offsets(graph, op, be, placed)
+            if offsets is not None:
+                views[b] = [(v, op, off) for v, off in zip(op.inputs, offsets)]
+        elif (off := _view_offset(graph, block, be)) is not None:
+            views[b] = [(op, op.inputs[0], off)]
+        placed.update(id(child) for child, _, _ in views.get(b, ()))
+    return views
+
+
+def _concat_offsets(graph: Graph, op: Op, be: Backend, placed: set[int]) -> list[int] | None:
+    """Where each input of an in-place Concat starts in its output (elements), or None where
+    it cannot be assembled in place on this device."""
+    if graph.is_output(op) or any(op.shape[a] != 1 for a in range(op.attrs["axis"])):
+        return None
+    offsets, at = [], 0
+    for v in op.inputs:
+        if (not isinstance(v, Op) or graph.is_output(v) or id(v) in placed
+                or at * v.dtype.itemsize % be.view_alignment()):
+            return None
+        offsets.append(at)
+        at += v.numel
+    return offsets if len({id(v) for v in op.inputs}) == len(offsets) else None
 
 
 def _view_offset(graph: Graph, block: Block, be: Backend) -> int | None:
@@ -188,32 +227,39 @@ def _check_args(exe: Executable, names: list[str]) -> None:
         raise AssertionError(f"kernel '{exe.name}' takes {declared}, the executor passes {names}")
 
 
-def _plan(graph: Graph, blocks: Sequence[Block], run: Sequence[int], views: dict[int, int],
-          compiled: _Compiled, be: Backend, schedule: Schedule | None = None) -> Plan:
+def _plan(graph: Graph, blocks: Sequence[Block], run: Sequence[int],
+          views: dict[int, list[ViewOf]], compiled: _Compiled, be: Backend,
+          schedule: Schedule | None = None) -> Plan:
     """``run``: the blocks that launch (``compiled.launches`` in this order); ``views``: the
-    view blocks, by block index, with their offsets."""
+    view blocks, by block index, with the values they make parts of others."""
     values = _values(graph, blocks)
     ids = {v.name: k for k, v in enumerate(values)}
     # lives are counted in stages: groups of one stage may run at once
     when = ({b: k for k, st in enumerate(schedule.stages) for b in st.blocks}
             if schedule is not None else {b: b for b in range(len(blocks))})
     owner = {id(op): when[b] for b, block in enumerate(blocks) for op in block.ops}
-    # a view's memory is its root's (views of views add up): the root lives while they do
+    # a view's memory is its root's (parts of parts add up): the root lives from the first
+    # write to any part (an in-place Concat's inputs come before it) to the last read
+    parent = {id(child): (whole, off) for b in views for child, whole, off in views[b]}
     root: dict[int, tuple[Value, int]] = {}
-    for b in sorted(views):
-        op = blocks[b].ops[0]
-        parent, base = root.get(id(op.inputs[0]), (op.inputs[0], 0))
-        root[id(op)] = (parent, base + views[b])
+    for key in parent:
+        whole, base = parent[key]
+        while id(whole) in parent:
+            whole, off = parent[id(whole)]
+            base += off
+        root[key] = (whole, base)
     readers: dict[int, list[int]] = {}
+    first: dict[int, int] = {}
     for v in values:
         if isinstance(v, Op):
             holder = root.get(id(v), (v, 0))[0]
             readers.setdefault(id(holder), []).extend(owner[id(c)] for c in graph.consumers(v))
+            first[id(holder)] = min(first.get(id(holder), owner[id(v)]), owner[id(v)])
     resident = _resident(graph, compiled, ids)
     intervals = []
     for v in values:
         if isinstance(v, Op) and not graph.is_output(v) and id(v) not in root:
-            start = owner[id(v)]
+            start = first[id(v)]
             uses = [u for u in readers.get(id(v), []) if u != start]
             intervals.append(memory.Interval(ids[v.name], start, max(uses, default=start),
                                              str(v.dtype), v.numel, _nbytes(v)))
@@ -222,8 +268,8 @@ def _plan(graph: Graph, blocks: Sequence[Block], run: Sequence[int], views: dict
     for k, v in enumerate(values):
         view_of, offset = None, 0
         if id(v) in root:
-            parent, offset = root[id(v)]
-            view_of = ids[parent.name]
+            holder, offset = root[id(v)]
+            view_of = ids[holder.name]
         buffers.append(BufferSpec(k, v.name, _role(graph, v), str(v.dtype), tuple(v.shape),
                                   _nbytes(v), slot_of.get(k), k in resident, view_of, offset))
     kernels = tuple(_kernel_spec(k, exe, compiled.uses[k])

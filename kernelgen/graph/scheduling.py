@@ -128,7 +128,11 @@ class MeasuredCost:
     def __init__(self, graph: Graph, blocks: Sequence[Block], model: CompiledModel,
                  db: FastRunDB | None = None, tuning: TuningPolicy = STORED,
                  repeat: int = 5, target_s: float = 0.004) -> None:
-        if len(model.plan.launches) != len(blocks) or model.plan.schedule is not None:
+        launch_of = {launch.ops: k for k, launch in enumerate(model.plan.launches)}
+        # each block's launch; None for a view block, which launches nothing and costs nothing
+        self._launch = [launch_of.get(b.names) for b in blocks]
+        if model.plan.schedule is not None or len(launch_of) != len(model.plan.launches) or any(
+                k is None and not b.view for k, b in zip(self._launch, blocks)):
             raise KernelgenError("the scheduler measures a model compiled without a schedule, "
                                  "one launch per block")
         self.graph, self.blocks, self.model = graph, blocks, model
@@ -153,10 +157,16 @@ class MeasuredCost:
 
     # --- StageCost ---------------------------------------------------------------------------
     def parallel(self, groups: tuple[tuple[int, ...], ...]) -> float:
+        launched = (tuple(k for b in g if (k := self._launch[b]) is not None) for g in groups)
+        kept = tuple(g for g in launched if g)
+        return self._launches(kept) if kept else 0.0
+
+    def _launches(self, groups: tuple[tuple[int, ...], ...]) -> float:
+        """``parallel`` over launch indices."""
         if len(groups) > 1 and not (self._concurrent and all(
                 concurrent_safe(self._exe[b]) for g in groups for b in g)):
             # the executor runs such a stage one block after another: priced so, exactly
-            return sum(self.parallel(((b,),)) for g in groups for b in g)
+            return sum(self._launches(((b,),)) for g in groups for b in g)
         key = [[self._digest[b] for b in g] for g in groups]
         calls = [[self._call(self._exe[b], [self.handles[a]
                                             for a in self.model.plan.launches[b].args])

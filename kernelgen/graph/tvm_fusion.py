@@ -26,7 +26,7 @@ import enum
 from ..errors import FusionError
 from ..ir.node import Op
 from ..mapping_types import MappingType
-from .blocks import CONTRACTIONS, Block, Stop, fusible, order_blocks
+from .blocks import CONTRACTIONS, IN_PLACE, Block, Stop, fusible, in_place_concats, order_blocks
 from .model import Graph
 
 
@@ -64,9 +64,14 @@ def plan_tvm(graph: Graph) -> list[Block]:
     (``Block.stops``) by the producer's block with the rule that refused it."""
     group: dict[int, list[Op]] = {id(op): [op] for op in graph.ops}
     refused: dict[tuple[int, int], str] = {}
+    concats = in_place_concats(graph)
+    in_place = {id(op) for op in concats}
     for op in graph.ops:
         consumers = graph.consumers(op)
         why = _single_consumer(graph, op, consumers)
+        if why is None and (id(op) in in_place or id(consumers[0]) in in_place):
+            concat = op if id(op) in in_place else consumers[0]
+            why = f"Concat '{concat.name}' {IN_PLACE}"
         if why is not None:
             refused.update({(id(op), id(c)): why for c in consumers})
             continue
@@ -94,7 +99,9 @@ def plan_tvm(graph: Graph) -> list[Block]:
         stops = tuple(Stop(o.name, c.name, refused[(id(o), id(c))]) for o in members
                       for c in graph.consumers(o)
                       if id(c) not in inside and (id(o), id(c)) in refused)
-        blocks.append(Block(tuple(members), f"tvm: {kinds}", stops))
+        view = any(id(o) in in_place for o in members)  # alone: every edge was refused
+        blocks.append(Block(tuple(members), "tvm: Concat in place" if view else f"tvm: {kinds}",
+                            stops, view=view))
     return order_blocks(graph, blocks)
 
 
