@@ -7,7 +7,7 @@ cache (a fresh ``XDG_CACHE_HOME``, which holds PoCL's and kernelgen's caches), s
 compile is cold and the second one, in the same process, is warm. The models are the ones the
 model tests check against onnxruntime (``tests/models/model_zoo.py``), at larger sizes: the
 BERT-style encoder layer (hidden 256, 4 heads, sequence 128), the MobileNetV2 stack (112x112),
-and onnx's light SqueezeNet and ShuffleNet (224x224) with random weights.
+and onnx's light SqueezeNet, ShuffleNet and Inception v1 (224x224) with random weights.
 ResNet-50 (``--resnet``) is timed for compiling only: cold, then saved and loaded again (in
 a new process with the compile's kernel cache, and with an empty one).
 
@@ -43,6 +43,7 @@ MODELS = {
     "mobilenet_v2": (lambda: mobilenet_v2(size=112), []),
     "squeezenet": (lambda: light("squeezenet"), []),
     "shufflenet": (lambda: light("shufflenet"), []),
+    "inception_v1": (lambda: light("inception_v1"), []),
 }
 
 
