@@ -75,37 +75,34 @@ IN_PLACE = ("is assembled in place: each input's kernel writes its part of the o
             "the Concat copies nothing and launches nothing")
 
 
+def concat_in_place_shape(graph: Graph, op: Op) -> bool:
+    """Whether a Concat's inputs can be parts of its output: the output is an intermediate,
+    every axis before the concatenated one has extent 1 (so each part is one contiguous range:
+    channels at batch 1), and each input is an operator's output, not a graph output, that
+    appears once. The planners ask it to make the Concat a view block, the executor again for
+    any view block it is handed."""
+    ids = [id(v) for v in op.inputs]
+    return (op.kind == "Concat" and not graph.is_output(op)
+            and all(op.shape[a] == 1 for a in range(op.attrs["axis"]))
+            and len(set(ids)) == len(ids)
+            and all(isinstance(v, Op) and not graph.is_output(v) for v in op.inputs))
+
+
 def in_place_concats(graph: Graph) -> list[Op]:
     """The Concats whose inputs can be written straight into their parts of the output (a
     planner gives each a view block of its own; the executor then makes every input a view of
-    the output where the device can address its offset, else it copies): the output is an
-    intermediate, every axis before the concatenated one has extent 1 (so each part is one
-    contiguous range: channels at batch 1), and each input is an operator's output, not a
-    graph output, that appears once and that no earlier Concat of the list took. Inception's
-    modules end in such Concats; fused into one kernel with the branches' last operators,
-    they cost 19 % of Inception v1 on OpenCL."""
+    the output where the device can address its offset, else it copies): those of
+    ``concat_in_place_shape`` none of whose inputs an earlier one took. Inception's modules
+    end in such Concats; fused into one kernel with the branches' last operators, they cost
+    19 % of Inception v1 on OpenCL."""
     taken: set[int] = set()
     found = []
     for op in graph.ops:
-        if op.kind != "Concat" or graph.is_output(op):
-            continue
-        ids = [id(v) for v in op.inputs]
-        if (any(op.shape[a] != 1 for a in range(op.attrs["axis"]))
-                or len(set(ids)) != len(ids) or taken.intersection(ids)
-                or not all(isinstance(v, Op) and not graph.is_output(v) for v in op.inputs)):
-            continue
-        taken.update(ids)
-        found.append(op)
+        ids = {id(v) for v in op.inputs}
+        if concat_in_place_shape(graph, op) and not taken & ids:
+            taken |= ids
+            found.append(op)
     return found
-
-
-def in_place_block(graph: Graph, concat: Op) -> Block:
-    """The view block of an in-place Concat, every edge touching it recorded as unfused."""
-    rule = f"Concat '{concat.name}' {IN_PLACE}"
-    edges = [(v.name, concat.name) for v in concat.inputs]
-    edges += [(concat.name, c.name) for c in graph.consumers(concat)]
-    return Block((concat,), "dnnfusion: Concat in place",
-                 tuple(Stop(a, b, rule) for a, b in edges), view=True)
 
 
 def check_plan(graph: Graph, blocks: Sequence[Block]) -> None:

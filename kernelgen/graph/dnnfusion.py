@@ -46,8 +46,7 @@ from ..fusion import FusedBlock, FusionVerdict, split_parts
 from ..ir.expr import Call, walk
 from ..ir.node import Op
 from ..mapping_types import Colour, MappingType
-from .blocks import (CONTRACTIONS, Block, Stop, fusible, in_place_block, in_place_concats,
-                     order_blocks)
+from .blocks import CONTRACTIONS, IN_PLACE, Block, Stop, fusible, in_place_concats, order_blocks
 from .model import Graph
 
 
@@ -77,6 +76,16 @@ def plan_dnnfusion(graph: Graph, decide: Decide | None = None) -> list[Block]:
                 continue
         blocks.append(Block(tuple(members), note, _stops(graph, members, refused)))
     return order_blocks(graph, blocks)
+
+
+def in_place_block(graph: Graph, concat: Op) -> Block:
+    """The view block of an in-place Concat, every edge touching it recorded as unfused (the
+    blocks grown later skip it as assigned, so they record none of them)."""
+    rule = f"Concat '{concat.name}' {IN_PLACE}"
+    edges = [(v.name, concat.name) for v in concat.inputs]
+    edges += [(concat.name, c.name) for c in graph.consumers(concat)]
+    return Block((concat,), "dnnfusion: Concat in place",
+                 tuple(Stop(a, b, rule) for a, b in edges), view=True)
 
 
 def _checked_whole(graph: Graph, members: list[Op], decide: Decide | None

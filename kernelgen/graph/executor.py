@@ -43,7 +43,7 @@ from ..lower import lower
 from . import memory
 from .model import Graph
 from .plan import BufferSpec, KernelSpec, Launch, Plan
-from .blocks import Block, block_graph, check_plan
+from .blocks import Block, block_graph, check_plan, concat_in_place_shape
 from .ios import Schedule, check_schedule
 
 
@@ -113,16 +113,15 @@ def _views(graph: Graph, blocks: Sequence[Block], be: Backend) -> dict[int, list
 def _concat_offsets(graph: Graph, op: Op, be: Backend, placed: set[int]) -> list[int] | None:
     """Where each input of an in-place Concat starts in its output (elements), or None where
     it cannot be assembled in place on this device."""
-    if graph.is_output(op) or any(op.shape[a] != 1 for a in range(op.attrs["axis"])):
+    if not concat_in_place_shape(graph, op):
         return None
     offsets, at = [], 0
     for v in op.inputs:
-        if (not isinstance(v, Op) or graph.is_output(v) or id(v) in placed
-                or at * v.dtype.itemsize % be.view_alignment()):
+        if id(v) in placed or at * v.dtype.itemsize % be.view_alignment():
             return None
         offsets.append(at)
         at += v.numel
-    return offsets if len({id(v) for v in op.inputs}) == len(offsets) else None
+    return offsets
 
 
 def _view_offset(graph: Graph, block: Block, be: Backend) -> int | None:

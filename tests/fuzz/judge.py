@@ -224,8 +224,8 @@ def _near_a_step(op: kg.Op, x: np.ndarray, dtype: str) -> np.ndarray:
     """Where Floor, Ceil, Round or Sign of ``x`` may land on either side of a step at
     ``dtype``: ``x`` is within the judge's own tolerance (``TOL``) of an integer (Floor,
     Ceil), of a half-integer (Round) or of 0 (Sign). A rounding upstream turns into a whole
-    unit there: a float16 ReduceProd of small factors underflows to 0, where the float64 shadow
-    keeps 1e-12, and ceil makes 0 of one and 1 of the other."""
+    unit there: a ReduceProd of small factors underflows to 0 in float32, where the float64
+    shadow keeps 1e-48, and ceil makes 0 of one and 1 of the other."""
     rtol, atol, _ = TOL[dtype]
     a = x.astype(np.float64)
     with np.errstate(invalid="ignore"):
