@@ -38,10 +38,11 @@ SHAPES = {  # name: (input NCHW, weight MCkk, pads, group)
 }
 
 
-def ort_session(x_shape, w, pads, group, bn=None):
+def ort_session(x_shape, w, pads, group, bn=None, strides=1):
     import onnxruntime as ort
 
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[pads] * 4, group=group)]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[pads] * 4, group=group,
+                              strides=[strides] * 2)]
     inits = [numpy_helper.from_array(w, "w")]
     out = "c"
     if bn is not None:

@@ -55,6 +55,9 @@ from ..shapes import prod
 
 ALGORITHMS = ("direct", "implicit_gemm", "im2col", "winograd", "winograd_4x4")
 WINOGRAD_TILES = {"winograd": 2, "winograd_4x4": 4}  # output tile side of F(m x m, 3x3)
+# below this many multiply-adds a convolution is launch-bound: split into stages it only gains
+# launches (3x3 16->16 at 5x5, 58k: Winograd 0.048 ms against the implicit GEMM's 0.034)
+SPLIT_MIN_MACS = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -121,37 +124,44 @@ def applicable(fused: FusedBlock) -> dict[str, str | None]:
 
 def heuristic(fused: FusedBlock, caps: Capabilities) -> str:
     """The algorithm to use when nothing was measured for this block on this device, from
-    ``bench/conv.py`` runs (ResNet 3x3 and 1x1 at 56x56). Winograd is the fastest 3x3 on both
-    backends: on OpenCL 1.35 ms against im2col's 1.91 once its transforms unroll a tile per
-    work-item (before, at 2.5-3.0 ms, it lost to im2col). F(4x4) beat or tied F(2x2) where 4 divides
-    the output (3x3: 1.17 against 1.30 ms and 0.88 against 0.86 in two runs; with BN and ReLU 0.97
-    against 1.09 and 0.98 against 1.17). On NEON, im2col in cache-sized blocks (one kernel) beat
-    F(2x2) where few channels cover a large map (32 and 64 channels at 56x56: 1.17 against 2.22 ms
-    and 3.70 against 4.98) and lost from 128 channels (128 at 28x28: 5.49 against 2.37; 512 at
-    7x7: 7.14 against 2.87; F(4x4), whose stages do not unroll on NEON, lost to F(2x2)
-    everywhere). On OpenCL a pointwise conv reads its input as the GEMM operand directly
-    (implicit GEMM; im2col would only copy it); on NEON im2col beat implicit GEMM, whose tiles
-    gather the patches again for every row tile. Small convs stay one kernel, where launches
-    and the patch matrix's round trip would dominate. Which backend prefers what is data in
-    its capabilities (``pointwise_conv_in_place``, ``im2col_max_channels``, ``winograd_4x4``)."""
+    ``bench/conv.py`` runs (ResNet 3x3 and 1x1 at 56x56) and ``bench/conv_algorithms.py``'s
+    sweep of the convolutions of ResNet-50 and Inception v1 (docs/benchmarks.md, "Which
+    algorithm when nothing is tuned"). Winograd is the fastest 3x3 on both backends: on OpenCL
+    1.35 ms against im2col's 1.91 once its transforms unroll a tile per work-item. F(4x4) beat
+    or tied F(2x2) where 4 divides the output (3x3: 1.17 against 1.30 ms and 0.88 against 0.86
+    in two runs; with BN and ReLU 0.97 against 1.09 and 0.98 against 1.17). On NEON, im2col in
+    cache-sized blocks (one kernel) beat F(2x2) where few channels cover a large map (32 and 64
+    channels at 56x56: 1.17 against 2.22 ms and 3.70 against 4.98) and lost from 128 channels
+    (128 at 28x28: 5.49 against 2.37; 512 at 7x7: 7.14 against 2.87; F(4x4), whose stages do not
+    unroll on NEON, lost to F(2x2) everywhere). On OpenCL a pointwise conv reads its input as
+    the GEMM operand directly (implicit GEMM; im2col would only copy it). Every other
+    convolution of a real model ran 2-5x slower as an implicit GEMM on OpenCL and 5-20x on NEON,
+    whose tiles gather the patches again for every row tile, small maps included (3x3 512->512
+    at 7x7: 8.27 ms against Winograd's 1.49 on OpenCL; 5x5 32->128 at 13x13: 0.67 against
+    im2col's 0.32), so on CPUs (``caps.split_small_convs``) only a convolution too small for a
+    split to pay (launch-bound: under ``SPLIT_MIN_MACS`` multiply-adds) stays one implicit GEMM.
+    Which backend prefers what is data in its capabilities (``pointwise_conv_in_place``,
+    ``im2col_max_channels``, ``winograd_4x4``, ``split_small_convs``)."""
     ok = [name for name, why in applicable(fused).items() if why is None]
     block = conv_block(fused)
     if block is not None:
         conv = block.conv
         c, m = conv.inputs[0].shape[1], conv.shape[1]
         pixels = prod(conv.shape[2:])
+        macs = c * m * pixels * prod(conv.attrs["kernel_shape"])
         big = m >= 16 and pixels >= 196
+        worth = big or (caps.split_small_convs and macs >= SPLIT_MIN_MACS)
         pointwise = prod(conv.attrs["kernel_shape"]) == 1 and not any(conv.attrs["pads"]) \
             and set(conv.attrs["strides"]) == {1}
         if caps.pointwise_conv_in_place and pointwise and "implicit_gemm" in ok:
             return "implicit_gemm"
         if "im2col" in ok and c <= caps.im2col_max_channels and pixels >= 1024:
             return "im2col"  # few channels over a large map: the transforms cost more
-        if "winograd" in ok and c >= 16 and big:
+        if "winograd" in ok and c >= 16 and m >= 16 and worth:
             # F(4x4) needs 4 | OH, OW for its output transform to unroll 4x4 blocks
             whole = all(s % 4 == 0 for s in conv.shape[2:])
-            return "winograd_4x4" if caps.winograd_4x4 and whole else "winograd"
-        if "im2col" in ok and c * prod(conv.attrs["kernel_shape"]) >= 32 and big:
+            return "winograd_4x4" if caps.winograd_4x4 and whole and big else "winograd"
+        if "im2col" in ok and c * prod(conv.attrs["kernel_shape"]) >= 32 and worth:
             return "im2col"
     return "implicit_gemm" if "implicit_gemm" in ok else "direct"
 

@@ -224,6 +224,17 @@ def test_heuristic_when_nothing_is_measured() -> None:
     assert pick((1, 64, 56, 56), (256, 64, 1, 1), "neon") == "im2col"
     assert pick((1, 64, 56, 56), (64, 1, 3, 3), group=64) == "direct"
     assert pick((1, 3, 7, 7), (4, 3, 3, 3)) == "implicit_gemm"  # too small to split
+    assert pick((1, 16, 5, 5), (16, 16, 3, 3), "neon", pads=[1, 1, 1, 1]) == "implicit_gemm"
+    # small maps on CPUs: split all the same (the implicit GEMM measured 2-10x slower there)
+    late_3x3 = ((1, 512, 7, 7), (512, 512, 3, 3))
+    assert pick(*late_3x3, pads=[1, 1, 1, 1]) == "winograd"  # not F(4x4): a 7x7 map
+    assert pick(*late_3x3, "neon", pads=[1, 1, 1, 1]) == "winograd"
+    assert pick(*late_3x3, "triton", pads=[1, 1, 1, 1]) == "implicit_gemm"  # GPU: unmeasured
+    assert pick((1, 32, 13, 13), (128, 32, 5, 5), pads=[2, 2, 2, 2]) == "im2col"
+    assert pick((1, 512, 14, 14), (512, 512, 3, 3), "neon", pads=[1, 1, 1, 1],
+                strides=[2, 2]) == "im2col"
+    assert pick((1, 480, 13, 13), (192, 480, 1, 1)) == "implicit_gemm"
+    assert pick((1, 480, 13, 13), (192, 480, 1, 1), "neon") == "im2col"
     assert set(ALGORITHMS) == {"direct", "implicit_gemm", "im2col", "winograd", "winograd_4x4"}
 
 

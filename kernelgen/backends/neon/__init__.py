@@ -16,7 +16,7 @@ from .language import VECTOR, NeonSource
 from .schedule import NeonSchedule, choose, search_space
 
 CAPABILITIES = Capabilities(name="neon", vector_width=VECTOR.width, simd_within_work_item=True,
-                            direct_schedule="row", im2col_max_channels=64,
+                            direct_schedule="row", im2col_max_channels=64, split_small_convs=True,
                             fast_math=fastmath.EXPANDABLE)  # NEON has no exp, log, ... built-in
 
 

@@ -72,7 +72,8 @@ def capabilities(info: DeviceInfo) -> Capabilities:
         # explicit vector loops (measured 2.4 ms vs 13 ms for a 1024x4096 softmax on PoCL);
         # a GPU spreads a row over a work-group's items.
         simd_within_work_item=cpu and bool(widths), pads_aliased_rows=cpu,
-        direct_schedule="item", pointwise_conv_in_place=True, winograd_4x4=cpu)
+        direct_schedule="item", pointwise_conv_in_place=True, winograd_4x4=cpu,
+        split_small_convs=cpu)
 
 
 # --- declared devices ---------------------------------------------------------------------
