@@ -1,9 +1,10 @@
 """Which convolution algorithm, shape by shape: every algorithm but ``direct`` (a sliding window
-per output element, 10-100x slower on every shape here) timed round-robin on the convolutions
-of ResNet-50 and Inception v1 (Conv + ReLU, the pattern they fuse to), with onnxruntime (2
-threads) timed right before and after, and the pick of ``conv_algorithms.heuristic`` -- what a
-model compiled without tuning runs -- beside the fastest. Each output is checked against
-onnxruntime's first. Default tiles (no tuning), as a model compile uses them.
+per output element, 29-90x slower than the best on four of these shapes) timed round-robin on
+the convolutions of ResNet-50, Inception v1 and SqueezeNet (Conv + ReLU, the pattern they fuse
+to), with onnxruntime (2 threads) timed right before and after, and the pick of
+``conv_algorithms.heuristic`` -- what a model compiled without tuning runs -- beside the
+fastest. Each output is checked against onnxruntime's first. Default tiles (no tuning), as a
+model compile uses them.
 
     python bench/conv_algorithms.py [--backends opencl,neon] [--repeat 10] \\
         [--json bench/results/conv_algorithms.json]
@@ -33,6 +34,7 @@ SHAPES = (
     (64, 64, 1, 56, 1), (1024, 256, 1, 14, 1), (2048, 512, 1, 7, 1),
     (64, 192, 3, 55, 1), (96, 128, 3, 13, 1), (144, 288, 3, 13, 1), (160, 320, 3, 6, 1),
     (16, 48, 5, 13, 1), (32, 128, 5, 13, 1), (32, 128, 5, 6, 1), (480, 192, 1, 13, 1),
+    (3, 64, 3, 224, 2), (16, 64, 3, 55, 1), (32, 128, 3, 27, 1), (48, 192, 3, 13, 1),
     (16, 16, 3, 5, 1), (3, 4, 3, 7, 1),
 )
 

@@ -54,7 +54,7 @@ class Capabilities:
     direct_schedule: str = "row"
     # measured preferences of the convolution heuristic (``compile/conv_algorithms.py``): a
     # pointwise conv's implicit GEMM reads its input as the GEMM operand in place (im2col would
-    # only copy it); im2col beats Winograd up to this many input channels over a large map;
+    # only copy it); im2col beats Winograd up to this many input channels;
     # F(4x4)'s transforms unroll a whole tile per work-item; convolutions over small maps still
     # split into Winograd or im2col stages (measured on CPUs; a GPU's implicit GEMM unmeasured)
     pointwise_conv_in_place: bool = False

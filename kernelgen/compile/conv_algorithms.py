@@ -141,7 +141,13 @@ def heuristic(fused: FusedBlock, caps: Capabilities) -> str:
     im2col's 0.32), so on CPUs (``caps.split_small_convs``) only a convolution too small for a
     split to pay (launch-bound: under ``SPLIT_MIN_MACS`` multiply-adds) stays one implicit GEMM.
     Which backend prefers what is data in its capabilities (``pointwise_conv_in_place``,
-    ``im2col_max_channels``, ``winograd_4x4``, ``split_small_convs``)."""
+    ``im2col_max_channels``, ``winograd_4x4``, ``split_small_convs``). Few input channels favour
+    im2col at every map size, since Winograd's GEMMs then reduce over only C while im2col's
+    reduce over 9C: up to 64 channels on NEON (32 at 27x27: 0.96 against F(2x2)'s 1.01 ms; 16 at
+    55x55: 1.82 against 2.89), up to 32 on OpenCL (16 at 55x55: 0.55 against 1.62; 32 at 56x56:
+    0.88 against F(4x4)'s 1.10), where from 64 channels Winograd won but for one shape (64->192
+    at 55x55); the 3-channel stem of SqueezeNet, 3x3 stride 2, 0.71 against the implicit GEMM's
+    2.06."""
     ok = [name for name, why in applicable(fused).items() if why is None]
     block = conv_block(fused)
     if block is not None:
@@ -155,8 +161,8 @@ def heuristic(fused: FusedBlock, caps: Capabilities) -> str:
             and set(conv.attrs["strides"]) == {1}
         if caps.pointwise_conv_in_place and pointwise and "implicit_gemm" in ok:
             return "implicit_gemm"
-        if "im2col" in ok and c <= caps.im2col_max_channels and pixels >= 1024:
-            return "im2col"  # few channels over a large map: the transforms cost more
+        if "im2col" in ok and c <= caps.im2col_max_channels and worth:
+            return "im2col"  # few channels: Winograd's 16 GEMMs reduce over C alone
         if "winograd" in ok and c >= 16 and m >= 16 and worth:
             # F(4x4) needs 4 | OH, OW for its output transform to unroll 4x4 blocks
             whole = all(s % 4 == 0 for s in conv.shape[2:])

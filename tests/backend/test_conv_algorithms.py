@@ -225,7 +225,7 @@ def test_heuristic_when_nothing_is_measured() -> None:
     assert pick((1, 64, 56, 56), (64, 1, 3, 3), group=64) == "direct"
     assert pick((1, 3, 7, 7), (4, 3, 3, 3)) == "implicit_gemm"  # too small to split
     assert pick((1, 16, 5, 5), (16, 16, 3, 3), "neon", pads=[1, 1, 1, 1]) == "implicit_gemm"
-    # small maps on CPUs: split all the same (the implicit GEMM measured 2-10x slower there)
+    # small maps on CPUs: split all the same (the implicit GEMM measured 2-20x slower there)
     late_3x3 = ((1, 512, 7, 7), (512, 512, 3, 3))
     assert pick(*late_3x3, pads=[1, 1, 1, 1]) == "winograd"  # not F(4x4): a 7x7 map
     assert pick(*late_3x3, "neon", pads=[1, 1, 1, 1]) == "winograd"
@@ -234,6 +234,10 @@ def test_heuristic_when_nothing_is_measured() -> None:
     assert pick((1, 512, 14, 14), (512, 512, 3, 3), "neon", pads=[1, 1, 1, 1],
                 strides=[2, 2]) == "im2col"
     assert pick((1, 480, 13, 13), (192, 480, 1, 1)) == "implicit_gemm"
+    # few input channels: im2col (Winograd's GEMMs would reduce over C alone)
+    assert pick((1, 16, 55, 55), (64, 16, 3, 3), pads=[1, 1, 1, 1]) == "im2col"
+    assert pick((1, 3, 224, 224), (64, 3, 3, 3), strides=[2, 2]) == "im2col"  # a stem
+    assert pick((1, 48, 13, 13), (192, 48, 3, 3), "neon", pads=[1, 1, 1, 1]) == "im2col"
     assert pick((1, 480, 13, 13), (192, 480, 1, 1), "neon") == "im2col"
     assert set(ALGORITHMS) == {"direct", "implicit_gemm", "im2col", "winograd", "winograd_4x4"}
 

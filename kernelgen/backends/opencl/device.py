@@ -73,7 +73,7 @@ def capabilities(info: DeviceInfo) -> Capabilities:
         # a GPU spreads a row over a work-group's items.
         simd_within_work_item=cpu and bool(widths), pads_aliased_rows=cpu,
         direct_schedule="item", pointwise_conv_in_place=True, winograd_4x4=cpu,
-        split_small_convs=cpu)
+        split_small_convs=cpu, im2col_max_channels=32 if cpu else 0)
 
 
 # --- declared devices ---------------------------------------------------------------------
