@@ -125,39 +125,41 @@ def applicable(fused: FusedBlock) -> dict[str, str | None]:
 def heuristic(fused: FusedBlock, caps: Capabilities) -> str:
     """The algorithm to use when nothing was measured for this block on this device, from
     ``bench/conv.py`` runs (ResNet 3x3 and 1x1 at 56x56) and ``bench/conv_algorithms.py``'s
-    sweep of the convolutions of ResNet-50 and Inception v1 (docs/benchmarks.md, "Which
-    algorithm when nothing is tuned"). Winograd is the fastest 3x3 on both backends: on OpenCL
-    1.35 ms against im2col's 1.91 once its transforms unroll a tile per work-item. F(4x4) beat
-    or tied F(2x2) where 4 divides the output (3x3: 1.17 against 1.30 ms and 0.88 against 0.86
-    in two runs; with BN and ReLU 0.97 against 1.09 and 0.98 against 1.17). On NEON, im2col in
-    cache-sized blocks (one kernel) beat F(2x2) where few channels cover a large map (32 and 64
-    channels at 56x56: 1.17 against 2.22 ms and 3.70 against 4.98) and lost from 128 channels
-    (128 at 28x28: 5.49 against 2.37; 512 at 7x7: 7.14 against 2.87; F(4x4), whose stages do not
-    unroll on NEON, lost to F(2x2) everywhere). On OpenCL a pointwise conv reads its input as
-    the GEMM operand directly (implicit GEMM; im2col would only copy it). Every other
-    convolution of a real model ran 2-5x slower as an implicit GEMM on OpenCL and 5-20x on NEON,
-    whose tiles gather the patches again for every row tile, small maps included (3x3 512->512
-    at 7x7: 8.27 ms against Winograd's 1.49 on OpenCL; 5x5 32->128 at 13x13: 0.67 against
-    im2col's 0.32), so on CPUs (``caps.split_small_convs``) only a convolution too small for a
-    split to pay (launch-bound: under ``SPLIT_MIN_MACS`` multiply-adds) stays one implicit GEMM.
+    sweep of the convolutions of ResNet-50, Inception v1 and SqueezeNet (docs/benchmarks.md,
+    "Which algorithm when nothing is tuned").
+
+    - A pointwise conv on OpenCL reads its input as the GEMM operand directly (implicit GEMM;
+      im2col would only copy it).
+    - Few input channels favour im2col at every map size: Winograd's 16 GEMMs then reduce over
+      C alone, im2col's over 9C. Up to 64 channels on NEON (32 at 27x27: 0.96 against F(2x2)'s
+      1.03 ms; 64 at 56x56: 3.70 against 4.98), up to 32 on OpenCL (16 at 55x55: 0.56 against
+      1.74), where from 64 channels Winograd won but for one shape (64->192 at 55x55); the
+      3-channel stem of SqueezeNet, 3x3 stride 2, 1.82 against the implicit GEMM's 2.25.
+    - Otherwise Winograd is the fastest 3x3: on OpenCL 1.35 ms against im2col's 1.91 once its
+      transforms unroll a tile per work-item; F(4x4) beat or tied F(2x2) where 4 divides the
+      output (3x3: 1.17 against 1.30 ms and 0.88 against 0.86 in two runs; with BN and ReLU
+      0.97 against 1.09 and 0.98 against 1.17). On NEON F(2x2) won from 128 channels (128 at
+      28x28: 2.37 against im2col's 5.49; 512 at 7x7: 2.87 against 7.14); F(4x4), whose stages
+      do not unroll on NEON, lost to F(2x2) everywhere.
+    - Every other convolution of a real model ran 2-5x slower as an implicit GEMM on OpenCL and
+      5-20x on NEON, whose tiles gather the patches again for every row tile, small maps
+      included (3x3 512->512 at 7x7: 6.69 ms against Winograd's 1.48 on OpenCL; 5x5 32->128 at
+      13x13: 0.62 against im2col's 0.32). So on CPUs (``caps.split_small_convs``) only a
+      convolution too small for a split to pay (under ``SPLIT_MIN_MACS`` multiply-adds:
+      launch-bound) stays one implicit GEMM.
+
     Which backend prefers what is data in its capabilities (``pointwise_conv_in_place``,
-    ``im2col_max_channels``, ``winograd_4x4``, ``split_small_convs``). Few input channels favour
-    im2col at every map size, since Winograd's GEMMs then reduce over only C while im2col's
-    reduce over 9C: up to 64 channels on NEON (32 at 27x27: 0.96 against F(2x2)'s 1.01 ms; 16 at
-    55x55: 1.82 against 2.89), up to 32 on OpenCL (16 at 55x55: 0.55 against 1.62; 32 at 56x56:
-    0.88 against F(4x4)'s 1.10), where from 64 channels Winograd won but for one shape (64->192
-    at 55x55); the 3-channel stem of SqueezeNet, 3x3 stride 2, 0.71 against the implicit GEMM's
-    2.06."""
+    ``im2col_max_channels``, ``winograd_4x4``, ``split_small_convs``)."""
     ok = [name for name, why in applicable(fused).items() if why is None]
     block = conv_block(fused)
     if block is not None:
         conv = block.conv
         c, m = conv.inputs[0].shape[1], conv.shape[1]
         pixels = prod(conv.shape[2:])
-        macs = c * m * pixels * prod(conv.attrs["kernel_shape"])
+        taps = prod(conv.attrs["kernel_shape"])
         big = m >= 16 and pixels >= 196
-        worth = big or (caps.split_small_convs and macs >= SPLIT_MIN_MACS)
-        pointwise = prod(conv.attrs["kernel_shape"]) == 1 and not any(conv.attrs["pads"]) \
+        worth = big or (caps.split_small_convs and c * m * pixels * taps >= SPLIT_MIN_MACS)
+        pointwise = taps == 1 and not any(conv.attrs["pads"]) \
             and set(conv.attrs["strides"]) == {1}
         if caps.pointwise_conv_in_place and pointwise and "implicit_gemm" in ok:
             return "implicit_gemm"
@@ -167,7 +169,7 @@ def heuristic(fused: FusedBlock, caps: Capabilities) -> str:
             # F(4x4) needs 4 | OH, OW for its output transform to unroll 4x4 blocks
             whole = all(s % 4 == 0 for s in conv.shape[2:])
             return "winograd_4x4" if caps.winograd_4x4 and whole and big else "winograd"
-        if "im2col" in ok and c * prod(conv.attrs["kernel_shape"]) >= 32 and worth:
+        if "im2col" in ok and c * taps >= 32 and worth:
             return "im2col"
     return "implicit_gemm" if "implicit_gemm" in ok else "direct"
 

@@ -187,8 +187,7 @@ def _prologue(head: Op, block: list[Op]) -> list[Op]:
 
 
 def _refusal(graph: Graph, members: list[Op], candidate: Op, decide: Decide | None,
-             measured: list[str], assigned: set[int] | frozenset[int] = frozenset()
-             ) -> str | None:
+             measured: list[str], assigned: set[int]) -> str | None:
     """None when ``candidate`` may join the block, else the rule that stops it. A yellow
     block's measurement that lets it join goes to ``measured``."""
     try:
@@ -208,7 +207,7 @@ def _refusal(graph: Graph, members: list[Op], candidate: Op, decide: Decide | No
                 f"computes every element of that domain, most of them guarded zeros, "
                 f"instead of its own {'x'.join(map(str, head.shape))}")
     prologue = _prologue(heavy[0], [*members, candidate]) if heavy else []
-    if candidate is (heavy[0] if heavy else None):
+    if heavy and candidate is heavy[0]:
         owner = _epilogue_owner(graph, prologue, assigned)
         if owner is not None:
             return (f"{'+'.join(op.kind for op in prologue)} goes to its producer "
@@ -239,8 +238,7 @@ def _refusal(graph: Graph, members: list[Op], candidate: Op, decide: Decide | No
     return None
 
 
-def _epilogue_owner(graph: Graph, chain: list[Op], assigned: set[int] | frozenset[int]
-                    ) -> Op | None:
+def _epilogue_owner(graph: Graph, chain: list[Op], assigned: set[int]) -> Op | None:
     """The unassigned contraction whose output only ``chain`` reads, or None. The chain is
     better its epilogue: Inception v1's ReLUs fused into the next convolution's Winograd
     transform or im2col pack, or a max-pool's windows, ran its DNNFusion plan at 34.2 ms
