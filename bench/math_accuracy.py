@@ -10,8 +10,8 @@ NaN) that differs from the float64 result rounded to float32 (-0 for +0 counts).
 An ulp is the float32 spacing at the float64 result (2^-149 for subnormal and zero results).
 OpenCL and NEON run kernelgen's own math library (``kernelgen/lower/fastmath.py``); 'interp'
 interprets its expansion in NumPy float32 (no fused multiply-adds) and is slow (about an hour
-for all six); Triton keeps its built-ins and is not measured here (its interpreter would
-measure NumPy). Every pattern, six functions, OpenCL and NEON: about 40 minutes on this 2-core
+for all six); Triton prints the same expansion (on a GPU too), which 'interp' measures. Every
+pattern, six functions, OpenCL and NEON: about 40 minutes on this 2-core
 machine; ``--stride 64`` (every 64th pattern) takes under a minute.
 """
 from __future__ import annotations

@@ -343,7 +343,8 @@ class Emitter:
             self.declare_index(scope, name, value)
 
 
-def _shape_of(node: Reduce) -> tuple[str, tuple[int, ...], frozenset[str]]:
+def shape_of(node: Reduce) -> tuple[str, tuple[int, ...], frozenset[str]]:
+    """What a reduction's copies share: its kind, its axes' extents, the buffers it reads."""
     return (node.kind, tuple(n for _, n in node.axes),
             frozenset(n.buffer for n in walk(node.body) if isinstance(n, Load)))
 
@@ -355,7 +356,7 @@ def recomputed_inside(node: Reduce, hoisted: tuple[Reduce, ...]) -> bool:
     in another order (across a work-group, or in vector lanes), the output point's value
     could differ from its copies by an ulp, and a log-softmax over one element gave 7.6e-6
     instead of 0. Such a reduction is summed serially too."""
-    shape = _shape_of(node)
-    return any(isinstance(n, Reduce) and n is not node and _shape_of(n) == shape
+    shape = shape_of(node)
+    return any(isinstance(n, Reduce) and n is not node and shape_of(n) == shape
                for other in hoisted if other is not node for n in walk(other.body))
 

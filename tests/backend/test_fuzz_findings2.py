@@ -121,6 +121,26 @@ def test_fused_contraction_before_log_softmax_sums_in_one_order(backend: str, k:
     assert got.shape == (1, 13, 3) and not got.any(), got[got != 0][:4]
 
 
+def test_staged_producer_before_log_softmax_sums_in_one_order(backend: str) -> None:
+    """AveragePool -> MatMul -> LogSoftmax over an axis of size 1, fused: every output is
+    exactly 0. Triton staged the pooled row for the output point's own MatMul, summed as one
+    block (tl.sum's tree order on a GPU), while the max and the exp-sum recomputed it serially:
+    on an H100 a log-softmax was off by 4e-6 (the fuzzer's finding). Such a kernel now runs
+    unstaged there."""
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((3, 13, 1)) * 3).astype(np.float32)
+    w = (rng.standard_normal((5, 13)) * 3).astype(np.float32)
+    pooled = kg.average_pool(kg.tensor("x", x.shape), kernel_shape=[3], pads=[1, 1],
+                             strides=[2], count_include_pad=1)
+    mm = kg.matmul(kg.tensor("w", w.shape), pooled)
+    fused = kg.fuse(pooled, mm, kg.log_softmax(mm, axis=-1), force=True)
+    feeds = {"x": x, "w": w}
+    (got,) = run(backend, fused, *(feeds[i.name] for i in fused.inputs), tuning="none")
+    assert got.shape == (3, 5, 1) and not got.any(), got[got != 0][:4]
+    if backend == "triton":
+        assert fused.emit("triton", tuning="none").metadata.get("staged_rows") is None
+
+
 def test_round_keeps_the_sign_of_zero(backend: str) -> None:
     """Round(-0.07) is -0.0, so 1 / Round(x) is -inf there (Triton's round-half-to-even,
     floor(x) + 1, gave +0.0 and +inf)."""

@@ -69,6 +69,46 @@ def test_unary_matches_onnx_reference(backend: str) -> None:
         _same(got, np.asarray(reference(op, x)))
 
 
+# subnormals of both signs beside values whose rounding is known (a GPU flushes subnormals to
+# zero inside its libdevice functions and approximate square roots, not in plain arithmetic)
+SUBNORMAL = np.array([1e-45, -1e-45, 1e-40, -1e-40, -3e-42, 1.1754942e-38, -1.1754942e-38,
+                      0.0, -0.0, 0.5, -0.5, 2.5, -2.5, np.nan], np.float32)
+FLUSHED = {"floor": (kg.floor, np.floor), "ceil": (kg.ceil, np.ceil),
+           "round": (kg.round, np.round), "sqrt": (kg.sqrt, np.sqrt), "sin": (kg.sin, np.sin),
+           "tan": (kg.tan, np.tan)}
+
+
+@pytest.mark.parametrize("name", list(FLUSHED))
+def test_subnormals_are_not_flushed(backend: str, name: str) -> None:
+    """Floor(-1e-40) is -1, Ceil(1e-40) 1, Sqrt(-1e-45) NaN, Sqrt(1e-45) 3.7e-23 and
+    Sin(1e-40) 1e-40, each zero with its sign. On an H100 and an H200, Triton's floor and
+    ceil gave -0 and +0, its sqrt -0 and 0 and its sin 0 (libdevice, sqrt.approx and
+    sin.approx flush a subnormal to zero first; log(relu(sin(1e-40))) was -inf)."""
+    build, ref = FLUSHED[name]
+    (got,) = run(backend, kg.fuse(build(kg.tensor("x", SUBNORMAL.shape))), SUBNORMAL)
+    with np.errstate(invalid="ignore"):
+        want = ref(SUBNORMAL)
+    exact = (np.abs(SUBNORMAL) < 1.2e-38) | np.isnan(SUBNORMAL) | (name not in ("sin", "tan"))
+    _same(got[exact], want[exact])
+    numbers = ~np.isnan(want)  # a NaN's sign bit is not a value (x86 sets it, a GPU not)
+    np.testing.assert_array_equal(np.signbit(got[numbers]), np.signbit(want[numbers]))
+    np.testing.assert_allclose(got[~exact], want[~exact], rtol=1e-6)
+
+
+def test_pow_of_subnormals(backend: str) -> None:
+    """A negative base to a subnormal, non-integral power is NaN (the fuzzer's finding on an
+    H100: Triton's floor flushed the exponent to 0, which made it an integer), and a subnormal
+    base's logarithm is finite (-133 for 1e-40; a GPU's log2 flushes the base to 0: -inf)."""
+    base = np.array([-3e-42, 3e-42, 1e-45, 1e-40, -1e-40, 1e-40, 2.0, 1e-45], np.float32)
+    expo = np.array([-3e-42, 0.5, -0.5, -0.25, 2.0, 0.5, 1e-45, 1e-45], np.float32)
+    a, b = kg.tensor("a", base.shape), kg.tensor("b", expo.shape)
+    (got,) = run(backend, kg.fuse(kg.pow(a, b)), base, expo)
+    with np.errstate(invalid="ignore", under="ignore"):
+        want = np.power(base.astype(np.float64), expo.astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg="NaN positions")
+    np.testing.assert_allclose(got, want, rtol=3e-5, atol=0)
+
+
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 @pytest.mark.parametrize("kind", ["max", "min"])
 def test_binary_max_min_propagate_nan(backend: str, kind: str, shape: tuple[int, ...]) -> None:

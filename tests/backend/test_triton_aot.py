@@ -32,8 +32,24 @@ def _blocks() -> list[tuple[str, kg.FusedOp]]:
     blocks += [(f"attention-{'x'.join(map(str, s))}",
                 kg.fuse(*_scaled_attention(*s)[1], force=True))
                for s in [*ATTENTION_SHAPES, (1, 3, 16, 4096, 8)]]
-    blocks += list(WIDE.items())
+    blocks += list(WIDE.items()) + list(FUZZ_FINDINGS.items())
     return blocks
+
+
+def _window_summed_twice() -> kg.FusedOp:
+    """The fuzzer's finding on an H200: an average pool's sum and count reduce over one window
+    symbol, serially and then in lanes; Triton's compiler rejected the name rebound to a block."""
+    ops = [kg.reduce_sum_square(kg.tensor("x0", (1,)), axes=[0], keepdims=0)]
+    ops.append(kg.sin(ops[-1]))
+    ops.append(kg.unsqueeze(ops[-1], axes=[0]))
+    ops.append(kg.reshape(ops[-1], shape=[1, 1, 1]))
+    ops.append(kg.average_pool(ops[-1], kernel_shape=[1], pads=[0, 0], strides=[2],
+                               count_include_pad=0))
+    ops.append(kg.max_pool(ops[-1], kernel_shape=[1], ceil_mode=1))
+    return kg.fuse(*ops, force=True)
+
+
+FUZZ_FINDINGS = {"window-summed-twice": _window_summed_twice()}
 
 
 # contractions whose operands hold more than 2**31 elements (emitted and compiled, not run)

@@ -160,6 +160,46 @@ def test_judge_leaves_values_at_a_step_unjudged(kind: str) -> None:
     np.testing.assert_array_equal(got[3:], want[3:])
 
 
+def test_judge_rounds_intermediates_in_one_trial() -> None:
+    """A long-run finding (an H200, seed 202): LayerNorm of rows that a softmax over copies
+    makes 1/3 whatever the inputs, then a power of -1.5. In the float64 shadow, perturbed
+    inputs or not, x - mean is exactly 0 (power: Inf); in float32 the mean rounds, x - mean is
+    an ulp of either sign, and the power is huge or NaN by that sign (Triton's tree sum on the
+    GPU against ONNX's). The mirrored jitter trials round the intermediates, so each such
+    position is NaN in one of the pair: it changes class and is not judged."""
+    import numpy as np
+    from judge import evaluate_chain
+
+    import kernelgen as kg
+    x = kg.tensor("x", (1, 7), "float64")
+    soft = kg.softmax(kg.expand(x, shape=[3, 7]), axis=0)
+    norm = kg.layer_normalization(soft, kg.tensor("s", (7,), "float64"), None, axis=1)
+    ops = [soft.inputs[0], soft, norm, kg.pow(norm, kg.tensor("e", (3, 7), "float64"))]
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((1, 7)), "s": np.ones(7), "e": np.full((3, 7), -1.5)}
+    exact = evaluate_chain(ops, feeds)[ops[-1].name]
+    assert np.isposinf(exact).all()
+    up, down = (evaluate_chain(ops, feeds, jitter=(sign * 2.0**-20, 1))[ops[-1].name]
+                for sign in (1, -1))
+    assert (np.isnan(up) != np.isnan(down)).all()
+
+
+def test_judge_accepts_the_reference_rounding_of_the_definition() -> None:
+    """A long-run finding (an H200, seeds 303, 306, 309): 1 / Gelu(x) in float32's far tail
+    (1 + erf(x) cancels) is -6.10e6 in the kernels and in ONNX's reference and -9.52e6 in the
+    float64 shadow. A value close to ONNX's reference passes; one close to neither does not."""
+    import numpy as np
+    from judge import Case, mismatches
+
+    case = Case(Block([], [], dtype="float32"), [], [], {}, [0])
+    case.want = {0: np.array([-6.101954e6, 2.0], np.float32)}
+    case.hi = {0: np.array([-9520422.998747194, 2.0])}
+    case.spread = {0: np.array([472.0, 0.0])}
+    ok = np.array([-6.101954e6, 2.0], np.float32)
+    assert not mismatches(case, 0, ok).any()
+    assert mismatches(case, 0, np.array([-8.0e6, 2.0], np.float32)).tolist() == [True, False]
+
+
 def test_judge_accepts_a_ceil_of_an_underflowed_product() -> None:
     """A long-run finding (seed 10): a float16 ReduceProd of small factors is 0 in the kernels
     (float32 arithmetic) and in ONNX's reference, 1e-48 in the float64 shadow, and ceil makes

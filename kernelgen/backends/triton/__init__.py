@@ -14,10 +14,10 @@ from .emit import render
 from .language import TritonSource
 from .schedule import TritonSchedule, choose, search_space
 
-# exp, log, tanh, erf... stay tl.* calls and helpers (a GPU's MUFU and libdevice functions
-# are fast, accuracy in docs/fastmath.md); constant exponents of pow are still reduced
-CAPABILITIES = Capabilities(name="triton", vector_width=1, direct_schedule="row",
-                            fast_math=frozenset({"pow"}))
+# exp, expm1, log, log1p, tanh and erf are the library's expansions (lower/fastmath.py), as
+# on the other backends: on a GPU tl.exp is ex2.approx of x*log2(e), tens of ulps off for large
+# |x| (docs/fastmath.md); the expansion runs the same arithmetic under the interpreter
+CAPABILITIES = Capabilities(name="triton", vector_width=1, direct_schedule="row")
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ from ...version import __version__
 from .. import templates
 from ..base import Capabilities
 from ..printer import Emitter, Scope, recomputed_inside
-from .language import (FINISH, FLOAT, INT, SIGNATURE, TL, TritonSource, module_name, py_name,
-                       used_helpers)
+from .language import (FINISH, FLOAT, INT, ROUNDED, SIGNATURE, TL, TritonSource, module_name,
+                       py_name, used_helpers)
 from .schedule import TritonSchedule, next_pow2
 
 
@@ -138,8 +138,10 @@ class TritonPrinter(Emitter):
         return f"{text}.to(tl.float32)" if buf.dtype is DType.float16 else text
 
     def call_text(self, node: Call, args: list[str]) -> str:
-        table = FLOAT if node.args[0].dtype.is_float else INT
-        return table[node.fn].format(*args)
+        dtype = node.args[0].dtype
+        if dtype.compute is DType.float32 and node.fn in ROUNDED:
+            return ROUNDED[node.fn].format(*args)
+        return (FLOAT if dtype.is_float else INT)[node.fn].format(*args)
 
     def select_text(self, cond: str, a: str, b: str) -> str:
         return f"tl.where({cond}, {a}, {b})"
@@ -347,6 +349,10 @@ class TritonPrinter(Emitter):
         inner.add(f"{pos} = {self.positions(base, block)}")
         inner.add(f"{pos}_live = {pos} < {count}")
         self._enter_lanes(block, f"{pos}_live", axes)
+        domain = {s for s, _ in self.kernel.domain}
+        for s, _ in axes:  # Triton rejects a name bound to an integer and later to a block:
+            if s not in domain:  # two reductions over one pooling window's symbol
+                self.symbol_names[s] = self.fresh("r")
         self.decompose(pos, axes, inner)
         return inner
 

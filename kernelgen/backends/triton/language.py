@@ -19,17 +19,21 @@ FLOAT = {
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
     "neg": "(-{0})", "abs": "tl.abs({0})", "max": "kg_max({0}, {1})",
     "min": "kg_min({0}, {1})",
-    **{f: f"tl.{f}({{0}})" for f in ("exp", "log", "sqrt", "rsqrt", "sin", "cos", "erf",
-                                     "floor", "ceil")},
-    **{f: f"kg_{f}({{0}})" for f in ("tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
+    **{f: f"tl.{f}({{0}})" for f in ("exp", "log", "sqrt", "rsqrt", "cos", "erf")},
+    **{f: f"kg_{f}({{0}})" for f in ("sin", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
                                      "asinh", "acosh", "atanh", "expm1", "log1p", "rint",
-                                     "sign", "isnan", "isinf")},
+                                     "sign", "isnan", "isinf", "floor", "ceil")},
     "pow": "kg_pow({0}, {1})", "fmod": "kg_fmod({0}, {1})",
     # the math library's bit-level primitives (lower/fastmath.py)
     "exp2i": "kg_exp2i({0})", "logb": "kg_logb({0})", "significand": "kg_significand({0})",
     "lt": "({0} < {1})", "le": "({0} <= {1})", "gt": "({0} > {1})", "ge": "({0} >= {1})",
     "eq": "({0} == {1})", "ne": "({0} != {1})",
 }
+# float32 division and square root rounded once, as in C and NumPy (the math library's
+# expansions divide too): on a GPU "/" is div.full (2 ulps), and tl.sqrt and tl.rsqrt are
+# approximations that flush a subnormal to zero first (sqrt(-1e-45) was 0, not NaN)
+ROUNDED = {"div": "tl.div_rn({0}, {1})", "sqrt": "tl.sqrt_rn({0})",
+           "rsqrt": "tl.div_rn(1.0, tl.sqrt_rn({0}))"}
 INT = {
     **{k: v for k, v in FLOAT.items() if k in ("add", "sub", "mul", "neg", "abs", "max", "min",
                                                  "lt", "le", "gt", "ge", "eq", "ne")},

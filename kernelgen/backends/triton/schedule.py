@@ -21,10 +21,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...ir.expr import Expr, Load, Reduce, extent, walk
-from ...ir.loop import LoopKernel
+from ...ir.loop import LoopKernel, inline_staged
 from ...lower.contraction import Contraction, contraction, operand_buffers, operand_has_reduction
 from ...lower.staging import unstage
 from ...shapes import prod
+from ..printer import shape_of
 from ..base import (PRIVATE, Capabilities, Config, Schedule, check_derived, check_options,
                     option_names)
 
@@ -75,7 +76,7 @@ def choose(loop: LoopKernel, options: Mapping[str, Any], caps: Capabilities) -> 
     if len(tile) != 3 or min(tile) < 16:
         raise ValueError(f"kernel '{loop.name}': tl.dot needs tile=(rows, columns, reduction), "
                          f"each a power of two of at least 16, got {tile}")
-    if not staged_as_blocks(loop):  # a row read other than along a reduction over it
+    if not staged_as_blocks(loop) or staged_sum_recomputed(loop):
         loop = unstage(loop)
     index_type = "tl.int64" if loop.needs_long_index else "tl.int32"
     c = contraction(loop) if requested in (None, "tiled") else None
@@ -172,3 +173,20 @@ def search_space(loop: LoopKernel) -> list[Config]:
     if loop.grouped:
         return [Config.of(block_r=r, block_e=e) for r in (256, 64, 1024) for e in (256, 1024)]
     return [Config.of(block=b) for b in (1024, 256, 4096)]
+
+
+def staged_sum_recomputed(kernel: LoopKernel) -> bool:
+    """Whether staging rewrote a reduction (now read off a staged row and summed as one block,
+    in tl.sum's tree order) of which the kernel also computes copies serially: a fused
+    contraction whose producer is staged for the output point's own row but recomputed for
+    the other points of a softmax's max and exp-sum. The output point's value and its copies
+    then differ by an ulp (a log-softmax gave -0.0059336 for -0.0059297 on an H100), so such
+    a kernel runs unstaged, every copy in one order (``printer.recomputed_inside``)."""
+    if not kernel.staged:
+        return False
+    computed = [n for root in (*(st.value for st in kernel.stores), *kernel.hoisted)
+                for n in walk(root) if isinstance(n, Reduce)]
+    present = set(computed)
+    copies = {shape_of(n) for n in computed}
+    return any(isinstance(n, Reduce) and n not in present and shape_of(n) in copies
+               for st in inline_staged(kernel).stores for n in walk(st.value))

@@ -4,12 +4,20 @@ import triton
 import triton.language as tl
 
 
+@triton.jit
+def kg_exp2i(k):
+    # 2^k for an integral k in [-126, 127] (lower/fastmath.py): k + 1.5 * 2^23 holds k in its
+    # low mantissa bits, shifted into the exponent field with the bias
+    bits = (k.to(tl.float32) + 12582912.0).to(tl.int32, bitcast=True)
+    return ((bits + 127) << 23).to(tl.float32, bitcast=True)
+
+
 # Parameters:
 #   in0: input 'x' float32[129, 257]
 #   in1: input 'b' float32[257]
 #   out0: output 'y' float32[129, 257]
 @triton.jit
-def kg_fused_add_gelu_1f112f693aa8(in0, in1, out0, BLOCK: tl.constexpr):
+def kg_fused_add_gelu_6cdef912a2e0(in0, in1, out0, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     live = offs < 33153
     o0 = offs // 257
@@ -19,7 +27,63 @@ def kg_fused_add_gelu_1f112f693aa8(in0, in1, out0, BLOCK: tl.constexpr):
     t5 = (t3 + t4)
     t6 = (0.5 * t5)
     t7 = (t5 * 0.7071067811865475)
-    t8 = tl.erf(t7)
-    t9 = (1.0 + t8)
-    t10 = (t6 * t9)
-    tl.store(out0 + (257 * o0 + o1), t10, mask=live)
+    t8 = tl.abs(t7)
+    t9 = (t8 < 0.875)
+    t10 = (t7 * t7)
+    t11 = (-0.0006033660029061139 * t10)
+    t12 = (t11 + 0.005001375917345285)
+    t13 = (t12 * t10)
+    t14 = (t13 + -0.026772042736411095)
+    t15 = (t14 * t10)
+    t16 = (t15 + 0.112819604575634)
+    t17 = (t16 * t10)
+    t18 = (t17 + -0.3761250674724579)
+    t19 = (t18 * t10)
+    t20 = (t19 + 0.12837915122509003)
+    t21 = (t7 * t20)
+    t22 = (t7 + t21)
+    t23 = (t7 < 0.0)
+    t24 = (t8 > 3.92)
+    t25 = (t8 - 2.375)
+    t26 = (0.00020097073866054416 * t25)
+    t27 = (t26 + -0.00022818776778876781)
+    t28 = (t27 * t25)
+    t29 = (t28 + 0.0027053740341216326)
+    t30 = (t29 * t25)
+    t31 = (t30 + -0.011906948871910572)
+    t32 = (t31 * t25)
+    t33 = (t32 + 0.060380905866622925)
+    t34 = (t33 * t25)
+    t35 = (t34 + -0.36724910140037537)
+    t36 = (t35 * t25)
+    t37 = (t36 + -1.5118340253829956)
+    t38 = (t37 - t10)
+    t39 = (t38 * 1.4426950216293335)
+    t40 = (t39 + 12582912.0)
+    t41 = (t40 - 12582912.0)
+    t42 = (t41 * 0.693115234375)
+    t43 = (t38 - t42)
+    t44 = (t41 * 3.194618329871446e-05)
+    t45 = (t43 - t44)
+    t46 = (t45 * t45)
+    t47 = (0.0013868323294445872 * t45)
+    t48 = (t47 + 0.008366423659026623)
+    t49 = (t48 * t45)
+    t50 = (t49 + 0.04166746512055397)
+    t51 = (t50 * t45)
+    t52 = (t51 + 0.1666654497385025)
+    t53 = (t52 * t45)
+    t54 = (t53 + 0.4999999701976776)
+    t55 = (t46 * t54)
+    t56 = (t45 + t55)
+    t57 = (1.0 + t56)
+    t58 = kg_exp2i(t41)
+    t59 = (t57 * t58)
+    t60 = (1.0 - t59)
+    t61 = tl.where(t24, 1.0, t60)
+    t62 = (-t61)
+    t63 = tl.where(t23, t62, t61)
+    t64 = tl.where(t9, t22, t63)  # erf(t7)
+    t65 = (1.0 + t64)
+    t66 = (t6 * t65)
+    tl.store(out0 + (257 * o0 + o1), t66, mask=live)

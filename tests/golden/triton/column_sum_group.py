@@ -8,14 +8,14 @@ import triton.language as tl
 #   in0: input 'x' float32[4096, 3]
 #   out0: output 'y' float32[3]
 @triton.jit
-def kg_fused_reducesum_2ea31e848b39(in0, out0, BLOCK_R: tl.constexpr, BLOCK_E: tl.constexpr):
+def kg_fused_reducesum_e8e47300847a(in0, out0, BLOCK_R: tl.constexpr, BLOCK_E: tl.constexpr):
     o0 = tl.program_id(0)
     vacc2 = tl.full([BLOCK_R], 0.0, tl.float32)
     for base3 in range(0, 4096, BLOCK_R):
         p4 = base3 + tl.arange(0, BLOCK_R)
         p4_live = p4 < 4096
         r5 = p4
-        t6 = tl.load(in0 + (3 * r5 + o0), mask=p4_live, other=0)
-        vacc2 = (vacc2 + tl.where(p4_live, t6, 0.0))
-    red7 = tl.sum(vacc2, axis=0)
-    tl.store(out0 + (o0), red7)
+        t7 = tl.load(in0 + (3 * r5 + o0), mask=p4_live, other=0)
+        vacc2 = (vacc2 + tl.where(p4_live, t7, 0.0))
+    red8 = tl.sum(vacc2, axis=0)
+    tl.store(out0 + (o0), red8)

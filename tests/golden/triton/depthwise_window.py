@@ -5,6 +5,13 @@ import triton.language as tl
 
 
 @triton.jit
+def kg_exp2i(k):
+    # 2^k for an integral k in [-126, 127] (lower/fastmath.py): k + 1.5 * 2^23 holds k in its
+    # low mantissa bits, shifted into the exponent field with the bias
+    bits = (k.to(tl.float32) + 12582912.0).to(tl.int32, bitcast=True)
+    return ((bits + 127) << 23).to(tl.float32, bitcast=True)
+
+@triton.jit
 def kg_max(a, b):
     # NaN propagates (NumPy's maximum, ONNX Max, ReduceMax, MaxPool); tl.maximum drops it
     return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
@@ -15,7 +22,7 @@ def kg_max(a, b):
 #   in1: input 'w' float32[4, 1, 3, 3]
 #   out0: output 'y' float32[1, 4, 13, 16]
 @triton.jit
-def kg_fused_relu_conv_sigmoid_ef13ad3a1a23(in0, in1, out0, BLOCK_R: tl.constexpr, BLOCK_E: tl.constexpr):
+def kg_fused_relu_conv_sigmoid_c5cecd1123df(in0, in1, out0, BLOCK_R: tl.constexpr, BLOCK_E: tl.constexpr):
     o0 = tl.program_id(0) // 208
     o1 = (tl.program_id(0) // 16) % 13
     o2 = tl.program_id(0) % 16
@@ -26,20 +33,50 @@ def kg_fused_relu_conv_sigmoid_ef13ad3a1a23(in0, in1, out0, BLOCK_R: tl.constexp
         r7 = p6 // 9
         r8 = (p6 // 3) % 3
         r9 = p6 % 3
-        t10 = tl.where(tl.where(tl.where((r8 + o1 >= 1), (r9 + o2 >= 1), False), (r8 + o1 < 14), False), (r9 + o2 < 17), False)
-        t11 = tl.load(in0 + (16 * r8 + 16 * o1 + 208 * r7 + 208 * o0 + r9 + o2 - 17), mask=tl.where(p6_live, t10, False), other=0)
-        t12 = kg_max(t11, 0.0)
-        t13 = tl.where(t10, t12, 0.0)
-        t14 = tl.load(in1 + (3 * r8 + 9 * r7 + 9 * o0 + r9), mask=p6_live, other=0)
-        t15 = (t13 * t14)
-        vacc4 = (vacc4 + tl.where(p6_live, t15, 0.0))
-    red16 = tl.sum(vacc4, axis=0)
-    t17 = (red16 >= 0.0)
-    t18 = tl.abs(red16)
-    t19 = (-t18)
-    t20 = tl.exp(t19)
-    t21 = (1.0 + t20)
-    t22 = (1.0 / t21)
-    t23 = (t20 * t22)
-    t24 = tl.where(t17, t22, t23)
-    tl.store(out0 + (16 * o1 + 208 * o0 + o2), t24)
+        t13 = tl.where(tl.where(tl.where((r8 + o1 >= 1), (r9 + o2 >= 1), False), (r8 + o1 < 14), False), (r9 + o2 < 17), False)
+        t14 = tl.load(in0 + (16 * r8 + 16 * o1 + 208 * r7 + 208 * o0 + r9 + o2 - 17), mask=tl.where(p6_live, t13, False), other=0)
+        t15 = kg_max(t14, 0.0)
+        t16 = tl.where(t13, t15, 0.0)
+        t17 = tl.load(in1 + (3 * r8 + 9 * r7 + 9 * o0 + r9), mask=p6_live, other=0)
+        t18 = (t16 * t17)
+        vacc4 = (vacc4 + tl.where(p6_live, t18, 0.0))
+    red19 = tl.sum(vacc4, axis=0)
+    t20 = (red19 >= 0.0)
+    t21 = tl.abs(red19)
+    t22 = (-t21)
+    t23 = (t22 > 88.8)
+    t24 = tl.where(t23, 88.8, t22)
+    t25 = (t24 < -104.0)
+    t26 = tl.where(t25, -104.0, t24)
+    t27 = (t26 * 1.4426950216293335)
+    t28 = (t27 + 12582912.0)
+    t29 = (t28 - 12582912.0)
+    t30 = (t29 * 0.693115234375)
+    t31 = (t26 - t30)
+    t32 = (t29 * 3.194618329871446e-05)
+    t33 = (t31 - t32)
+    t34 = (t33 * t33)
+    t35 = (0.0013868323294445872 * t33)
+    t36 = (t35 + 0.008366423659026623)
+    t37 = (t36 * t33)
+    t38 = (t37 + 0.04166746512055397)
+    t39 = (t38 * t33)
+    t40 = (t39 + 0.1666654497385025)
+    t41 = (t40 * t33)
+    t42 = (t41 + 0.4999999701976776)
+    t43 = (t34 * t42)
+    t44 = (t33 + t43)
+    t45 = (1.0 + t44)
+    t46 = (t29 * 0.5)
+    t47 = (t46 + 12582912.0)
+    t48 = (t47 - 12582912.0)
+    t49 = kg_exp2i(t48)
+    t50 = (t45 * t49)
+    t51 = (t29 - t48)
+    t52 = kg_exp2i(t51)
+    t53 = (t50 * t52)  # exp(t22)
+    t54 = (1.0 + t53)
+    t55 = tl.div_rn(1.0, t54)
+    t56 = (t53 * t55)
+    t57 = tl.where(t20, t55, t56)
+    tl.store(out0 + (16 * o1 + 208 * o0 + o2), t57)

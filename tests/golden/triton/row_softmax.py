@@ -5,6 +5,13 @@ import triton.language as tl
 
 
 @triton.jit
+def kg_exp2i(k):
+    # 2^k for an integral k in [-126, 127] (lower/fastmath.py): k + 1.5 * 2^23 holds k in its
+    # low mantissa bits, shifted into the exponent field with the bias
+    bits = (k.to(tl.float32) + 12582912.0).to(tl.int32, bitcast=True)
+    return ((bits + 127) << 23).to(tl.float32, bitcast=True)
+
+@triton.jit
 def kg_max(a, b):
     # NaN propagates (NumPy's maximum, ONNX Max, ReduceMax, MaxPool); tl.maximum drops it
     return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
@@ -14,32 +21,92 @@ def kg_max(a, b):
 #   in0: input 'x' float32[64, 1000]
 #   out0: output 'y' float32[64, 1000]
 @triton.jit
-def kg_fused_softmax_a01c3258e7c2(in0, out0, BLOCK_R: tl.constexpr, BLOCK_E: tl.constexpr):
+def kg_fused_softmax_9fc5da04439f(in0, out0, BLOCK_R: tl.constexpr, BLOCK_E: tl.constexpr):
     o0 = tl.program_id(0)
     vacc2 = tl.full([BLOCK_R], float("-inf"), tl.float32)
     for base3 in range(0, 1000, BLOCK_R):
         p4 = base3 + tl.arange(0, BLOCK_R)
         p4_live = p4 < 1000
         r5 = p4
-        t6 = tl.load(in0 + (1000 * o0 + r5), mask=p4_live, other=0)
-        vacc2 = kg_max(vacc2, tl.where(p4_live, t6, float("-inf")))
-    red7 = tl.reduce(vacc2, 0, kg_max)
-    vacc8 = tl.full([BLOCK_R], 0.0, tl.float32)
-    for base9 in range(0, 1000, BLOCK_R):
-        p10 = base9 + tl.arange(0, BLOCK_R)
-        p10_live = p10 < 1000
-        r11 = p10
-        t12 = tl.load(in0 + (1000 * o0 + r11), mask=p10_live, other=0)
-        t13 = (t12 - red7)
-        t14 = tl.exp(t13)
-        vacc8 = (vacc8 + tl.where(p10_live, t14, 0.0))
-    red15 = tl.sum(vacc8, axis=0)
-    for base16 in range(0, 1000, BLOCK_E):
-        p17 = base16 + tl.arange(0, BLOCK_E)
-        p17_live = p17 < 1000
-        o1 = p17
-        t19 = tl.load(in0 + (1000 * o0 + o1), mask=p17_live, other=0)
-        t20 = (t19 - red7)
-        t21 = tl.exp(t20)
-        t22 = (t21 / red15)
-        tl.store(out0 + (1000 * o0 + o1), t22, mask=p17_live)
+        t7 = tl.load(in0 + (1000 * o0 + r5), mask=p4_live, other=0)
+        vacc2 = kg_max(vacc2, tl.where(p4_live, t7, float("-inf")))
+    red8 = tl.reduce(vacc2, 0, kg_max)
+    vacc9 = tl.full([BLOCK_R], 0.0, tl.float32)
+    for base10 in range(0, 1000, BLOCK_R):
+        p11 = base10 + tl.arange(0, BLOCK_R)
+        p11_live = p11 < 1000
+        r12 = p11
+        t14 = tl.load(in0 + (1000 * o0 + r12), mask=p11_live, other=0)
+        t15 = (t14 - red8)
+        t16 = (t15 > 88.8)
+        t17 = tl.where(t16, 88.8, t15)
+        t18 = (t17 < -104.0)
+        t19 = tl.where(t18, -104.0, t17)
+        t20 = (t19 * 1.4426950216293335)
+        t21 = (t20 + 12582912.0)
+        t22 = (t21 - 12582912.0)
+        t23 = (t22 * 0.693115234375)
+        t24 = (t19 - t23)
+        t25 = (t22 * 3.194618329871446e-05)
+        t26 = (t24 - t25)
+        t27 = (t26 * t26)
+        t28 = (0.0013868323294445872 * t26)
+        t29 = (t28 + 0.008366423659026623)
+        t30 = (t29 * t26)
+        t31 = (t30 + 0.04166746512055397)
+        t32 = (t31 * t26)
+        t33 = (t32 + 0.1666654497385025)
+        t34 = (t33 * t26)
+        t35 = (t34 + 0.4999999701976776)
+        t36 = (t27 * t35)
+        t37 = (t26 + t36)
+        t38 = (1.0 + t37)
+        t39 = (t22 * 0.5)
+        t40 = (t39 + 12582912.0)
+        t41 = (t40 - 12582912.0)
+        t42 = kg_exp2i(t41)
+        t43 = (t38 * t42)
+        t44 = (t22 - t41)
+        t45 = kg_exp2i(t44)
+        t46 = (t43 * t45)
+        vacc9 = (vacc9 + tl.where(p11_live, t46, 0.0))
+    red47 = tl.sum(vacc9, axis=0)
+    for base48 in range(0, 1000, BLOCK_E):
+        p49 = base48 + tl.arange(0, BLOCK_E)
+        p49_live = p49 < 1000
+        o1 = p49
+        t51 = tl.load(in0 + (1000 * o0 + o1), mask=p49_live, other=0)
+        t52 = (t51 - red8)
+        t53 = (t52 > 88.8)
+        t54 = tl.where(t53, 88.8, t52)
+        t55 = (t54 < -104.0)
+        t56 = tl.where(t55, -104.0, t54)
+        t57 = (t56 * 1.4426950216293335)
+        t58 = (t57 + 12582912.0)
+        t59 = (t58 - 12582912.0)
+        t60 = (t59 * 0.693115234375)
+        t61 = (t56 - t60)
+        t62 = (t59 * 3.194618329871446e-05)
+        t63 = (t61 - t62)
+        t64 = (t63 * t63)
+        t65 = (0.0013868323294445872 * t63)
+        t66 = (t65 + 0.008366423659026623)
+        t67 = (t66 * t63)
+        t68 = (t67 + 0.04166746512055397)
+        t69 = (t68 * t63)
+        t70 = (t69 + 0.1666654497385025)
+        t71 = (t70 * t63)
+        t72 = (t71 + 0.4999999701976776)
+        t73 = (t64 * t72)
+        t74 = (t63 + t73)
+        t75 = (1.0 + t74)
+        t76 = (t59 * 0.5)
+        t77 = (t76 + 12582912.0)
+        t78 = (t77 - 12582912.0)
+        t79 = kg_exp2i(t78)
+        t80 = (t75 * t79)
+        t81 = (t59 - t78)
+        t82 = kg_exp2i(t81)
+        t83 = (t80 * t82)
+        t84 = tl.div_rn(t83, red47)
+        tl.store(out0 + (1000 * o0 + o1), t84, mask=p49_live)

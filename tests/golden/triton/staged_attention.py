@@ -5,6 +5,13 @@ import triton.language as tl
 
 
 @triton.jit
+def kg_exp2i(k):
+    # 2^k for an integral k in [-126, 127] (lower/fastmath.py): k + 1.5 * 2^23 holds k in its
+    # low mantissa bits, shifted into the exponent field with the bias
+    bits = (k.to(tl.float32) + 12582912.0).to(tl.int32, bitcast=True)
+    return ((bits + 127) << 23).to(tl.float32, bitcast=True)
+
+@triton.jit
 def kg_max(a, b):
     # NaN propagates (NumPy's maximum, ONNX Max, ReduceMax, MaxPool); tl.maximum drops it
     return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
@@ -16,7 +23,7 @@ def kg_max(a, b):
 #   in2: input 'v' float32[10, 4]
 #   out0: output 'y' float32[16, 4]
 @triton.jit
-def kg_fused_matmul_softmax_matmul_214299c5784a(in0,
+def kg_fused_matmul_softmax_matmul_fffc2288e77a(in0,
         in1,
         in2,
         out0,
@@ -40,23 +47,83 @@ def kg_fused_matmul_softmax_matmul_214299c5784a(in0,
     live14 = j13 < 10
     t15 = stage8
     t16 = (t15 - red12)
-    t17 = tl.exp(t16)
-    red18 = tl.sum(tl.where(live14, t17, 0.0), axis=0)
-    j19 = tl.arange(0, 16)
-    j19_live = j19 < 10
-    t20 = stage8
-    t21 = (t20 - red12)
-    t22 = tl.exp(t21)
-    t23 = (t22 / red18)
-    stage24 = tl.where(j19_live, t23, 0.0)
-    for base25 in range(0, 4, BLOCK_E):
-        p26 = base25 + tl.arange(0, BLOCK_E)
-        p26_live = p26 < 4
-        o1 = p26
-        j28 = tl.arange(0, 16)[:, None]
-        live29 = tl.where(j28 < 10, p26_live[None, :], False)
-        t30 = stage24[:, None]
-        t31 = tl.load(in2 + (4 * j28 + o1[None, :] + tl.zeros([16, BLOCK_E], tl.int32)), mask=live29, other=0)
-        t32 = (t30 * t31)
-        red33 = tl.sum(tl.where(live29, t32, 0.0), axis=0)
-        tl.store(out0 + (4 * o0 + o1), red33, mask=p26_live)
+    t17 = (t16 > 88.8)
+    t18 = tl.where(t17, 88.8, t16)
+    t19 = (t18 < -104.0)
+    t20 = tl.where(t19, -104.0, t18)
+    t21 = (t20 * 1.4426950216293335)
+    t22 = (t21 + 12582912.0)
+    t23 = (t22 - 12582912.0)
+    t24 = (t23 * 0.693115234375)
+    t25 = (t20 - t24)
+    t26 = (t23 * 3.194618329871446e-05)
+    t27 = (t25 - t26)
+    t28 = (t27 * t27)
+    t29 = (0.0013868323294445872 * t27)
+    t30 = (t29 + 0.008366423659026623)
+    t31 = (t30 * t27)
+    t32 = (t31 + 0.04166746512055397)
+    t33 = (t32 * t27)
+    t34 = (t33 + 0.1666654497385025)
+    t35 = (t34 * t27)
+    t36 = (t35 + 0.4999999701976776)
+    t37 = (t28 * t36)
+    t38 = (t27 + t37)
+    t39 = (1.0 + t38)
+    t40 = (t23 * 0.5)
+    t41 = (t40 + 12582912.0)
+    t42 = (t41 - 12582912.0)
+    t43 = kg_exp2i(t42)
+    t44 = (t39 * t43)
+    t45 = (t23 - t42)
+    t46 = kg_exp2i(t45)
+    t47 = (t44 * t46)  # exp(t16)
+    red48 = tl.sum(tl.where(live14, t47, 0.0), axis=0)
+    j49 = tl.arange(0, 16)
+    j49_live = j49 < 10
+    t50 = stage8
+    t51 = (t50 - red12)
+    t52 = (t51 > 88.8)
+    t53 = tl.where(t52, 88.8, t51)
+    t54 = (t53 < -104.0)
+    t55 = tl.where(t54, -104.0, t53)
+    t56 = (t55 * 1.4426950216293335)
+    t57 = (t56 + 12582912.0)
+    t58 = (t57 - 12582912.0)
+    t59 = (t58 * 0.693115234375)
+    t60 = (t55 - t59)
+    t61 = (t58 * 3.194618329871446e-05)
+    t62 = (t60 - t61)
+    t63 = (t62 * t62)
+    t64 = (0.0013868323294445872 * t62)
+    t65 = (t64 + 0.008366423659026623)
+    t66 = (t65 * t62)
+    t67 = (t66 + 0.04166746512055397)
+    t68 = (t67 * t62)
+    t69 = (t68 + 0.1666654497385025)
+    t70 = (t69 * t62)
+    t71 = (t70 + 0.4999999701976776)
+    t72 = (t63 * t71)
+    t73 = (t62 + t72)
+    t74 = (1.0 + t73)
+    t75 = (t58 * 0.5)
+    t76 = (t75 + 12582912.0)
+    t77 = (t76 - 12582912.0)
+    t78 = kg_exp2i(t77)
+    t79 = (t74 * t78)
+    t80 = (t58 - t77)
+    t81 = kg_exp2i(t80)
+    t82 = (t79 * t81)  # exp(t51)
+    t83 = tl.div_rn(t82, red48)
+    stage84 = tl.where(j49_live, t83, 0.0)
+    for base85 in range(0, 4, BLOCK_E):
+        p86 = base85 + tl.arange(0, BLOCK_E)
+        p86_live = p86 < 4
+        o1 = p86
+        j88 = tl.arange(0, 16)[:, None]
+        live89 = tl.where(j88 < 10, p86_live[None, :], False)
+        t90 = stage84[:, None]
+        t91 = tl.load(in2 + (4 * j88 + o1[None, :] + tl.zeros([16, BLOCK_E], tl.int32)), mask=live89, other=0)
+        t92 = (t90 * t91)
+        red93 = tl.sum(tl.where(live89, t92, 0.0), axis=0)
+        tl.store(out0 + (4 * o0 + o1), red93, mask=p86_live)

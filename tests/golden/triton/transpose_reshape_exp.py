@@ -4,15 +4,53 @@ import triton
 import triton.language as tl
 
 
+@triton.jit
+def kg_exp2i(k):
+    # 2^k for an integral k in [-126, 127] (lower/fastmath.py): k + 1.5 * 2^23 holds k in its
+    # low mantissa bits, shifted into the exponent field with the bias
+    bits = (k.to(tl.float32) + 12582912.0).to(tl.int32, bitcast=True)
+    return ((bits + 127) << 23).to(tl.float32, bitcast=True)
+
+
 # Parameters:
 #   in0: input 'x' float32[3, 5, 7]
 #   out0: output 'y' float32[7, 15]
 @triton.jit
-def kg_fused_transpose_reshape_exp_43062145846d(in0, out0, BLOCK: tl.constexpr):
+def kg_fused_transpose_reshape_exp_412bf2f970bf(in0, out0, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     live = offs < 105
     o0 = offs // 15
     o1 = offs % 15
     t3 = tl.load(in0 + (7 * o1 + o0), mask=live, other=0)
-    t4 = tl.exp(t3)
-    tl.store(out0 + (15 * o0 + o1), t4, mask=live)
+    t4 = (t3 > 88.8)
+    t5 = tl.where(t4, 88.8, t3)
+    t6 = (t5 < -104.0)
+    t7 = tl.where(t6, -104.0, t5)
+    t8 = (t7 * 1.4426950216293335)
+    t9 = (t8 + 12582912.0)
+    t10 = (t9 - 12582912.0)
+    t11 = (t10 * 0.693115234375)
+    t12 = (t7 - t11)
+    t13 = (t10 * 3.194618329871446e-05)
+    t14 = (t12 - t13)
+    t15 = (t14 * t14)
+    t16 = (0.0013868323294445872 * t14)
+    t17 = (t16 + 0.008366423659026623)
+    t18 = (t17 * t14)
+    t19 = (t18 + 0.04166746512055397)
+    t20 = (t19 * t14)
+    t21 = (t20 + 0.1666654497385025)
+    t22 = (t21 * t14)
+    t23 = (t22 + 0.4999999701976776)
+    t24 = (t15 * t23)
+    t25 = (t14 + t24)
+    t26 = (1.0 + t25)
+    t27 = (t10 * 0.5)
+    t28 = (t27 + 12582912.0)
+    t29 = (t28 - 12582912.0)
+    t30 = kg_exp2i(t29)
+    t31 = (t26 * t30)
+    t32 = (t10 - t29)
+    t33 = kg_exp2i(t32)
+    t34 = (t31 * t33)  # exp(t3)
+    tl.store(out0 + (15 * o0 + o1), t34, mask=live)
