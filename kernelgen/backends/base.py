@@ -293,6 +293,13 @@ class Backend:
     def prebuild(self, sources: Sequence[Source]) -> None:
         """Build many kernels at once (where ``batch_builds``)."""
 
+    def prewarm_pool(self) -> Any:
+        """Where the backend can make kernels' first runs cheaper while a model compiles (OpenCL
+        on PoCL: worker processes fill its disk cache), an object taking each compiled block's
+        kernels (``add_kernels``) and waited for before the first run (``finish``, or
+        ``cancel``); else None."""
+        return None
+
     def binary(self, text: str) -> bytes | None:
         """The device binary this process built from the source ``text``, to be saved beside
         it (a saved model); None where the backend keeps none or has not built it."""

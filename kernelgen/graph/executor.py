@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -72,11 +72,21 @@ def compile_plan(graph: Graph, blocks: Sequence[Block], backend: str | Backend =
     views = _views(graph, blocks, be)
     run = [b for b in range(len(blocks)) if b not in views]
     fused, names = zip(*(_fuse(graph, blocks[b]) for b in run)) if run else ((), ())
-    compiled = _compile_blocks(fused, names, be, tuning, algorithm, options)
+    # kernels built elsewhere while the next blocks compile (OpenCL on PoCL: worker processes)
+    pool = be.prewarm_pool() if warmup else None
+    try:
+        compiled = _compile_blocks(fused, names, be, tuning, algorithm, options,
+                                   lambda exe: pool.add_kernels(_kernels(exe)) if pool else None)
+    except BaseException:
+        if pool:
+            pool.cancel()
+        raise
     timings = {"compile_s": time.perf_counter() - start}
     plan = _plan(graph, blocks, run, views, compiled, be, schedule)
     start = time.perf_counter()
     if warmup:  # else each kernel builds at its first run (the CLI's emit builds none)
+        if pool:
+            pool.finish()
         _prebuild(be, compiled.executables)
     model = CompiledModel(graph, plan, compiled.executables, timings)
     if warmup:
@@ -190,8 +200,9 @@ def _shareable(exe: Executable) -> bool:
 
 
 def _compile_blocks(fused: Sequence[FusedBlock], names: Sequence[dict[str, str]], be: Backend,
-                    tuning: TuningPolicy, algorithm: str | None, options: dict[str, Any]
-                    ) -> _Compiled:
+                    tuning: TuningPolicy, algorithm: str | None, options: dict[str, Any],
+                    compiled: Callable[[Executable], None] = lambda exe: None) -> _Compiled:
+    """Each distinct block compiled once (``compiled`` is told of each as it is made)."""
     out = _Compiled()
     shared: dict[tuple[str, tuple[bool, ...]], int] = {}
     for block, real in zip(fused, names):
@@ -200,6 +211,7 @@ def _compile_blocks(fused: Sequence[FusedBlock], names: Sequence[dict[str, str]]
         if k is None:
             conv = algorithm if any(op.kind == "Conv" for op in block.ops) else None
             exe = compile(block, be, algorithm=conv, tuning=tuning, **options)
+            compiled(exe)
             k = len(out.executables)
             out.executables.append(exe)
             out.uses.append(0)
@@ -340,15 +352,18 @@ def _kernel_spec(k: int, exe: Executable, uses: int) -> KernelSpec:
     return KernelSpec(k, exe.name, kind, uses, meta.get("schedule", kind), meta.get("algorithm"))
 
 
+def _kernels(exe: Executable) -> list[Kernel]:
+    return [k for k in (exe.kernels if isinstance(exe, Program) else [exe])
+            if isinstance(k, Kernel)]
+
+
 def _prebuild(be: Backend, executables: Sequence[Executable]) -> None:
     """Build every kernel at once where the backend builds in batches (NEON: one SIMDe parse
     per translation unit), from sources re-rendered with each kernel's own tunables (which
     give the same source, so the lazy build finds them built)."""
     if not be.batch_builds:
         return
-    kernels = [k for exe in executables
-               for k in (exe.kernels if isinstance(exe, Program) else [exe])
-               if isinstance(k, Kernel)]
+    kernels = [k for exe in executables for k in _kernels(exe)]
     # each source once: unshared programs repeat their stages, and kernels of different
     # shapes can print the same code (a reshape is a copy), differing only in comments
     structures = {(fingerprint(k.loop), repr(sorted(k.metadata["tunables"].items()))): k

@@ -314,7 +314,12 @@ def batch_normalization(x: Value, scale: Value, b: Value, mean: Value, var: Valu
 
 def _normalize(kind: str, x: Value, axes: tuple[int, ...], epsilon: float,
                scale: Read | None, bias: Read | None) -> Expr:
-    """(x - mean) / sqrt(var + eps) * scale + bias over ``axes``, two hoistable reductions."""
+    """(x - mean) / sqrt(var + eps) * scale + bias over ``axes``, two hoistable reductions.
+
+    The mean is the row's first element plus the mean of the differences from it: a row of
+    values close together (33 of 34 equal, the fuzzer's case) then sums small numbers, and a
+    float32 sum in any order stays within an ulp of the mean, where summing the values
+    themselves left it 5 ulps off, which x - mean turned into 2e-4 relative."""
     o = out_symbols(x.rank)
     count = prod(x.shape[a] for a in axes)
 
@@ -323,8 +328,11 @@ def _normalize(kind: str, x: Value, axes: tuple[int, ...], epsilon: float,
         idx = tuple(syms.get(a, o[a]) for a in range(x.rank))
         return Read(x.dtype, 0, idx), tuple((syms[a], x.shape[a]) for a in axes)
 
+    first = Read(x.dtype, 0, tuple(sympy.Integer(0) if a in axes else o[a]
+                                   for a in range(x.rank)))
     r1, ax1 = over_axes()
-    mean = call("div", reduce("sum", r1, ax1), const(count, x.dtype))
+    mean = call("add", first, call("div", reduce("sum", call("sub", r1, first), ax1),
+                                   const(count, x.dtype)))
     r2, ax2 = over_axes()
     centred = call("sub", r2, mean)
     var = call("div", reduce("sum", call("mul", centred, centred), ax2), const(count, x.dtype))

@@ -289,13 +289,15 @@ def _order_dependent_prod(op: kg.Op, x: np.ndarray, dtype: str) -> np.ndarray:
 
 def evaluate_chain(ops: list[kg.Op], feeds: dict[str, np.ndarray],
                    overflowed: set[str] | None = None, order_nan: str | None = None,
-                   jitter: tuple[float, int] | None = None) -> dict[str, np.ndarray]:
+                   jitter: tuple[float, int, str] | None = None) -> dict[str, np.ndarray]:
     """``reference.evaluate_chain`` with the ``_FIXED`` operators computed directly; the names
     of the operators whose evaluation overflowed, and of those reading them, go in
     ``overflowed``. ``order_nan`` (a dtype): a ReduceProd is NaN where its value at that dtype
-    depends on the order of the multiplications. ``jitter`` (u, seed): every float operator's
-    output but the ``EXACT`` ones times 1 + u r, r uniform in [-1, 1] drawn from ``seed`` (a
-    negative u mirrors the same draws), as a kernel rounds its intermediates."""
+    depends on the order of the multiplications. ``jitter`` (u, seed, the block's dtype):
+    every float operator's output but the ``EXACT`` ones times 1 + u r, r uniform in [-1, 1]
+    drawn from ``seed`` (a negative u mirrors the same draws), and a subnormal one moved a step
+    of the dtype's smallest subnormal up or down with r: a kernel rounds its intermediates,
+    relatively and, below the normal range, in steps of that size."""
     values = dict(feeds)
     rng = np.random.default_rng(jitter[1]) if jitter else None
     for op in ops:
@@ -305,8 +307,13 @@ def evaluate_chain(ops: list[kg.Op], feeds: dict[str, np.ndarray],
         if overflowed is None:
             values[op.name] = fn(op, *args)
             out = np.asarray(values[op.name])
-            if rng is not None and out.dtype.kind == "f" and op.kind not in EXACT:
-                values[op.name] = out * (1 + jitter[0] * rng.uniform(-1, 1, out.shape))
+            if jitter and rng is not None and out.dtype.kind == "f" and op.kind not in EXACT:
+                u, _, dtype = jitter
+                r = u * rng.uniform(-1, 1, out.shape)
+                info = np.finfo(dtype)
+                subnormal = (out != 0) & (np.abs(out) < info.tiny)
+                values[op.name] = out * (1 + r) + np.where(
+                    subnormal, np.sign(r) * float(info.smallest_subnormal), 0.0)
             if order_nan and op.kind == "ReduceProd":
                 values[op.name] = np.where(_order_dependent_prod(op, args[0], order_nan),
                                            np.nan, values[op.name])
@@ -414,7 +421,8 @@ def _shadow(case: Case) -> None:
     # intermediates rounded, in mirrored pairs: a LayerNorm of a row that is constant whatever
     # the inputs (a softmax over copies) has x - mean = 0 in the shadow and +-an ulp in a
     # kernel, and a power of it is a number or NaN by that sign: one of the pair is NaN
-    trials += [evaluate_chain(wide, f64, jitter=(sign * u, 1)) for sign in (1, -1)]
+    trials += [evaluate_chain(wide, f64, jitter=(sign * u, 1, case.block.dtype))
+               for sign in (1, -1)]
     for trial in trials:
         for k in case.sinks:
             h, t, s = case.hi[k], trial[wide[k].name], case.spread[k]

@@ -14,6 +14,7 @@ from . import runtime as rt
 from .device import PROFILES, DeviceInfo, capabilities, profile
 from .emit import render
 from .language import OpenCLSource
+from .prewarm import Pool
 from .schedule import OpenCLSchedule, choose
 from .search import search_space
 
@@ -66,6 +67,9 @@ class OpenCL(Backend):
     def runtime(self, loop: LoopKernel, source: Source) -> Runtime:
         assert isinstance(source, OpenCLSource)
         return rt.OpenCLRuntime(source.text, source.entry, source.geometry, len(loop.inputs))
+
+    def prewarm_pool(self) -> Pool:
+        return Pool(rt.device().name, skip=rt.built)
 
     def binary(self, text: str) -> bytes | None:
         return rt.program_binary(text)

@@ -209,6 +209,12 @@ def build(source: str, name: str) -> Any:
     return cl.Kernel(program, name)
 
 
+def built(source: str) -> bool:
+    """Whether this process has built the program of ``source``."""
+    with _lock:
+        return source in _programs
+
+
 def program_binary(source: str) -> bytes | None:
     """The device binary of the program this process built from ``source``; None when it was
     not built here (or the implementation gives none)."""
