@@ -316,10 +316,10 @@ def _normalize(kind: str, x: Value, axes: tuple[int, ...], epsilon: float,
                scale: Read | None, bias: Read | None) -> Expr:
     """(x - mean) / sqrt(var + eps) * scale + bias over ``axes``, two hoistable reductions.
 
-    The mean is the row's first element plus the mean of the differences from it: a row of
-    values close together (33 of 34 equal, the fuzzer's case) then sums small numbers, and a
-    float32 sum in any order stays within an ulp of the mean, where summing the values
-    themselves left it 5 ulps off, which x - mean turned into 2e-4 relative."""
+    The mean is the row's first element plus the mean of the differences from it: for a row of
+    values close together (33 of 34 equal, the fuzzer's case) that sums small numbers, whose
+    rounding is small against the mean (exact there), where summing the values themselves left
+    the mean 5 ulps off, which x - mean turned into 2e-4 relative."""
     o = out_symbols(x.rank)
     count = prod(x.shape[a] for a in axes)
 

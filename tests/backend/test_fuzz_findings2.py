@@ -155,13 +155,11 @@ def test_normalization_of_a_row_of_near_equal_values(backend: str, kind: str) ->
     if kind == "layer":
         op = kg.layer_normalization(kg.tensor("x", x.shape), kg.tensor("w", (34,)),
                                     kg.tensor("b", (34,)), axis=-1)
-        feeds = (x, w, b)
     else:  # one channel, the row its spatial axis
         op = kg.instance_normalization(kg.tensor("x", x.shape), kg.tensor("w", (1,)),
                                        kg.tensor("b", (1,)))
         w, b = w[:1], b[:1]
-        feeds = (x, w, b)
-    (got,) = run(backend, kg.fuse(op), *feeds, tuning="none")
+    (got,) = run(backend, kg.fuse(op), x, w, b, tuning="none")
     wide = x.astype(np.float64)
     centred = wide - wide.mean(axis=-1, keepdims=True)
     want = centred / np.sqrt((centred ** 2).mean(axis=-1, keepdims=True) + 1e-5) * w + b

@@ -11,24 +11,25 @@ How values are judged (special values make a plain rtol useless):
 - ``spread``: the shadow again on inputs perturbed by a relative ``u`` (about the kernel's
   rounding unit), ``TRIALS`` times; the largest change at each position. A backward-stable
   kernel computes the exact result of inputs perturbed by a few rounding units, so this is an
-  empirical condition number (one more trial perturbs every intermediate instead, as a kernel
-  rounds it: a row that stays constant under any input perturbation cancels exactly in the
-  shadow but not in float32): it is large exactly where a sum or a contraction cancels huge
-  terms (1e30 - 1e30 + 1), where an exp or a softmax amplifies a rounding, near a floor or a
-  compare. A finite value passes when ``|got - hi| <= rtol |hi| + atol + K spread``, or the
-  same with ONNX's ``want`` for ``hi`` (a kernel that rounds as the definition does at the
-  block's dtype: Gelu's 1 + erf(x) cancels in float32's far tail, and the reciprocal of a Gelu
-  there was 36 % off the shadow in the kernels and in ONNX's reference alike). Where a
-  perturbation changes a value's class (finite to Inf or NaN), the position is ill-conditioned
-  and is not judged at all. One more trial makes a ReduceProd NaN where its value at the
-  block's dtype depends on the order of the factors (tiny ones underflow to 0 together, huge
-  ones overflow to Inf: 0 * Inf), so those positions are not judged either. Nor are the
-  positions of a Conv, MatMul or Gemm where a product of two finite factors overflows the
-  block's dtype: -1e30 * 1e30 rounds to -Inf in float32, so beside an Inf term the sum is NaN,
-  while a fused multiply-add that never rounds the product keeps the Inf. Nor are sin, cos and
-  tan of arguments that one rounding at the compute precision moves by over 0.01 rad, nor
-  Floor, Ceil, Round and Sign of values within the judge's tolerance of a step (an integer,
-  a half-integer, 0): there a rounding upstream becomes a whole unit.
+  empirical condition number (two more trials, mirrored, perturb every rounded intermediate
+  instead and move subnormal ones a step, as a kernel rounds them: a row that stays constant
+  under any input perturbation cancels exactly in the shadow but not in float32): it is large
+  exactly where a sum or a contraction cancels huge terms (1e30 - 1e30 + 1), where an exp or a
+  softmax amplifies a rounding, near a floor or a compare. A finite value passes when
+  ``|got - hi| <= rtol |hi| + atol + K spread``, or the same with ONNX's ``want`` for ``hi``
+  (a kernel that rounds as the definition does at the block's dtype: Gelu's 1 + erf(x) cancels
+  in float32's far tail, and the reciprocal of a Gelu there was 36 % off the shadow in the
+  kernels and in ONNX's reference alike). Where a perturbation changes a value's class (finite
+  to Inf or NaN), the position is ill-conditioned and is not judged at all. One more trial
+  makes a ReduceProd NaN where its value at the block's dtype depends on the order of the
+  factors (tiny ones underflow to 0 together, huge ones overflow to Inf: 0 * Inf), so those
+  positions are not judged either. Nor are the positions of a Conv, MatMul or Gemm where a
+  product of two finite factors overflows the block's dtype: -1e30 * 1e30 rounds to -Inf in
+  float32, so beside an Inf term the sum is NaN, while a fused multiply-add that never rounds
+  the product keeps the Inf. Nor are sin, cos and tan of arguments that one rounding at the
+  compute precision moves by over 0.01 rad, nor Floor, Ceil, Round and Sign of values within
+  the judge's tolerance of a step (an integer, a half-integer, 0): there a rounding upstream
+  becomes a whole unit.
 - Where ``want`` is special but the shadow is finite (a float32 overflow in the reference's own
   formula, e.g. softplus(1e30) = log(exp(1e30) + 1) = inf, which kernelgen computes stably),
   a kernel value close to the shadow's also passes; where both are special, the shadow's

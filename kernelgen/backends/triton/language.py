@@ -31,7 +31,7 @@ FLOAT = {
 }
 # float32 division and square root rounded once, as in C and NumPy (the math library's
 # expansions divide too): on a GPU "/" is div.full (2 ulps), and tl.sqrt and tl.rsqrt are
-# approximations that flush a subnormal to zero first (sqrt(-1e-45) was 0, not NaN)
+# approximations that flush a subnormal to zero first (sqrt(-1e-45) was a number, not NaN)
 ROUNDED = {"div": "tl.div_rn({0}, {1})", "sqrt": "tl.sqrt_rn({0})",
            "rsqrt": "tl.div_rn(1.0, tl.sqrt_rn({0}))"}
 INT = {
