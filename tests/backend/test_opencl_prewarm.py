@@ -25,6 +25,13 @@ def _blocks() -> list[kg.FusedOp]:
     return out
 
 
+def _build(jobs: list[prewarm.Job], device_name: str) -> int:
+    """Every job given to a pool at once; how many the workers ran."""
+    pool = prewarm.Pool(device_name)
+    pool.add(jobs)
+    return pool.finish()
+
+
 def _pocl() -> str:
     require("opencl")
     name = device().name
@@ -39,7 +46,7 @@ def test_workers_build_and_launch_every_job(monkeypatch: pytest.MonkeyPatch) -> 
     kernels = [b.emit("opencl", tuning="none") for b in _blocks()]
     jobs = prewarm.jobs_of(kernels + kernels[:3])  # a kernel twice is one job
     assert len(jobs) == len(SIZES)
-    assert prewarm.build_in_workers(jobs, name) == len(SIZES)
+    assert _build(jobs, name) == len(SIZES)
     for n, kernel in zip(SIZES, kernels):
         x = np.linspace(-2, 2, n, dtype=np.float32)
         np.testing.assert_array_equal(kernel(x), np.maximum(x + x, 0))
@@ -52,18 +59,18 @@ def test_the_pool_starts_at_the_threshold_and_takes_jobs_as_they_come(
     kernels = [b.emit("opencl", tuning="none") for b in _blocks()]
     pool = prewarm.Pool(name)
     pool.add_kernels(kernels[:prewarm.MIN_KERNELS - 1])
-    assert not pool.procs  # too few to pay for the workers yet
+    assert not pool.workers  # too few to pay for the workers yet
     pool.add_kernels(kernels[prewarm.MIN_KERNELS - 1:])
-    assert len(pool.procs) == 2
+    assert len(pool.workers) == 2
     pool.add_kernels(kernels[:3])  # seen already
     assert pool.finish() == len(SIZES)
     stopped = prewarm.Pool(name)
     stopped.add_kernels(kernels)
     stopped.cancel()
-    assert not stopped.procs
+    assert not stopped.workers
     built = prewarm.Pool(name, skip=lambda source: True)  # all built in this process
     built.add_kernels(kernels)
-    assert not built.procs and built.finish() == 0
+    assert not built.workers and built.finish() == 0
 
 
 def test_a_broken_job_costs_only_itself(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -72,7 +79,7 @@ def test_a_broken_job_costs_only_itself(monkeypatch: pytest.MonkeyPatch) -> None
     jobs = prewarm.jobs_of([b.emit("opencl", tuning="none") for b in _blocks()])
     broken = prewarm.Job("__kernel void k(__global float* x) { x[0] = y; }", "k",
                          Launch((1,), None), 1, ((1, "<f4"),))
-    assert prewarm.build_in_workers([broken, *jobs], name) == len(jobs)
+    assert _build([broken, *jobs], name) == len(jobs)
 
 
 def test_arguments_in_launch_order_with_their_dtypes() -> None:
@@ -87,10 +94,10 @@ def test_arguments_in_launch_order_with_their_dtypes() -> None:
 def test_nothing_runs_where_it_would_not_pay(monkeypatch: pytest.MonkeyPatch) -> None:
     jobs = [prewarm.Job(f"// {k}", "k", Launch((1,), None), 0, ()) for k in range(20)]
     monkeypatch.setenv(prewarm.WORKERS_ENV, "2")
-    assert prewarm.build_in_workers(jobs, "Intel(R) OpenCL CPU") == 0  # no disk cache
-    assert prewarm.build_in_workers(jobs[:prewarm.MIN_KERNELS - 1], "pthread-cpu pocl") == 0
+    assert _build(jobs, "Intel(R) OpenCL CPU") == 0  # no disk cache
+    assert _build(jobs[:prewarm.MIN_KERNELS - 1], "pthread-cpu pocl") == 0
     monkeypatch.setenv(prewarm.WORKERS_ENV, "0")
-    assert prewarm.build_in_workers(jobs, "pthread-cpu pocl") == 0
+    assert _build(jobs, "pthread-cpu pocl") == 0
     monkeypatch.setenv(prewarm.WORKERS_ENV, "two")
     with pytest.raises(ValueError, match=prewarm.WORKERS_ENV):
         prewarm.workers()

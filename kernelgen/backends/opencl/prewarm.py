@@ -21,7 +21,7 @@ import struct
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -62,6 +62,14 @@ def workers() -> int:
     return os.cpu_count() or 1
 
 
+@dataclass
+class _Worker:
+    proc: subprocess.Popen[bytes]
+    jobs: queue.Queue[Job | None]  # what its feeder thread writes to its stdin
+    feeder: threading.Thread
+    load: int = 0  # characters of source given to it
+
+
 class Pool:
     """Worker processes fed jobs as they come (``add``); ``finish`` waits for them all. They
     start once ``MIN_KERNELS`` jobs are waiting, and only for a device that caches its builds
@@ -69,15 +77,13 @@ class Pool:
     multiprocessing, whose spawned children import the caller's main script again), sharing
     this environment: the device choice and the cache directories."""
 
-    def __init__(self, device_name: str, skip: Any = lambda source: False) -> None:
+    def __init__(self, device_name: str,
+                 skip: Callable[[str], bool] = lambda source: False) -> None:
         self.count = workers() if "pocl" in device_name.lower() else 0
         self.skip = skip  # sources already built in this process
         self.seen: set[tuple[str, str, Launch]] = set()
         self.pending: list[Job] = []
-        self.procs: list[subprocess.Popen[bytes]] = []
-        self.queues: list[queue.Queue[Job | None]] = []
-        self.feeders: list[threading.Thread] = []
-        self.load: list[int] = []
+        self.workers: list[_Worker] = []
 
     def add(self, jobs: Sequence[Job]) -> None:
         if self.count < 2:
@@ -87,13 +93,13 @@ class Pool:
             if key not in self.seen and not self.skip(job.source):
                 self.seen.add(key)
                 self.pending.append(job)
-        if not self.procs and len(self.pending) >= MIN_KERNELS:
+        if not self.workers and len(self.pending) >= MIN_KERNELS:
             self._start()
-        if self.procs:
-            for job in self.pending:  # to the worker with the least source queued
-                w = min(range(len(self.procs)), key=self.load.__getitem__)
-                self.load[w] += len(job.source)
-                self.queues[w].put(job)
+        if self.workers:
+            for job in self.pending:  # to the worker with the least source given
+                worker = min(self.workers, key=lambda w: w.load)
+                worker.load += len(job.source)
+                worker.jobs.put(job)
             self.pending.clear()
 
     def add_kernels(self, kernels: Sequence[Any]) -> None:
@@ -102,27 +108,26 @@ class Pool:
 
     def cancel(self) -> None:
         """Stop the workers (the compile failed)."""
-        for proc in self.procs:
-            proc.kill()
+        for worker in self.workers:
+            worker.proc.kill()
         self.finish()
 
     def finish(self) -> int:
         """Wait for the workers to run every job given; returns how many ran (0: none
         started)."""
-        for q in self.queues:
-            q.put(None)
-        for t in self.feeders:
-            t.join()
+        for worker in self.workers:
+            worker.jobs.put(None)
         done = 0
-        for proc in self.procs:
+        for worker in self.workers:
+            worker.feeder.join()
             try:  # a worker that died (a driver crash) or hangs only costs time
-                out, _ = proc.communicate(timeout=TIMEOUT_S)  # closes its stdin first
+                out, _ = worker.proc.communicate(timeout=TIMEOUT_S)  # closes its stdin first
                 words = out.split()
-                done += int(words[-1]) if proc.returncode == 0 and words else 0
+                done += int(words[-1]) if worker.proc.returncode == 0 and words else 0
             except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.communicate()
-        self.procs.clear()
+                worker.proc.kill()
+                worker.proc.communicate()
+        self.workers.clear()
         return done
 
     def _start(self) -> None:
@@ -135,10 +140,7 @@ class Pool:
             jobs: queue.Queue[Job | None] = queue.Queue()
             feeder = threading.Thread(target=_feed, args=(jobs, proc.stdin), daemon=True)
             feeder.start()
-            self.procs.append(proc)
-            self.queues.append(jobs)
-            self.feeders.append(feeder)
-            self.load.append(0)
+            self.workers.append(_Worker(proc, jobs, feeder))
 
 
 def _feed(jobs: queue.Queue[Job | None], pipe: IO[bytes] | None) -> None:
@@ -152,13 +154,6 @@ def _feed(jobs: queue.Queue[Job | None], pipe: IO[bytes] | None) -> None:
             pipe.flush()
     except (OSError, ValueError):  # the worker died: the main process builds what it did not
         pass
-
-
-def build_in_workers(jobs: Sequence[Job], device_name: str) -> int:
-    """Run ``jobs`` in worker processes (where a ``Pool`` would); returns how many ran."""
-    pool = Pool(device_name)
-    pool.add(jobs)
-    return pool.finish()
 
 
 def _run(job: Job) -> bool:
