@@ -33,6 +33,8 @@ import pytest  # noqa: E402
 import kernelgen as kg  # noqa: E402
 
 from kernelgen import backends  # noqa: E402
+from kernelgen.backends.base import Capabilities  # noqa: E402
+from kernelgen.backends.opencl import OpenCL  # noqa: E402
 
 # the IR interpreter, then every registered backend
 BACKENDS = ("interp", "opencl", "neon", "triton")
@@ -108,6 +110,16 @@ def require(name: str) -> None:
         if os.environ.get("KERNELGEN_REQUIRE_BACKENDS"):
             pytest.fail(problem)
         pytest.skip(problem)
+
+
+def opencl_caps() -> Capabilities:
+    """What OpenCL code is generated for on this process's device: on a CPU, rows reduce in one
+    work-item with explicit vectors (the 'row' schedule, staged rows); a GPU spreads a row over
+    a work-group and takes vectors of at most 4 (``backends/opencl/device.py``)."""
+    require("opencl")
+    backend = backends.get("opencl")
+    assert isinstance(backend, OpenCL)
+    return backend.bound().caps
 
 
 @pytest.fixture(params=BACKENDS)

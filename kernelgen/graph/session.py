@@ -43,7 +43,7 @@ from .blocks import Block, Planner
 from .planners import PLANNERS, planner
 from .report import FusionReport, fusion_report
 from .saved import load, save
-from .scheduling import MARGIN, SCHEDULERS, ScheduleReport, schedule_model, whole_runs
+from .scheduling import SCHEDULERS, ScheduleReport, fastest_by_whole_runs, schedule_model
 from .simplify import Applied, simplify
 
 _ONNX_TYPES = {"float32": "float", "float64": "double", "float16": "float16", "int32": "int32",
@@ -189,10 +189,10 @@ def compile_model(model: ModelLike | Graph, backend: str | Backend = backends.DE
     ``rewrite`` applies the math-property rewrites (``simplify``) before planning.
     ``schedule`` ('auto', 'ios', 'greedy' or 'sequential'; default None, the blocks one after
     another unmeasured) measures the blocks' stage latencies and compiles the named schedule,
-    or with 'auto' the fastest of the three where it beats running the blocks one after
-    another, both in its summed stage latencies and in whole runs of the two compiled
-    models (``schedule_report.runs``); ``schedule_options`` are IOS's pruning (``r``, ``s``,
-    ``max_part``).
+    or with 'auto' the fastest in whole runs of the sequential plan and each schedule whose
+    summed stage latencies beat it, kept where it beats running the blocks one after another
+    (``scheduling.fastest_by_whole_runs``; ``schedule_report.runs``); ``schedule_options``
+    are IOS's pruning (``r``, ``s``, ``max_part``) and ``db``, the Fast-Run database.
     Options: ``tuning`` ('stored', the default: the Fast-Run database's tunables and yellow
     cells' verdicts, else the defaults and yellow cells unfused; 'none'; 'measure', which also
     times each yellow cell the DNNFusion planner meets against its split; 'measure-fusion',
@@ -226,19 +226,23 @@ def compile_model(model: ModelLike | Graph, backend: str | Backend = backends.DE
     if schedule not in (None, "sequential"):
         start = time.perf_counter()
         names = SCHEDULERS if schedule == "auto" else ("sequential", schedule)
-        report = schedule_model(graph, blocks, compiled, schedulers=names, tuning=policy,
-                                **(schedule_options or {}))
-        chosen = report.best.name if schedule == "auto" else schedule
+        report = estimates = schedule_model(graph, blocks, compiled, schedulers=names,
+                                            tuning=policy, **(schedule_options or {}))
+        applied: dict[str, tuple[Graph, list[Block]]] = {}
+
+        def scheduled(name: str, graph: Graph = graph, blocks: list[Block] = blocks
+                      ) -> CompiledModel:
+            g, b, stages = estimates.applied(graph, blocks, name)
+            applied[name] = (g, b)
+            return compile_plan(g, b, backend, tuning=policy, schedule=stages, **options)
+
+        if schedule == "auto":  # the fastest in whole runs, of those the estimates favour
+            db = (schedule_options or {}).get("db")
+            chosen, chosen_model = fastest_by_whole_runs(report, compiled, scheduled, db)
+        else:
+            chosen, chosen_model = schedule, scheduled(schedule)
         if chosen != "sequential":
-            graph2, blocks2, stages = report.applied(graph, blocks, chosen)
-            scheduled = compile_plan(graph2, blocks2, backend, tuning=policy, schedule=stages,
-                                     **options)
-            keep = True
-            if schedule == "auto":  # the estimate's winner, kept where whole runs agree
-                report.runs = whole_runs({"sequential": compiled, chosen: scheduled})
-                keep = report.runs[chosen] < report.runs["sequential"] * (1 - MARGIN)
-            if keep:
-                graph, blocks, compiled = graph2, blocks2, scheduled
+            (graph, blocks), compiled = applied[chosen], chosen_model
         timings["schedule_s"] = time.perf_counter() - start
     compiled.timings = timings
     name = fusion if isinstance(fusion, str) else getattr(fusion, "__name__", "custom")
