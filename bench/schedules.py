@@ -173,7 +173,8 @@ def bench(name: str, backend: str, rounds: int) -> dict[str, Any]:
             m.run(feeds)
             samples[k].append((time.perf_counter() - start) * 1e3)
     ms = {k: statistics.median(v) for k, v in samples.items()}
-    row = {"model": name, "backend": backend, "blocks": len(session.blocks),
+    row = {"model": name, "backend": backend, "device": kg.backends.get(backend).device_identity(),
+           "blocks": len(session.blocks),
            "compile_s": compile_s, "latency_ms": ms,
            "estimate_ms": {k: s.latency_ms for k, s in report.schedules.items()},
            "stages": {k: len(s.stages) for k, s in report.schedules.items()},
