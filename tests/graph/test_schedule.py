@@ -4,8 +4,8 @@ unmerged ones, the schedule is measured, stored and saved with the model, and ``
 --schedule`` prints it. The DP itself is tested against brute force in tests/unit/test_ios.py.
 
 The SqueezeNet and Inception v1 light models (random weights) under DNNFusion's planner on
-OpenCL, whose runtime runs a stage's groups on queues of their own, and on NEON C (one after
-another, in the schedule's order)."""
+OpenCL, whose runtime runs a stage's groups on queues of their own, and on NEON C, whose
+runtime runs them on threads of their own (``backends/neon/concurrent.py``)."""
 from __future__ import annotations
 
 import json
@@ -77,8 +77,7 @@ def test_concurrent_stages_give_the_sequential_results(model: tuple[Any, ...]) -
     compiled, _, stages = _scheduled(session, backend, "concurrent")
     wide = [st for st in stages.stages if len(st.groups) > 1]
     assert len(wide) >= 3, f"{name}: expected stages of several groups"
-    if backend == "opencl":  # the runtime really runs them on separate queues
-        assert any(together for _, together in compiled._stages)
+    assert any(together for _, together in compiled._stages)  # on queues or threads of their own
     names = list(session.graph.outputs)
     for _ in range(3):
         got = compiled.run(feeds)
@@ -296,3 +295,33 @@ def test_view_blocks_share_memory_where_aligned(backend: str) -> None:
 def backends_alignment(name: str) -> int:
     from kernelgen import backends
     return backends.get(name).view_alignment()
+
+
+def test_neon_groups_run_at_once_on_threads_of_their_own() -> None:
+    """Each group runs in order on a thread of its own, all at once (a group waits here until
+    every other has started, which one thread running them in turn never reaches), its OpenMP
+    regions on its share of the cores; the first error is raised after every group ends."""
+    from kernelgen.backends.neon import concurrent
+
+    assert concurrent.shares(3, 2) == [1, 1, 1] and concurrent.shares(3, 16) == [6, 5, 5]
+    started = threading.Barrier(3, timeout=30)
+    seen: list[tuple[int, int, str]] = []
+
+    def call(group: int, k: int) -> Any:
+        def run() -> None:
+            if k == 0:
+                started.wait()
+            seen.append((group, k, threading.current_thread().name))
+        return run
+
+    concurrent.concurrently([[call(g, k) for k in range(4)] for g in range(3)])
+    by_group = {g: [k for gg, k, _ in seen if gg == g] for g in range(3)}
+    assert by_group == {g: [0, 1, 2, 3] for g in range(3)}
+    assert len({name for _, _, name in seen}) == 3
+
+    def fail() -> None:
+        raise ValueError("kernel failed")
+    ran: list[int] = []
+    with pytest.raises(ValueError, match="kernel failed"):
+        concurrent.concurrently([[fail], [lambda: ran.append(1)]])
+    assert ran == [1]

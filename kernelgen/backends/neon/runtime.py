@@ -17,7 +17,7 @@ import subprocess
 import sysconfig
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ import numpy as np
 from ...errors import KernelgenError, UnsupportedError
 from ...options import cache_dir as kernelgen_cache_dir
 from ...options import writable_cache_dir
+from . import concurrent
 from .language import NeonSource, header
 
 _lock = threading.Lock()
@@ -194,6 +195,13 @@ class NeonRuntime:
 
     def launch(self, handles: Sequence[Any]) -> None:
         call(self._compiled(), handles)
+
+    # a kernel allocates its scratch per call: any may run in a concurrent group
+    concurrent_safe = True
+
+    def concurrently(self, groups: Sequence[Sequence[Callable[[], None]]]) -> None:
+        """IOS's parallel stage: the groups on threads of their own (``concurrent.py``)."""
+        concurrent.concurrently(groups)
 
     def sync(self) -> None:
         """Calls are synchronous."""
