@@ -44,7 +44,7 @@ from ..ir.node import Constant, Op, Placeholder, Value
 from ..ops.elementwise import UNARY, unary
 from ..ops.shape import slice_op
 from ..version import __version__
-from .blocks import Block, block_graph
+from .blocks import Block, block_graph, in_place_concats
 from .executor import CompiledModel, _arg_names, _fuse, concurrent_safe
 from .ios import Schedule, Stage, check_schedule, greedy, ios, sequential
 from .model import Graph, fresh_name
@@ -370,12 +370,18 @@ def views_possible(pats: Sequence[ConvPattern], alignment: int) -> bool:
 
 
 def merge_key(graph: Graph, block: Block) -> Hashable | None:
-    """Blocks with equal keys may merge: convolutions into a wider one (``ConvPattern.key``),
-    others into one kernel when they read the same values (constants aside) and write outputs
-    of one shape (``fuse``'s rule for a kernel with several)."""
+    """Blocks with equal keys may merge: convolutions into a wider one (``ConvPattern.key``;
+    only with siblings that the same in-place Concat takes), others into one kernel when they
+    read the same values (constants aside) and write outputs of one shape (``fuse``'s rule for
+    a kernel with several)."""
     pattern = conv_pattern(graph, block)
     if pattern is not None:
-        return pattern.key()
+        # its output becomes a slice of the wide one: merged with a sibling that the same
+        # Concat (assembled in place) does not take, it would turn that Concat back into a
+        # copy kernel (an Inception module's 1x1 branch beside the 3x3 branch's reduction)
+        concats = {id(c) for c in in_place_concats(graph)}
+        into = tuple(id(c) for c in graph.consumers(pattern.output) if id(c) in concats)
+        return (pattern.key(), into)
     inside = {id(op) for op in block.ops}
     reads = frozenset(v.name for op in block.ops for v in op.inputs
                       if id(v) not in inside and not isinstance(v, Constant))

@@ -325,3 +325,31 @@ def test_neon_groups_run_at_once_on_threads_of_their_own() -> None:
     with pytest.raises(ValueError, match="kernel failed"):
         concurrent.concurrently([[fail], [lambda: ran.append(1)]])
     assert ran == [1]
+
+
+def test_a_merge_never_splits_a_concat_assembled_in_place() -> None:
+    """An Inception module's 1x1 branch goes straight into the module's Concat, assembled in
+    place; merged with the 3x3 and 5x5 branches' 1x1 reductions it would become a slice of
+    the wide output and the Concat a copy kernel again. So the reductions may merge with each
+    other, and the branch only with siblings that the same Concat takes."""
+    from kernelgen.graph.blocks import in_place_concats
+    from kernelgen.graph.planners import planner
+
+    graph = import_onnx(light("inception_v1"))
+    blocks = planner("dnnfusion")(graph)
+    concats = {id(c) for c in in_place_concats(graph)}
+    by_source: dict[int, list[tuple[bool, Hashable]]] = {}
+    for block in blocks:
+        pattern = conv_pattern(graph, block)
+        key = merge_key(graph, block)
+        if pattern is None or key is None or pattern.conv.attrs.get("kernel_shape") != [1, 1]:
+            continue
+        into = any(id(c) in concats for c in graph.consumers(pattern.output))
+        by_source.setdefault(id(pattern.source), []).append((into, key))
+    modules = [keys for keys in by_source.values() if len(keys) == 3]
+    assert len(modules) == 9, "each Inception module reads its input with three 1x1 convs"
+    for keys in modules:
+        branch = [k for into, k in keys if into]
+        reductions = [k for into, k in keys if not into]
+        assert len(branch) == 1 and len(reductions) == 2
+        assert reductions[0] == reductions[1] != branch[0]
