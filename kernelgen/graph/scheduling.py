@@ -74,6 +74,7 @@ class ScheduleReport:
     # ``runs_stored``: read from the Fast-Run database rather than timed now
     runs: dict[str, float] = field(default_factory=dict)
     runs_stored: bool = False
+    kept: str | None = None  # the schedule 'auto' kept by the whole runs
 
     @property
     def best(self) -> Schedule:
@@ -107,7 +108,8 @@ class ScheduleReport:
         return _apply(graph, blocks, schedule)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"best": self.best.name, "measured": self.measured, "stored": self.stored,
+        return {"best": self.best.name, "kept": self.kept, "measured": self.measured,
+                "stored": self.stored,
                 "options": self.options, "runs": self.runs, "blocks": self.blocks,
                 "schedules": {k: s.to_dict() for k, s in self.schedules.items()}}
 
@@ -125,7 +127,8 @@ class ScheduleReport:
                      f"read from the Fast-Run database {self.stored}")
         if self.runs:
             lines.append(f"whole runs, compiled{' (Fast-Run database)' if self.runs_stored else ''}"
-                         ": " + ", ".join(f"{k} {ms:.3f} ms" for k, ms in self.runs.items()))
+                         ": " + ", ".join(f"{k} {ms:.3f} ms" for k, ms in self.runs.items())
+                         + (f"; kept: {self.kept}" if self.kept else ""))
         lines.append(format_schedule(self.schedules[shown] if shown else self.best))
         if self.blocks:
             lines.append("blocks:")
@@ -541,7 +544,8 @@ def fastest_by_whole_runs(report: ScheduleReport, model: CompiledModel,
         db.put(fields, report.runs, min(report.runs.values()))
     fastest = min(report.runs, key=lambda k: report.runs[k])
     if report.runs[fastest] >= report.runs["sequential"] * (1 - MARGIN):
-        return "sequential", model
+        fastest = "sequential"
+    report.kept = fastest
     return fastest, built[fastest] if fastest in built else compile_schedule(fastest)
 
 

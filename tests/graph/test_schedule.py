@@ -5,7 +5,7 @@ unmerged ones, the schedule is measured, stored and saved with the model, and ``
 
 The SqueezeNet and Inception v1 light models (random weights) under DNNFusion's planner on
 OpenCL, whose runtime runs a stage's groups on queues of their own, and on NEON C, whose
-runtime runs them on threads of their own (``backends/neon/concurrent.py``)."""
+runtime runs them on threads of their own (``backends/neon/concurrent_groups.py``)."""
 from __future__ import annotations
 
 import json
@@ -228,6 +228,8 @@ def test_auto_keeps_the_schedule_whose_whole_runs_are_fastest(
         assert (sess.plan.schedule.name if sess.plan.schedule else None) == \
             ("greedy" if faster else None)
         assert "whole runs, compiled" in sess.report() and "sequential 10.000 ms" in sess.report()
+        assert report.kept == ("greedy" if faster else "sequential")
+        assert f"kept: {report.kept}" in sess.report()
         for got, w in zip(sess.run(None, feeds), want):
             np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-5 * float(np.abs(w).max()))
 
@@ -301,7 +303,7 @@ def test_neon_groups_run_at_once_on_threads_of_their_own() -> None:
     """Each group runs in order on a thread of its own, all at once (a group waits here until
     every other has started, which one thread running them in turn never reaches), its OpenMP
     regions on its share of the cores; the first error is raised after every group ends."""
-    from kernelgen.backends.neon import concurrent
+    from kernelgen.backends.neon import concurrent_groups as concurrent
 
     assert concurrent.shares(3, 2) == [1, 1, 1] and concurrent.shares(3, 16) == [6, 5, 5]
     started = threading.Barrier(3, timeout=30)

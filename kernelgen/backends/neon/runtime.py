@@ -26,7 +26,7 @@ import numpy as np
 from ...errors import KernelgenError, UnsupportedError
 from ...options import cache_dir as kernelgen_cache_dir
 from ...options import writable_cache_dir
-from . import concurrent
+from . import concurrent_groups
 from .language import NeonSource, header
 
 _lock = threading.Lock()
@@ -200,8 +200,8 @@ class NeonRuntime:
     concurrent_safe = True
 
     def concurrently(self, groups: Sequence[Sequence[Callable[[], None]]]) -> None:
-        """IOS's parallel stage: the groups on threads of their own (``concurrent.py``)."""
-        concurrent.concurrently(groups)
+        """IOS's parallel stage: the groups on threads of their own (``concurrent_groups.py``)."""
+        concurrent_groups.concurrently(groups)
 
     def sync(self) -> None:
         """Calls are synchronous."""
