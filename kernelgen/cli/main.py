@@ -146,8 +146,8 @@ def _parser() -> argparse.ArgumentParser:
     p_run.add_argument("--schedule", default="auto",
                        choices=["auto", "ios", "greedy", "sequential"],
                        help="the stages the kernels run in: 'auto' (default) measures the "
-                            "sequential, greedy and IOS schedules and runs the fastest, "
-                            "where whole runs confirm it; 'sequential' measures nothing")
+                            "sequential, greedy and IOS schedules' stages and runs whichever "
+                            "is fastest in whole runs; 'sequential' measures nothing")
     p_run.add_argument("--tuning", default="stored",
                        choices=["stored", "none", "measure", "measure-fusion"],
                        help="kernel tunables and DNNFusion's yellow cells (fused or split): "

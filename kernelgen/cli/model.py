@@ -53,9 +53,9 @@ def run_model(path: str, backend: str, fusion: str, *, inputs: str | None = None
               schedule: str | None = "auto") -> int:
     """Compile the model, run it on random inputs (or those of an .npz file), check every output
     against onnxruntime and print the latency (median of ``repeat`` runs) beside onnxruntime's.
-    ``schedule``: the stages the kernels run in ('auto': IOS's where measured faster than one
-    after another; ``compile_model``). Returns 0 when every output matches, 1 when one does
-    not."""
+    ``schedule``: the stages the kernels run in ('auto': IOS's or greedy's where faster in
+    whole runs than one after another; ``compile_model``). Returns 0 when every output
+    matches, 1 when one does not."""
     proto = load_model(path)
     start = time.perf_counter()
     graph = import_onnx(proto, shapes)
