@@ -379,6 +379,13 @@ CASES: dict[str, Case] = {c.name: c for c in (
          {"algorithm": "direct"}),
     Case("window-7x7", depthwise((1, 2, 11, 23), (2, 1, 7, 7), pads=[3, 3, 3, 3], group=2),
          ("window",), {"algorithm": "direct"}),
+    # stride 2: twice the lanes read, the even ones kept; the last read ends at the buffer's end
+    Case("window-stride2-buffer-end", depthwise((1, 2, 3, 17), (2, 1, 3, 3), group=2,
+                                                strides=[2, 2]), ("window",),
+         {"algorithm": "direct"}, ci=True),
+    Case("window-stride2-padded", depthwise((1, 5, 15, 31), (5, 1, 3, 3), pads=[1, 1, 1, 1],
+                                            group=5, strides=[2, 2]), ("window",),
+         {"algorithm": "direct"}),
     Case("window-one-row-an-item", depthwise((2, 6, 9, 37), (6, 1, 3, 3), pads=[1, 1, 1, 1],
                                              group=6), ("window",),
          {"algorithm": "direct", "window_rows": 1, "local_size": 1}),

@@ -206,6 +206,27 @@ def _simplify(expr: sympy.Expr, ranges: Mapping[sympy.Symbol, int]) -> sympy.Exp
         if (factored := _factor_stride(expr.func, a, d, ranges)) is not None:
             return factored
         return expr.func(a, d)
-    rebuilt = expr.func(*args)
+    if isinstance(expr, (sympy.Min, sympy.Max)):
+        return _without_dominated(expr.func, args, ranges)
     rebuilt = expr.func(*args)
     return sympy.expand(rebuilt) if isinstance(rebuilt, (sympy.Add, sympy.Mul)) else rebuilt
+
+
+def _without_dominated(func: type, args: list[sympy.Expr], ranges: Mapping[sympy.Symbol, int]
+                       ) -> sympy.Expr:
+    """``Min``/``Max`` of ``args`` without the arguments that never decide it: in ``Min`` one
+    whose lower bound reaches another's upper bound. A nearest Resize or an edge Pad clamps its
+    source index to ``[0, n-1]``, which an integer scale's ``o // 2`` never leaves; the clamp
+    would cost two compares per read (generated OpenCL: 0.309 against 0.257 ms for a U-Net
+    resize + concat, 128x28x28)."""
+    kept = list(args)
+    for a in args:
+        ba = bounds(a, ranges)
+        if ba is None:
+            continue
+        for c in kept:
+            bc = None if c is a else bounds(c, ranges)
+            if bc is not None and (ba[0] >= bc[1] if func is sympy.Min else ba[1] <= bc[0]):
+                kept.remove(a)  # c never loses to a; c stays, so a tie never drops both
+                break
+    return kept[0] if len(kept) == 1 else func(*kept)

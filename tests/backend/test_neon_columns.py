@@ -32,7 +32,8 @@ def test_columns_is_the_default_and_matches_onnx(name: str, epilogue: str) -> No
     # two vectors of four at least: a shorter row keeps the scalar 'row' schedule
     assert kernel.metadata["schedule"] == ("columns" if width >= 8 else "row")
     if width >= 8:
-        assert "vfmaq_f32(" in kernel.source and "vld1q_f32(in0" in kernel.source
+        load = "vld2q_f32(in0" if "stride2" in name else "vld1q_f32(in0"
+        assert "vfmaq_f32(" in kernel.source and load in kernel.source
     _check(kernel, ops, feeds)
     _check(fused.emit("neon", tuning="none", algorithm="direct", schedule="row"), ops, feeds)
 

@@ -2,8 +2,8 @@
 output rows and the whole row as float16/8/4 vectors, reads each input row once for all of them,
 tests a padded row once, and moves a vector read a lane over at the row's ends. Against ONNX's
 reference on awkward shapes: rows no multiple of the vector width, rows shorter than a vector,
-prime heights, batch > 1, dilation, asymmetric pads wide enough that whole vectors read only
-padding, a channel multiplier, with a prologue in the reads and epilogues (a residual input, a
+prime heights, batch > 1, dilation, stride 2, asymmetric pads wide enough that whole vectors
+read only padding, a channel multiplier, with a prologue in the reads and epilogues (a residual input, a
 per-channel scale) in the stores; every valid rows-per-item choice; and bad options refused."""
 from __future__ import annotations
 
@@ -30,7 +30,17 @@ BLOCKS = {  # name: (x shape, w shape, conv attributes)
     "narrow-row-wide-pads": ((1, 2, 6, 3), (2, 1, 3, 3), {"pads": [2, 2, 2, 2], "group": 2}),
     "channel-multiplier": ((1, 6, 5, 19), (12, 2, 3, 3), {"pads": [0, 2, 1, 1], "group": 3}),
     "7x7": ((1, 2, 11, 23), (2, 1, 7, 7), {"pads": [3, 3, 3, 3], "group": 2}),
+    # stride 2 (MobileNet's downsampling): every second input column, deinterleaved
+    "3x3-stride2-31-wide": ((1, 5, 15, 31), (5, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 5,
+                                                            "strides": [2, 2]}),
+    "3x3-stride2-asym": ((2, 3, 14, 28), (3, 1, 3, 3), {"pads": [0, 1, 1, 0], "group": 3,
+                                                         "strides": [2, 2]}),
+    "5x5-stride2-45-wide": ((1, 4, 11, 45), (4, 1, 5, 5), {"pads": [2, 2, 2, 2], "group": 4,
+                                                            "strides": [2, 2]}),
+    # the last vector's read ends one element past the input: read lane by lane there
+    "3x3-stride2-buffer-end": ((1, 2, 3, 17), (2, 1, 3, 3), {"group": 2, "strides": [2, 2]}),
 }
+STRIDED = [name for name in BLOCKS if "stride2" in name]
 
 
 def _block(name: str, epilogue: str):
@@ -73,11 +83,13 @@ def test_window_is_the_default_and_matches_onnx(name: str, epilogue: str) -> Non
     # a padded row is tested once for all its vectors: the range test and one test per padded
     # input row, unless no vector read inside the row covers an edge vector's lanes (a row
     # shorter than two vectors, padding wider than the rest of the row): then the generic
-    # guarded load with its lane-by-lane fallback
+    # guarded load with its lane-by-lane fallback. A stride-2 read (twice its lanes, then
+    # the even ones) tests that it ends inside the buffer.
     if "an edge" not in source:
-        assert source.count("if (") <= 1 + sum(BLOCKS[name][2]["pads"][::2])
+        assert source.count("if (") <= 1 + sum(BLOCKS[name][2].get("pads", [0] * 4)[::2])
     else:
-        assert name in ("narrow-row-wide-pads", "pads-wider-than-a-vector")
+        assert name in ("narrow-row-wide-pads", "pads-wider-than-a-vector", *STRIDED)
+    assert (".even" in source) == (name in STRIDED)
     # the widest vectors the device builds of which two fit in a row (16 columns: two float8)
     width = ops[-1].shape[-1]
     widths = [w for w in backends.get("opencl").caps.vector_widths if w >= 4] or [4]
@@ -93,7 +105,7 @@ def test_every_rows_choice_and_group_size(name: str) -> None:
     fused = kg.fuse(*ops)
     plan = opencl_window(fused.lower(), backends.get("opencl").caps.vector_widths)
     assert plan is not None
-    height = BLOCKS[name][0][2] + sum(BLOCKS[name][2]["pads"][::2]) - \
+    height = BLOCKS[name][0][2] + sum(BLOCKS[name][2].get("pads", [0] * 4)[::2]) - \
         (BLOCKS[name][1][2] - 1) * BLOCKS[name][2].get("dilations", [1, 1])[0]
     choices = plan.row_choices
     assert choices == tuple(r for r in range(1, min(height, 8) + 1) if height % r == 0)
@@ -106,12 +118,12 @@ def test_every_rows_choice_and_group_size(name: str) -> None:
 
 
 def test_shapes_outside_the_window_fall_back() -> None:
-    """A strided conv reads no run contiguously and a row of 2 is shorter than any vector:
+    """A stride-3 conv reads no run as vectors and a row of 2 is shorter than any vector:
     both keep another schedule, and stay right."""
     require("opencl")
     rng = np.random.default_rng(3)
-    for x_shape, attrs in (((1, 4, 9, 20), {"pads": [1, 1, 1, 1], "group": 4,
-                                            "strides": [2, 2]}),
+    for x_shape, attrs in (((1, 4, 9, 29), {"pads": [1, 1, 1, 1], "group": 4,
+                                            "strides": [3, 3]}),
                            ((1, 4, 9, 2), {"pads": [1, 1, 1, 1], "group": 4})):
         feeds = {"x": rng.standard_normal(x_shape).astype(np.float32),
                  "w": rng.standard_normal((4, 1, 3, 3)).astype(np.float32)}

@@ -152,7 +152,8 @@ def test_negative_offsets_keep_floor_semantics():
 
 @st.composite
 def expressions(draw, nsyms):
-    """Random affine / FloorDiv / FloorMod expressions over the first ``nsyms`` output symbols."""
+    """Random affine / FloorDiv / FloorMod / Min / Max expressions over the first ``nsyms``
+    output symbols."""
     syms = O[:nsyms]
     leaf = st.one_of(st.sampled_from(syms), st.integers(-6, 6).map(sympy.Integer))
 
@@ -163,6 +164,8 @@ def expressions(draw, nsyms):
             st.tuples(children, st.integers(-4, 6)).map(lambda t: t[0] * t[1]),
             st.tuples(children, st.integers(1, 7)).map(lambda t: FloorDiv(t[0], t[1])),
             st.tuples(children, st.integers(1, 7)).map(lambda t: FloorMod(t[0], t[1])),
+            st.tuples(children, children).map(lambda t: sympy.Min(*t)),
+            st.tuples(children, children).map(lambda t: sympy.Max(*t)),
         )
 
     return draw(st.recursive(leaf, extend, max_leaves=10))
@@ -253,3 +256,18 @@ def test_bounds_examples():
     assert bounds(FloorDiv(o0, 2), ranges) == (0, 2)
     assert bounds(FloorMod(o0 + 7, 3), ranges) == (0, 2)
     assert bounds(FloorMod(o1, 4), ranges) == (0, 2)
+
+
+def test_clamps_that_never_bind_are_dropped():
+    o0, o1 = O[0], O[1]
+    ranges = {o0: 56, o1: 9}
+    # a nearest Resize by 2 clamps its source index to [0, 27]: o0 // 2 never leaves it
+    assert simplify_index(sympy.Max(0, sympy.Min(27, FloorDiv(o0, 2))), ranges) == FloorDiv(o0, 2)
+    # half of the clamp binds: o1 - 2 goes below 0, never above 10
+    assert simplify_index(sympy.Max(0, sympy.Min(10, o1 - 2)), ranges) == sympy.Max(0, o1 - 2)
+    assert simplify_index(sympy.Min(o1, 8), ranges) == o1
+    assert simplify_index(sympy.Min(o1, 7), ranges) == sympy.Min(o1, 7)
+    # bounds that touch ([-3, 5] and [5, 10]): the one that decides stays
+    low, high = o1 - 3, 5 + FloorMod(o0, 6)
+    assert simplify_index(sympy.Max(low, high), ranges) == high
+    assert simplify_index(sympy.Min(low, high), ranges) == low

@@ -533,7 +533,7 @@ def read_together(printers: Sequence[VectorPrinter], loads: Iterable[Load]) -> N
     passing lanes, under one test of each lane-free guard part for all of them (a window's
     input row is tested once, not once per vector: 0.15 against 0.24 ms for a depthwise 3x3
     on PoCL); each printer's ``expr`` then finds them named. The printers share one scope.
-    Other loads are left to ``expr``."""
+    Other loads (stride-2 reads among them) are left to ``expr``."""
     if not printers:
         return
     v, em, scope = printers[0].v, printers[0].em, printers[0].scope
@@ -542,7 +542,7 @@ def read_together(printers: Sequence[VectorPrinter], loads: Iterable[Load]) -> N
     for node in dict.fromkeys(loads):
         for p in printers:
             split = None if node in p.names else split_guard(node.guard, p.sym)
-            if split is None or node.guard is sympy.true:
+            if split is None or node.guard is sympy.true or p._stride(node) != 1:
                 continue
             uniform, linear = split
             known = p._known_lanes(linear)

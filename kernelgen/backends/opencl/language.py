@@ -144,7 +144,17 @@ def vector_syntax(width: int) -> VectorSyntax:
                    broadcast_mask=f"((int{width})(-({{0}})))",
                    iota=f"((int{width})({', '.join(str(j) for j in range(width))}))",
                    fma="fma({0}, {1}, {2})", lane="{v}.s{j:x}",
-                   compose=f"((float{width})({{0}}))")
+                   compose=f"((float{width})({{0}}))", load_stride2=_load_stride2(width))
+
+
+def _load_stride2(width: int) -> str:
+    """Every second float of ``2 * width`` from ``{ptr} + {off}``: a stride-2 window's run
+    (a strided depthwise conv), one or two wide loads and their ``.even`` lanes."""
+    if width <= 8:
+        return f"vload{2 * width}(0, {{ptr}} + {{off}}).even"
+    half = width // 2
+    return (f"((float{width})(vload{width}(0, {{ptr}} + {{off}}).even, "
+            f"vload{width}(0, {{ptr}} + {{off}} + {width}).even))") if half else ""
 
 
 @dataclass(frozen=True)
