@@ -3,8 +3,9 @@ output rows and the whole row as float16/8/4 vectors, reads each input row once 
 tests a padded row once, and moves a vector read a lane over at the row's ends. Against ONNX's
 reference on awkward shapes: rows no multiple of the vector width, rows shorter than a vector,
 prime heights, batch > 1, dilation, stride 2, asymmetric pads wide enough that whole vectors
-read only padding, a channel multiplier, with a prologue in the reads and epilogues (a residual input, a
-per-channel scale) in the stores; every valid rows-per-item choice; and bad options refused."""
+read only padding, a channel multiplier, with a prologue in the reads and epilogues (a residual
+input, a per-channel scale) in the stores; every valid rows-per-item choice; and bad options
+refused."""
 from __future__ import annotations
 
 import numpy as np
