@@ -19,6 +19,7 @@ import kernelgen as kg
 import kernelgen.tune
 from kernelgen import backends, fastrun
 from kernelgen.backends import Config
+from kernelgen.backends.opencl import OpenCL
 from kernelgen.compile.conv_algorithms import ALGORITHMS, WINOGRAD_TILES, applicable, heuristic
 from kernelgen.compile.winograd import (WINOGRAD4_AT, WINOGRAD4_BT, WINOGRAD4_G, WINOGRAD_BT,
                                         _bt_row)
@@ -211,11 +212,17 @@ def test_inapplicable_algorithm_names_the_reason() -> None:
 def test_heuristic_when_nothing_is_measured() -> None:
     def pick(x: tuple[int, ...], w: tuple[int, ...], backend: str = "opencl",
              **attrs: object) -> str:
+        be = backends.get(backend)
+        if isinstance(be, OpenCL):  # what a CPU gets, whichever device this process has
+            be = be.for_device("cpu-avx512")
         return heuristic(kg.fuse(kg.conv(kg.tensor("x", x), kg.tensor("w", w), **attrs)),
-                         backends.get(backend).caps)
+                         be.caps)
 
     resnet_3x3 = ((1, 64, 56, 56), (64, 64, 3, 3))
     assert pick(*resnet_3x3, pads=[1, 1, 1, 1]) == "winograd_4x4"
+    gpu = backends.get("opencl").for_device("desktop-gpu")  # F(4x4) measured on CPUs only
+    assert heuristic(kg.fuse(kg.conv(kg.tensor("x", resnet_3x3[0]), kg.tensor(
+        "w", resnet_3x3[1]), pads=[1, 1, 1, 1])), gpu.caps) == "winograd"
     assert pick((1, 64, 14, 14), (64, 64, 3, 3), pads=[1, 1, 1, 1]) == "winograd"  # 4 ∤ 14
     assert pick(*resnet_3x3, "neon", pads=[1, 1, 1, 1]) == "im2col"  # blocked, one kernel
     assert pick((1, 128, 28, 28), (128, 128, 3, 3), "neon", pads=[1, 1, 1, 1]) == "winograd"
