@@ -3,8 +3,9 @@ graph optimisations, 2 threads) and against a copy kernel moving the same bytes,
 (kernelgen and the copy round-robin, onnxruntime just before and after them): fused
 transposes (2-D, NCHW->NHWC), ShuffleNet's channel shuffle, attention with the Transpose of K
 fused, a masked softmax, residual adds, squeeze-and-excitation scaling, a GELU FFN layer,
-depth-to-space and U-Net's resize + concat, each at three shapes from real models (BERT,
-ResNet, ShuffleNetV2, MobileNetV3, super-resolution, U-Net). Both sides get the same inputs,
+depth-to-space, U-Net's resize + concat and MobileNetV2's strided depthwise convs, each at
+three shapes from real models (BERT, ResNet, ShuffleNetV2, MobileNetV2/V3, super-resolution,
+U-Net). Both sides get the same inputs,
 and kernelgen's output is checked against onnxruntime's before timing.
 
     python bench/patterns.py [--rounds 5] [--repeat 30] [--only transpose,attention]
@@ -197,6 +198,24 @@ def resize_concat(c: int, hw: int) -> Pattern:
                    {"x": _rand(rng, 1, c, hw, hw), "skip": _rand(rng, 1, c, 2 * hw, 2 * hw)},
                    "y")
 
+def depthwise(c: int, hw: int, stride: int) -> Pattern:
+    """clip(x, 0, 6) -> depthwise 3x3 conv with bias: a MobileNetV2 block's ReLU6 and its
+    depthwise conv (stride 2 where the block downsamples); the weights are constants."""
+    rng = np.random.default_rng(10 + stride)
+    w, b = (_rand(rng, c, 1, 3, 3) / 3).astype(np.float32), _rand(rng, c)
+    x = kg.tensor("x", (1, c, hw, hw))
+    six = kg.clip(x, 0.0, 6.0)
+    conv = kg.conv(six, kg.constant("w", w), kg.constant("b", b), pads=[1, 1, 1, 1],
+                   strides=[stride, stride], group=c)
+    consts = {"w": w, "b": b, "lo": np.array(0, np.float32), "hi": np.array(6, np.float32)}
+    nodes = [helper.make_node("Constant", [], [k], value=helper.make_tensor(
+                 k, TensorProto.FLOAT, v.shape, v.ravel())) for k, v in consts.items()]
+    nodes += [helper.make_node("Clip", ["x", "lo", "hi"], ["six"]),
+              helper.make_node("Conv", ["six", "w", "b"], ["y"], pads=[1, 1, 1, 1],
+                               strides=[stride, stride], group=c)]
+    return Pattern("depthwise", f"depthwise 3x3 of relu6, {c}x{hw}x{hw}, stride {stride}",
+                   nodes, [six, conv], {"x": 4 * _rand(rng, 1, c, hw, hw)}, "y")
+
 
 PATTERNS: dict[str, list[Callable[[], Pattern]]] = {
     "transpose": [lambda: transpose_add_relu(2048, 2048), lambda: transpose_add_relu(768, 3072),
@@ -219,6 +238,9 @@ PATTERNS: dict[str, list[Callable[[], Pattern]]] = {
                        lambda: depth_to_space(36, 64, 3)],
     "resize-concat": [lambda: resize_concat(128, 28), lambda: resize_concat(256, 14),
                       lambda: resize_concat(64, 56)],
+    # MobileNetV2 at 224x224: its three downsampling depthwise convs
+    "depthwise": [lambda: depthwise(96, 112, 2), lambda: depthwise(144, 56, 2),
+                  lambda: depthwise(576, 14, 2)],
 }
 
 
@@ -254,7 +276,7 @@ def _timed(f: Callable[[], object], repeat: int) -> list[float]:
 def measure(p: Pattern, rounds: int, repeat: int) -> dict[str, object]:
     fused = kg.fuse(*p.ops, force=True)
     kernel = fused.emit("opencl")
-    arrays = [p.arrays[v.name] for v in fused.inputs]
+    arrays = [p.arrays.get(v.name, kernel.constants.get(v.name)) for v in fused.inputs]
     run_ort, want = ort_runner(p)
     np.testing.assert_allclose(kernel(*arrays), want, rtol=2e-4, atol=2e-5)
     moved = kernel.loop.bytes_moved()

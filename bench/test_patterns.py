@@ -21,7 +21,7 @@ def test_kernelgen(benchmark, family: str) -> None:
     p = PATTERNS[family][0]()
     fused = kg.fuse(*p.ops, force=True)
     kernel = fused.emit("opencl")
-    arrays = [p.arrays[v.name] for v in fused.inputs]
+    arrays = [p.arrays.get(v.name, kernel.constants.get(v.name)) for v in fused.inputs]
     _, want = ort_runner(p)
     np.testing.assert_allclose(kernel(*arrays), want, rtol=2e-4, atol=2e-5)
     benchmark(runner(kernel, *arrays))

@@ -162,3 +162,9 @@ def test_tuner_searches_window_rows(tmp_path) -> None:
     result = tune(loop, "opencl", db=FastRunDB(tmp_path / "db"), repeat=2)
     assert all(c.status in ("ok", "skipped: budget") for c in result.candidates)
     assert result.best in space
+    # a strided one: window rows only (its columns read no contiguous run for the tiles)
+    strided, _ = _block("3x3-stride2-31-wide", "residual")
+    options = [c.as_options() for c in backends.get("opencl").search_space(
+        kg.fuse(*strided).lower())]
+    assert any(o.get("schedule") == "window" for o in options)
+    assert not any("tile" in o for o in options)

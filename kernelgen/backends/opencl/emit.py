@@ -477,7 +477,7 @@ class OpenCLPrinter(ContractionEmitter):
         k, win = self.kernel, self.sched.plan
         assert isinstance(win, WindowPlan) and self.sched.window_rows is not None
         c, cols = win.contraction, win.columns
-        syntax = vector_syntax(cols.width)
+        syntax = vector_syntax(cols.width, stride2=True)
         # the block axis split by the rows each work-item owns; the run's axes are vector lanes
         unrolled = self._split(tuple(self.sched.window_rows if pos == win.block else 1
                                      for pos in range(len(k.domain))))

@@ -133,9 +133,11 @@ RESERVED_PREFIXES = (
 
 
 @cache
-def vector_syntax(width: int) -> VectorSyntax:
+def vector_syntax(width: int, stride2: bool = False) -> VectorSyntax:
     """``floatN`` code with lane numbers, lane access and fma: the contraction templates' and
-    the staged 'row' schedule's vectors."""
+    the staged 'row' schedule's vectors. ``stride2``: reads of every second float as vectors
+    too, which only the 'window' schedule takes (an im2col pack through them measured up to
+    2x slower on ResNet-50's strided 3x3 convs than the patch matrix and a GEMM)."""
     return replace(VECTOR, width=width, vtype=f"float{width}", mtype=f"int{width}",
                    functions=_vector_functions(width),
                    load=f"vload{width}(0, {{ptr}} + {{off}})",
@@ -144,7 +146,8 @@ def vector_syntax(width: int) -> VectorSyntax:
                    broadcast_mask=f"((int{width})(-({{0}})))",
                    iota=f"((int{width})({', '.join(str(j) for j in range(width))}))",
                    fma="fma({0}, {1}, {2})", lane="{v}.s{j:x}",
-                   compose=f"((float{width})({{0}}))", load_stride2=_load_stride2(width))
+                   compose=f"((float{width})({{0}}))",
+                   load_stride2=_load_stride2(width) if stride2 else "")
 
 
 def _load_stride2(width: int) -> str:
@@ -152,9 +155,8 @@ def _load_stride2(width: int) -> str:
     (a strided depthwise conv), one or two wide loads and their ``.even`` lanes."""
     if width <= 8:
         return f"vload{2 * width}(0, {{ptr}} + {{off}}).even"
-    half = width // 2
     return (f"((float{width})(vload{width}(0, {{ptr}} + {{off}}).even, "
-            f"vload{width}(0, {{ptr}} + {{off}} + {width}).even))") if half else ""
+            f"vload{width}(0, {{ptr}} + {{off}} + {width}).even))")
 
 
 @dataclass(frozen=True)

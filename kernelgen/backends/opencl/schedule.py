@@ -490,10 +490,12 @@ def vector_tile(widths: tuple[int, ...]) -> tuple[int, int]:
 
 
 @lru_cache(maxsize=256)  # asked by the tuner's search space and by choose, per emit
-def opencl_contraction(kernel: LoopKernel, widths: tuple[int, ...]) -> Contraction | None:
+def opencl_contraction(kernel: LoopKernel, widths: tuple[int, ...], stride2: bool = False
+                       ) -> Contraction | None:
     """The contraction the 'tiled' schedule runs: ``lower.contraction``'s, or a rowless one
-    (depthwise conv) when its columns load as vectors of ``widths``; the row-less form with
-    lanes loaded one by one would lose to the 'item' and 'row' schedules."""
+    (depthwise conv) when its columns load as vectors of ``widths`` (every second one too,
+    with ``stride2``: the 'window' schedule's); the row-less form with lanes loaded one by one
+    would lose to the 'item' and 'row' schedules."""
     found = contraction(kernel)
     if found is not None or not widths or \
             not all(b.dtype is DType.float32 for b in kernel.outputs):
@@ -501,7 +503,7 @@ def opencl_contraction(kernel: LoopKernel, widths: tuple[int, ...]) -> Contracti
     rowless = contraction(kernel, rowless=True)
     if rowless is None or operand_has_reduction(rowless.right):
         return None
-    plan = vector_plan(kernel, rowless, vector_tile(widths), False, widths)
+    plan = vector_plan(kernel, rowless, vector_tile(widths), False, widths, stride2=stride2)
     return rowless if plan is not None and plan.right is not None else None
 
 
@@ -511,10 +513,10 @@ def opencl_window(kernel: LoopKernel, widths: tuple[int, ...]) -> WindowPlan | N
     its own: a depthwise conv's weights) whose other operand reads a run of at most
     ``WINDOW_MAX_RUN`` output columns as vectors, with a vector epilogue, and whose taps times
     vectors fit the straight-line code budget; else None."""
-    c = opencl_contraction(kernel, widths)
+    c = opencl_contraction(kernel, widths, stride2=True)
     if c is None or c.rows or operand_has_reduction(c.left) or operand_has_reduction(c.right):
         return None
-    plan = vector_plan(kernel, c, (1, WINDOW_MAX_RUN), False, widths)
+    plan = vector_plan(kernel, c, (1, WINDOW_MAX_RUN), False, widths, stride2=True)
     if plan is None or plan.right is None:
         return None
     n_run = prod(kernel.domain[i][1] for i in plan.run)
@@ -558,16 +560,18 @@ def vector_epilogue(k: LoopKernel, c: Contraction, plan: VectorPlan
 
 
 def vector_plan(k: LoopKernel, c: Contraction, tile: tuple[int, ...], full_columns: bool,
-                widths: tuple[int, ...], producer: bool = False) -> VectorPlan | None:
+                widths: tuple[int, ...], producer: bool = False, stride2: bool = False
+                ) -> VectorPlan | None:
     """The widest contiguous run of trailing column axes the right operand reads, and the
     vector width (one of ``widths``, the device's) and tile that fit it; None when no run has
     as many columns as the narrowest width (scalar template).
     ``full_columns`` (AGO) needs one tile spanning every column; ``producer`` lets the right
-    operand hold a reduction (AGO's producer as the vector operand)."""
+    operand hold a reduction (AGO's producer as the vector operand); ``stride2`` lets it read
+    every second column (the 'window' schedule's strided convs)."""
     flat = sympy.Symbol("kg_col")
     if not widths:
         return None
-    syntax = vector_syntax(widths[0])
+    syntax = vector_syntax(widths[0], stride2)
     cols = list(c.cols)
     # default: lanes loaded one by one over every column
     choice: tuple[tuple[int, ...], Expr | None] = (tuple(cols), None)

@@ -15,9 +15,10 @@ def search_space(loop: LoopKernel, caps: Capabilities) -> list[Config]:
     widths and work-group limit), the default first."""
     widths, most = caps.vector_widths, caps.max_work_group or 1024
     c = opencl_contraction(loop, widths)
-    if c is not None and not c.rows:  # depthwise: one row, columns in vectors
-        tiles = [Config.of(tile=(1, n)) for n in (32, 16, 48, 64)]
-        window = opencl_window(loop, widths)
+    window = opencl_window(loop, widths)
+    if window is not None or (c is not None and not c.rows):
+        # depthwise: one row, columns in vectors (a strided one: in the 'window' schedule only)
+        tiles = [Config.of(tile=(1, n)) for n in (32, 16, 48, 64)] if c is not None else []
         if window is None:
             return tiles
         # the default's window rows first, then the others and a few group sizes
