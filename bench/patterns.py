@@ -5,8 +5,8 @@ transposes (2-D, NCHW->NHWC), ShuffleNet's channel shuffle, attention with the T
 fused, a masked softmax, residual adds, squeeze-and-excitation scaling, a GELU FFN layer,
 depth-to-space, U-Net's resize + concat and MobileNetV2's strided depthwise convs, each at
 three shapes from real models (BERT, ResNet, ShuffleNetV2, MobileNetV2/V3, super-resolution,
-U-Net). Both sides get the same inputs,
-and kernelgen's output is checked against onnxruntime's before timing.
+U-Net). Both sides get the same inputs, and kernelgen's output is checked against
+onnxruntime's before timing.
 
     python bench/patterns.py [--rounds 5] [--repeat 30] [--only transpose,attention]
                              [--json bench/results/patterns.json]
@@ -197,6 +197,7 @@ def resize_concat(c: int, hw: int) -> Pattern:
                    [up, kg.concat([up, skip], axis=1)],
                    {"x": _rand(rng, 1, c, hw, hw), "skip": _rand(rng, 1, c, 2 * hw, 2 * hw)},
                    "y")
+
 
 def depthwise(c: int, hw: int, stride: int) -> Pattern:
     """clip(x, 0, 6) -> depthwise 3x3 conv with bias: a MobileNetV2 block's ReLU6 and its

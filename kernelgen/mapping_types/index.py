@@ -217,8 +217,8 @@ def _without_dominated(func: type, args: list[sympy.Expr], ranges: Mapping[sympy
     """``Min``/``Max`` of ``args`` without the arguments that never decide it: in ``Min`` one
     whose lower bound reaches another's upper bound. A nearest Resize or an edge Pad clamps its
     source index to ``[0, n-1]``, which an integer scale's ``o // 2`` never leaves; the clamp
-    would cost two compares per read (generated OpenCL: 0.309 against 0.257 ms for a U-Net
-    resize + concat, 128x28x28)."""
+    costs two compares per read (generated OpenCL for a U-Net resize + concat at 128x28x28:
+    0.253 ms with it, 0.225 without)."""
     kept = list(args)
     for a in args:
         ba = bounds(a, ranges)
