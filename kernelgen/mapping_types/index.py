@@ -219,13 +219,14 @@ def _without_dominated(func: type, args: list[sympy.Expr], ranges: Mapping[sympy
     source index to ``[0, n-1]``, which an integer scale's ``o // 2`` never leaves; the clamp
     costs two compares per read (generated OpenCL for a U-Net resize + concat at 128x28x28:
     0.253 ms with it, 0.225 without)."""
+    of = {a: bounds(a, ranges) for a in args}  # each argument's bounds, computed once
     kept = list(args)
     for a in args:
-        ba = bounds(a, ranges)
+        ba = of[a]
         if ba is None:
             continue
         for c in kept:
-            bc = None if c is a else bounds(c, ranges)
+            bc = None if c is a else of[c]
             if bc is not None and (ba[0] >= bc[1] if func is sympy.Min else ba[1] <= bc[0]):
                 kept.remove(a)  # c never loses to a; c stays, so a tie never drops both
                 break
