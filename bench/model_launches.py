@@ -23,6 +23,7 @@ from models.model_zoo import bert_layer, light, mobilenet_v2  # noqa: E402
 
 import kernelgen as kg  # noqa: E402
 from kernelgen.exec.arguments import bind_inputs  # noqa: E402
+from kernelgen.exec.program import Program  # noqa: E402
 from kernelgen.graph.planners import PLANNERS  # noqa: E402
 
 MODELS = {  # name: (model, input shapes)
@@ -36,7 +37,8 @@ MODELS = {  # name: (model, input shapes)
 
 def launches(session: kg.Session, feeds: dict[str, np.ndarray], repeat: int
              ) -> list[tuple[float, str]]:
-    """(median seconds, kernel name) of each launch of the session's plan, in plan order."""
+    """(median seconds, kernel name with its output shapes and schedule) of each launch of the
+    session's plan, in plan order."""
     model = session.model
     arrays = bind_inputs("model", model.graph.inputs, (), feeds)
     handles = model._handles(model._take(), {model.plan.inputs[k]: a
@@ -50,8 +52,16 @@ def launches(session: kg.Session, feeds: dict[str, np.ndarray], repeat: int
             if model.runtime is not None:
                 model.runtime.sync()
             times[k].append(time.perf_counter() - start)
-    return [(statistics.median(t), model.plan.kernels[launch.kernel].name)
+    return [(statistics.median(t), _described(model.executables[launch.kernel]))
             for t, launch in zip(times, model.plan.launches)]
+
+
+def _described(exe: kg.Kernel | Program) -> str:
+    """The name, output shapes and schedule of each kernel of ``exe``."""
+    kernels = exe.kernels if isinstance(exe, Program) else (exe,)
+    return " + ".join(
+        f"{k.name} ({', '.join('x'.join(map(str, b.shape)) for b in k.loop.outputs)}; "
+        f"{k.metadata.get('schedule', '-')})" for k in kernels)
 
 
 def main() -> None:

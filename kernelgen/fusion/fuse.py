@@ -19,8 +19,9 @@ from ..dtypes import DType
 from ..errors import FusionError
 from ..ir.expr import DataBindings, Expr, IndexCond, Read, Reduce, const, select, transform, walk
 from ..ir.node import _DIRECTNESS, Op, Value, _reads_with_axes
-from ..mapping_types import (Colour, FusionRule, IndexMap, MappingType, fresh_reduce_symbol,
-                             fusion_rule, out_symbols, simplify_index)
+from ..mapping_types import (Colour, FusionRule, IndexMap, MappingType, folds_to_flat,
+                             fresh_reduce_symbol, fusion_rule, out_symbols, reshape_rule,
+                             simplify_index)
 from ..mapping_types.index_map import simplify_guard
 
 
@@ -261,6 +262,7 @@ def _decide_edges(block: list[Op], force: bool, conservative: bool
                   ) -> tuple[list[EdgeRule], MappingType]:
     """Apply the fusion table along every edge, with each producer's accumulated block type."""
     acc: dict[int, MappingType] = {}
+    free: dict[int, bool] = {}  # a Reorganize accumulated from free reshapes only
     edges: list[EdgeRule] = []
     members = {id(op) for op in block}
     for op in block:
@@ -268,8 +270,11 @@ def _decide_edges(block: list[Op], force: bool, conservative: bool
         for slot, v in enumerate(op.inputs):
             if id(v) not in members:
                 continue
-            rule = fusion_rule(acc[id(v)], op.input_mapping_types[slot],
-                               conservative_oto_into_heavy=conservative)
+            first, second = acc[id(v)], op.input_mapping_types[slot]
+            rule = reshape_rule(first, second, free_first=free[id(v)],
+                                free_second=second is MappingType.REORGANIZE and
+                                folds_to_flat(op.index_maps[slot])) or \
+                fusion_rule(first, second, conservative_oto_into_heavy=conservative)
             if rule.colour is Colour.RED and not force:
                 kind = getattr(v, "kind", "")
                 raise FusionError(f"refusing to fuse '{v.name}' ({kind}) into '{op.name}' "
@@ -277,6 +282,11 @@ def _decide_edges(block: list[Op], force: bool, conservative: bool
             edges.append(EdgeRule(v.name, op.name, rule))
             fused_types.append(rule.fused or MappingType.MANY_TO_MANY)
         acc[id(op)] = max(fused_types, key=_DIRECTNESS.index) if fused_types else op.mapping_type
+        free[id(op)] = acc[id(op)] is MappingType.REORGANIZE and all(
+            folds_to_flat(m) for m, t in zip(op.index_maps, op.input_mapping_types)
+            if t is MappingType.REORGANIZE) and all(
+            free[id(v)] or acc[id(v)] is MappingType.ONE_TO_ONE
+            for v in op.inputs if id(v) in members)
     block_type = max((acc[id(op)] for op in block), key=_DIRECTNESS.index)
     return edges, block_type
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import sympy
 
+from .index import FloorDiv, FloorMod, simplify_index
 from .index_map import IndexMap, evaluate
 from .types import MappingType
 
@@ -82,3 +83,15 @@ def _keeps_linear_order(m: IndexMap, offsets: np.ndarray) -> bool:
 def is_identity(m: IndexMap) -> bool:
     return m.in_shape == m.out_shape and m.guard is sympy.true and not m.reduce and \
         tuple(m.exprs) == m.out_symbols
+
+
+def folds_to_flat(m: IndexMap) -> bool:
+    """True for a Reorganize map (a reshape: every element keeps its row-major position) whose
+    input offset simplifies to the output's own flat offset with no division left: fused, it
+    costs no index arithmetic and moves nothing, so it changes no loop's locality."""
+    if classify(m) is not MappingType.REORGANIZE:
+        return False
+    in_strides = np.cumprod((1,) + tuple(reversed(m.in_shape[1:])))[::-1]
+    offset = simplify_index(sum((e * int(s) for e, s in zip(m.exprs, in_strides)),
+                                sympy.Integer(0)), m.ranges)
+    return not offset.has(FloorDiv, FloorMod)

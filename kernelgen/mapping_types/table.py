@@ -98,6 +98,24 @@ def fusion_rule(first: MappingType, second: MappingType, *,
 Cell = tuple[MappingType, MappingType]
 
 
+_FREE_RESHAPE = ("a reshape whose index arithmetic folds back to the flat offset moves no element "
+                 "and changes no loop's locality, so it fuses as One-to-One does")
+
+
+def reshape_rule(first: MappingType, second: MappingType, *, free_first: bool,
+                 free_second: bool) -> FusionRule | None:
+    """The green rule for an edge with a free reshape on a side that would otherwise be a
+    Reorganize cell of ``_LAYOUT``'s (``free_first``/``free_second``: that side is such a
+    reshape, ``classify.folds_to_flat``); None when the table's own rule stands."""
+    as_first = OTO if free_first and first is REORG else first
+    as_second = OTO if free_second and second is REORG else second
+    if _TABLE[(first, second)][1] is Colour.GREEN or (as_first, as_second) == (first, second):
+        return None
+    fused, colour, _ = _TABLE[(as_first, as_second)]
+    return FusionRule(first, second, fused, colour, _FREE_RESHAPE) \
+        if colour is Colour.GREEN else None
+
+
 def fusion_table(*, conservative_oto_into_heavy: bool = False) -> dict[Cell, FusionRule]:
     """All 25 cells."""
     return {(a, b): fusion_rule(a, b, conservative_oto_into_heavy=conservative_oto_into_heavy)

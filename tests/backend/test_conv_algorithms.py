@@ -273,7 +273,7 @@ def test_stored_tiles_are_used_by_default(tmp_path, monkeypatch) -> None:
     """The templates take their tunables from the Fast-Run database without being asked."""
     require("opencl")
     monkeypatch.setenv("KERNELGEN_CACHE_DIR", str(tmp_path))
-    from kernelgen.backends.opencl.schedule import VECTOR_TILE
+    from kernelgen.backends.opencl.columns import VECTOR_TILE
 
     fused = kg.fuse(kg.matmul(kg.tensor("a", (13, 17)), kg.tensor("b", (17, 19))))
     default = VECTOR_TILE[0]

@@ -15,6 +15,7 @@ from reference import evaluate_chain
 from test_ops import CASES, Case, data
 
 import kernelgen as kg
+from kernelgen.mapping_types import folds_to_flat
 
 # one case per operator kind keeps the matrix to a few seconds per backend
 _SEEN: set[str] = set()
@@ -78,6 +79,31 @@ def test_index_only_ops_leave_no_buffer(backend: str) -> None:
     assert_close(got, np.exp(X.transpose(2, 0, 1).reshape(5, 24)[1:5:2, 3:20:3]))
     composed = fused.index_maps[(e.name, "x")]  # x's index straight from e's output index
     assert len(composed.exprs) == 3 and composed.out_shape == (2, 6)
+
+
+@pytest.mark.parametrize("shape", [(1, 7, 3, 5), (2, 13, 1, 1), (3, 1, 4, 11)])
+def test_free_reshapes_fuse_beside_reductions(backend: str, shape: tuple[int, ...]) -> None:
+    """A classifier head: GlobalAveragePool -> Flatten fuses without a measurement (a reshape
+    that folds back to the flat offset is green, docs/algorithms.md), and so does Flatten ->
+    Gemm; both against NumPy on shapes with 1s and primes."""
+    x = kg.tensor("x", shape)
+    pooled = kg.global_pool("GlobalAveragePool", x)
+    flat = kg.flatten(pooled)
+    head = kg.fuse(pooled, flat)  # green: no force, no measurement
+    assert not head.needs_measurement
+    X = data(shape)
+    (got,) = run(backend, head, X)
+    assert_close(got, X.mean(axis=(2, 3)))
+    rows = kg.flatten(x)
+    w = kg.tensor("w", (3, int(np.prod(shape[1:]))))
+    gemm = kg.gemm(rows, w, transB=1)
+    fc = kg.fuse(rows, gemm)
+    # a merge of three axes keeps divisions the simplifier does not fold yet: yellow
+    assert fc.needs_measurement == (not folds_to_flat(rows.index_maps[0]))
+    assert fc.needs_measurement == (shape == (1, 7, 3, 5))
+    W = data(w.shape)
+    (got,) = run(backend, fc, X, W)
+    assert_close(got, X.reshape(shape[0], -1) @ W.T, scale=10)
 
 
 def test_multi_output_block(backend: str) -> None:

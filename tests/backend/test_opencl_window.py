@@ -17,7 +17,8 @@ from kernelgen import backends
 from kernelgen.tune import tune
 import kernelgen as kg
 from kernelgen.fastrun import FastRunDB
-from kernelgen.backends.opencl.schedule import opencl_window
+from kernelgen.backends.opencl import window
+from kernelgen.backends.opencl.window import opencl_window
 
 BLOCKS = {  # name: (x shape, w shape, conv attributes)
     "3x3-37-wide": ((2, 6, 9, 37), (6, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 6}),
@@ -99,15 +100,22 @@ def test_window_is_the_default_and_matches_onnx(name: str, epilogue: str) -> Non
     _check(kernel, ops, feeds)
 
 
-@pytest.mark.parametrize("name", ["3x3-37-wide", "3x3-16-wide-prime-height", "7x7"])
+def _out_height(name: str) -> int:
+    x_shape, w_shape, attrs = BLOCKS[name]
+    span = (w_shape[2] - 1) * attrs.get("dilations", [1, 1])[0] + 1
+    return (x_shape[2] + sum(attrs.get("pads", [0] * 4)[::2]) - span) // \
+        attrs.get("strides", [1, 1])[0] + 1
+
+
+@pytest.mark.parametrize("name", ["3x3-37-wide", "3x3-16-wide-prime-height", "7x7",
+                                  "3x3-stride2-31-wide", "3x3-stride2-asym"])
 def test_every_rows_choice_and_group_size(name: str) -> None:
     require("opencl")
     ops, feeds = _block(name, "sigmoid")
     fused = kg.fuse(*ops)
     plan = opencl_window(fused.lower(), backends.get("opencl").caps.vector_widths)
     assert plan is not None
-    height = BLOCKS[name][0][2] + sum(BLOCKS[name][2].get("pads", [0] * 4)[::2]) - \
-        (BLOCKS[name][1][2] - 1) * BLOCKS[name][2].get("dilations", [1, 1])[0]
+    height = _out_height(name)
     choices = plan.row_choices
     assert choices == tuple(r for r in range(1, min(height, 8) + 1) if height % r == 0)
     for rows in choices:
@@ -116,6 +124,36 @@ def test_every_rows_choice_and_group_size(name: str) -> None:
                                 local_size=local)
             assert kernel.metadata["tunables"]["window_rows"] == rows
             _check(kernel, ops, feeds)
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_default_rows_follow_the_read_budget(stride: int) -> None:
+    """A work-item owns the most rows whose distinct input vectors fit ``WINDOW_MAX_READS``
+    (never fewer than the largest divisor up to ``WINDOW_ROWS``): a 3x3 conv's R output rows
+    read (R - 1) * stride + 3 input rows, each as 3 shifted vectors per vector of the row."""
+    require("opencl")
+    widths = backends.get("opencl").caps.vector_widths
+    for channels, out_hw in ((576, 7), (144, 28), (32, 56)):
+        hw = out_hw * stride
+        x = kg.tensor("x", (1, channels, hw, hw))
+        conv = kg.conv(kg.relu(x), kg.tensor("w", (channels, 1, 3, 3)), pads=[1, 1, 1, 1],
+                       strides=[stride, stride], group=channels)
+        loop = kg.fuse(conv.inputs[0], conv).lower()
+        plan = opencl_window(loop, widths)
+        assert plan is not None
+        reads = {r: len(plan.starts) * window.distinct_reads(loop, plan.contraction,
+                                                             plan.columns, plan.block, r)
+                 for r in plan.row_choices}
+        for r, n in reads.items():
+            assert n == ((r - 1) * stride + 3) * 3 * len(plan.starts)
+        least = max(r for r in plan.row_choices if r <= window.WINDOW_ROWS)
+        fitting = [r for r, n in reads.items() if n <= window.WINDOW_MAX_READS]
+        assert plan.default_rows == max([least, *fitting])
+        kernel = kg.fuse(conv.inputs[0], conv).emit("opencl", tuning="none",
+                                                    algorithm="direct")
+        assert kernel.metadata["tunables"]["window_rows"] == plan.default_rows
+        if out_hw == 7:  # MobileNetV2's last stages: a work-item owns a whole channel
+            assert plan.default_rows == 7
 
 
 def test_shapes_outside_the_window_fall_back() -> None:

@@ -121,3 +121,40 @@ def test_every_rule_has_a_reason_and_its_string_mentions_the_colour():
 
 def test_colour_strings():
     assert {str(c) for c in Colour} == {"green", "yellow", "red"}
+
+
+def test_a_free_reshape_fuses_as_one_to_one():
+    """A Reorganize edge whose reshape folds back to the flat offset (``folds_to_flat``) is
+    green beside a reduction or an expansion, where the table's cell says measure: it moves no
+    element. A transpose (Shuffle), or a reshape of a transpose, keeps the table's yellow."""
+    import kernelgen as kg
+    from kernelgen.mapping_types import folds_to_flat
+
+    x = kg.tensor("x", (2, 6, 5, 7))
+    pooled = kg.global_pool("GlobalAveragePool", x)
+    flat = kg.flatten(pooled)
+    assert flat.input_mapping_types == (MappingType.REORGANIZE,)
+    assert folds_to_flat(flat.index_maps[0])
+    merged = kg.reshape(kg.tensor("y", (3, 5, 7)), (3, 35))
+    assert folds_to_flat(merged.index_maps[0])  # 35*o0 + 7*(o1 // 7) + o1 % 7 folds to 35*o0 + o1
+    shuffled = kg.transpose(kg.tensor("z", (3, 140)))
+    assert not folds_to_flat(shuffled.index_maps[0])
+
+    def rules(*ops):
+        return {(e.producer, e.consumer): e.rule for e in kg.fuse(*ops, force=True).edges}
+
+    into_pool = rules(pooled, flat)[(pooled.name, flat.name)]
+    assert (into_pool.colour, into_pool.fused) == (Colour.GREEN, MTM)
+    assert "reshape" in into_pool.reason
+    gemm = kg.gemm(flat, kg.tensor("w", (6, 3)))
+    out_of = rules(flat, gemm)[(flat.name, gemm.name)]
+    assert (out_of.colour, out_of.fused) == (Colour.GREEN, MTM)
+    t = kg.transpose(kg.tensor("a", (9, 6)))
+    reshaped = kg.reshape(t, (6, 9))
+    mm = kg.matmul(reshaped, kg.tensor("b", (9, 4)))
+    chain = rules(t, reshaped, mm)
+    assert chain[(reshaped.name, mm.name)].colour is Colour.YELLOW
+    # beside a One-to-One op the table's cells are green already and keep their reasons
+    relu = kg.relu(flat)
+    assert rules(flat, relu)[(flat.name, relu.name)] == fusion_rule(
+        MappingType.REORGANIZE, OTO)

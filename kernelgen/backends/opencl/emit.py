@@ -20,10 +20,11 @@ from ..c.contraction import FLAT_K, ContractionEmitter
 from ..c.vector import VectorPrinter, read_together, split_guard
 from ..printer import Scope, recomputed_inside
 from . import transposed
+from .columns import vector_epilogue
 from .language import (BARRIER, BUFFER_TYPES, FLOAT, INT, RESERVED_NAMES, RESERVED_PREFIXES,
                        SCALAR_TYPES, VECTOR, Launch, OpenCLSource, vector_syntax)
-from .schedule import (PACK_LOCAL, UNROLLED_LANES, OpenCLSchedule, TilePlan, TransposedReads,
-                       WindowPlan, vector_epilogue)
+from .schedule import PACK_LOCAL, UNROLLED_LANES, OpenCLSchedule, TilePlan, TransposedReads
+from .window import WindowPlan
 
 
 def render(schedule: OpenCLSchedule, caps: Capabilities) -> OpenCLSource:

@@ -29,17 +29,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 from typing import Any
 
 import sympy
 
 from ...dtypes import DType
 from ...ir.expr import Expr, extent, free_index_symbols
-from ...ir.loop import Buffer, LoopKernel
-from ...ir.substitute import flatten_axes, flatten_offset
+from ...ir.loop import LoopKernel
 from ...lower import unroll
-from ...lower.contraction import (Contraction, contraction, operand_buffers, operand_has_reduction,
+from ...lower.contraction import (Contraction, operand_buffers, operand_has_reduction,
                                   producer_redundancy)
 from ...lower.staging import shared_terms_only, unstage
 from ...lower.transpose import TransposedReads
@@ -47,9 +45,11 @@ from ...shapes import prod
 from ..base import (PRIVATE, Capabilities, Schedule, check_derived, check_options,
                     option_names)
 from ..c.contraction import FLAT_K, flat_reduction
-from ..c.vector import vector_reduction_ok, vectorizable
+from ..c.vector import vector_reduction_ok
 from . import transposed
-from .language import VECTOR, vector_syntax
+from .columns import VectorPlan, opencl_contraction, vector_plan, vector_tile
+from .language import VECTOR
+from .window import WINDOW_LOCAL, WINDOW_MAX_RUN, WindowPlan, opencl_window
 
 KINDS = ("elementwise", "group", "item", "row", "tiled", "window")
 STAGED_KINDS = ("item", "row")  # a staged row is an array of one work-item
@@ -75,12 +75,6 @@ AGO_PRODUCER_GROUP = 8
 # most consumer rows one tile spans when the producer is the vector operand: one sum vector a
 # row, so 32 rows fill AVX-512's registers
 AGO_MAX_ROWS = 32
-# Vector-column contraction (contraction_vec.cl.tmpl): 8 rows x 2 float16 = 16 of AVX-512's 32
-# registers hold the sums. Measured on PoCL, 1024^3 GEMM: 140-220 GFLOP/s against 24 for the
-# scalar 8x8 tile, whose arrays PoCL left in memory. Work-groups of a few rows share the right
-# operand's panel; 4 measured as good as 1 and better than 64. The columns are two of the
-# widest vectors the device builds (``vector_tile``).
-VECTOR_TILE = (8, 32)
 SCALAR_TILE = (4, 4)  # the scalar template's (outputs other than float32)
 SCALAR_MAX_LOCAL = 64
 VECTOR_LOCAL = 4
@@ -102,49 +96,6 @@ PACK_MIN_BYTES = 1 << 20
 PACK_TILE_MIN_ITEMS = 16
 PACK_TILE_MAX_BYTES = 1 << 20
 PACK_TILE_LOCAL = 2
-# 'window' (window.cl.tmpl), measured on PoCL for a depthwise 3x3 over 128x56x56 in one run:
-# 0.078-0.087 ms with 4 rows a work-item, 0.109 ms with 1 and 0.093 with 8, against 0.19 ms for
-# the vector-column tiles; groups of 8 to 128 items within 10% of each other.
-WINDOW_MAX_RUN = 128  # the longest run one work-item covers whole (8 float16 vectors)
-WINDOW_ROWS = 4  # default rows a work-item owns (the largest divisor of the axis up to this)
-WINDOW_MAX_FMAS = 2048  # straight-line code: rows x taps x vectors at most
-WINDOW_LOCAL = 32
-
-
-@dataclass(frozen=True)
-class VectorPlan:
-    """Columns of a vector-column contraction tile: ``run`` (domain positions, row-major) is
-    the column axes one tile walks as ``tile_n`` consecutive flat positions, ``width`` lanes a
-    vector; ``right`` is the right operand over the flat position ``flat`` when it reads the run
-    contiguously (vector loads), else None (lanes loaded one by one)."""
-
-    run: tuple[int, ...]
-    width: int
-    tile_n: int
-    flat: sympy.Symbol
-    right: Expr | None
-
-
-@dataclass(frozen=True)
-class WindowPlan:
-    """A 'window' kernel's contraction and columns: the run ``columns`` walks as vectors
-    starting at ``starts`` (the last one overlaps its neighbour where the run is no multiple
-    of the width), ``block`` the domain position of the axis whose points one work-item owns
-    several of (None: no axis outside the run), and each output's flat store offset and
-    vector epilogue."""
-
-    contraction: Contraction  # row-less: the left operand has no axis of its own
-    columns: VectorPlan
-    starts: tuple[int, ...]
-    block: int | None
-    epilogue: tuple[tuple[Buffer, sympy.Expr, Expr], ...]
-    # rows of ``block`` a work-item may own: divisors of its extent up to 8 whose copies of the
-    # taps stay within the straight-line code budget
-    row_choices: tuple[int, ...]
-
-    @property
-    def default_rows(self) -> int:
-        return max(r for r in self.row_choices if r <= WINDOW_ROWS)
 
 
 @dataclass(frozen=True)
@@ -483,113 +434,3 @@ def _producer_group(c: Contraction, left: Expr, right: Expr | None) -> int:
                key=lambda g: -(-k_extent // g) * g)
 
 
-def vector_tile(widths: tuple[int, ...]) -> tuple[int, int]:
-    """The vector template's default tile: ``VECTOR_TILE``'s rows by two of the widest vectors
-    the device builds."""
-    return VECTOR_TILE[0], 2 * widths[0] if widths else VECTOR_TILE[1]
-
-
-@lru_cache(maxsize=256)  # asked by the tuner's search space and by choose, per emit
-def opencl_contraction(kernel: LoopKernel, widths: tuple[int, ...], stride2: bool = False
-                       ) -> Contraction | None:
-    """The contraction the 'tiled' schedule runs: ``lower.contraction``'s, or a rowless one
-    (depthwise conv) when its columns load as vectors of ``widths`` (every second one too,
-    with ``stride2``: the 'window' schedule's); the row-less form with lanes loaded one by one
-    would lose to the 'item' and 'row' schedules."""
-    found = contraction(kernel)
-    if found is not None or not widths or \
-            not all(b.dtype is DType.float32 for b in kernel.outputs):
-        return found
-    rowless = contraction(kernel, rowless=True)
-    if rowless is None or operand_has_reduction(rowless.right):
-        return None
-    plan = vector_plan(kernel, rowless, vector_tile(widths), False, widths, stride2=stride2)
-    return rowless if plan is not None and plan.right is not None else None
-
-
-@lru_cache(maxsize=256)
-def opencl_window(kernel: LoopKernel, widths: tuple[int, ...]) -> WindowPlan | None:
-    """The 'window' plan when ``kernel`` is a row-less contraction (one operand has no axis of
-    its own: a depthwise conv's weights) whose other operand reads a run of at most
-    ``WINDOW_MAX_RUN`` output columns as vectors, with a vector epilogue, and whose taps times
-    vectors fit the straight-line code budget; else None."""
-    c = opencl_contraction(kernel, widths, stride2=True)
-    if c is None or c.rows or operand_has_reduction(c.left) or operand_has_reduction(c.right):
-        return None
-    plan = vector_plan(kernel, c, (1, WINDOW_MAX_RUN), False, widths, stride2=True)
-    if plan is None or plan.right is None:
-        return None
-    n_run = prod(kernel.domain[i][1] for i in plan.run)
-    epilogue = vector_epilogue(kernel, c, plan)
-    if n_run > WINDOW_MAX_RUN or epilogue is None:
-        return None
-    # two vectors at least where the run allows: a vector as wide as the run has no read
-    # inside it to move a lane over at the padded ends (16 columns: two float8)
-    w = next((w for w in widths if 2 * w <= n_run), plan.width)
-    plan = replace(plan, width=w)
-    starts = list(range(0, n_run - w + 1, w))
-    if starts[-1] + w < n_run:
-        starts.append(n_run - w)
-    per_row = extent(c.reduce) * len(starts)
-    if per_row > WINDOW_MAX_FMAS:  # a long window: straight-line code
-        return None
-    outer = [i for i in c.cols if i not in plan.run]
-    block = outer[-1] if outer else None
-    n = kernel.domain[block][1] if block is not None else 1
-    rows = tuple(r for r in range(1, min(n, 8) + 1)
-                 if n % r == 0 and r * per_row <= WINDOW_MAX_FMAS)
-    return WindowPlan(c, plan, tuple(starts), block, tuple(epilogue), rows)
-
-
-def vector_epilogue(k: LoopKernel, c: Contraction, plan: VectorPlan
-                    ) -> list[tuple[Buffer, sympy.Expr, Expr]] | None:
-    """(output, flat store offset, flat value) for each output when all store ``width``
-    lanes contiguously and have a vector form, else None."""
-    run = [k.domain[i] for i in plan.run]
-    offset = flatten_offset(k.store_offset, run, plan.flat)
-    if offset is None or offset.coeff(plan.flat) != 1:
-        return None
-    syntax, keep = vector_syntax(plan.width), frozenset({c.reduce})
-    out = []
-    for buf, st in zip(k.outputs, k.stores):
-        value = flatten_axes(st.value, run, plan.flat, keep)
-        if value is None or not vectorizable(value, plan.flat, syntax, lanes=keep):
-            return None
-        out.append((buf, offset, value))
-    return out
-
-
-def vector_plan(k: LoopKernel, c: Contraction, tile: tuple[int, ...], full_columns: bool,
-                widths: tuple[int, ...], producer: bool = False, stride2: bool = False
-                ) -> VectorPlan | None:
-    """The widest contiguous run of trailing column axes the right operand reads, and the
-    vector width (one of ``widths``, the device's) and tile that fit it; None when no run has
-    as many columns as the narrowest width (scalar template).
-    ``full_columns`` (AGO) needs one tile spanning every column; ``producer`` lets the right
-    operand hold a reduction (AGO's producer as the vector operand); ``stride2`` lets it read
-    every second column (the 'window' schedule's strided convs)."""
-    flat = sympy.Symbol("kg_col")
-    if not widths:
-        return None
-    syntax = vector_syntax(widths[0], stride2)
-    cols = list(c.cols)
-    # default: lanes loaded one by one over every column
-    choice: tuple[tuple[int, ...], Expr | None] = (tuple(cols), None)
-    for start in range(len(cols) if not full_columns else 1):
-        run = tuple(cols[start:])
-        merged = flatten_axes(c.right, [k.domain[i] for i in run], flat)
-        if merged is not None and vectorizable(merged, flat, syntax, guarded=True,
-                                               reductions=producer):
-            choice = (run, merged)
-            break
-    run, right = choice
-    n_run = prod(k.domain[i][1] for i in run)
-    if full_columns:
-        width = next((w for w in widths if n_run % w == 0), 0)
-        return VectorPlan(run, width, n_run, flat, right) if width else None
-    want = max(tile[1], 1)
-    fitting = [w for w in widths if w <= min(want, n_run)]
-    if not fitting:
-        return None
-    width = next((w for w in fitting if want % w == 0), fitting[0])
-    return VectorPlan(run, width, min(want - want % width, n_run - n_run % width), flat, right)

@@ -6,8 +6,10 @@ from ...ir.loop import LoopKernel
 from ...lower import unroll
 from ...lower.contraction import operand_has_reduction
 from ..base import Capabilities, Config
-from .schedule import WINDOW_ROWS, opencl_contraction, opencl_window, row_vectorizable
+from .columns import opencl_contraction
+from .schedule import row_vectorizable
 from .transposed import tile_plan
+from .window import opencl_window
 
 
 def search_space(loop: LoopKernel, caps: Capabilities) -> list[Config]:
@@ -21,9 +23,8 @@ def search_space(loop: LoopKernel, caps: Capabilities) -> list[Config]:
         tiles = [Config.of(tile=(1, n)) for n in (32, 16, 48, 64)] if c is not None else []
         if window is None:
             return tiles
-        # the default's window rows first, then the others and a few group sizes
-        rows = sorted(window.row_choices,
-                      key=lambda r: (r > WINDOW_ROWS, -r if r <= WINDOW_ROWS else r))
+        # the default's window rows first, then the nearest others and a few group sizes
+        rows = sorted(window.row_choices, key=lambda r: (abs(r - window.default_rows), -r))
         return [Config.of(), *(Config.of(schedule="window", window_rows=r, local_size=ls)
                                for r in rows[:4] for ls in (8, 32) if ls <= most), *tiles]
     if c is not None:  # register tiles of the contraction templates

@@ -1,0 +1,117 @@
+"""Vector columns of the contraction templates: which trailing output axes a tile walks as
+vectors (``vector_plan``), the contraction the 'tiled' and 'window' schedules run
+(``opencl_contraction``) and its vector stores (``vector_epilogue``)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import sympy
+
+from ...dtypes import DType
+from ...ir.expr import Expr
+from ...ir.loop import Buffer, LoopKernel
+from ...ir.substitute import flatten_axes, flatten_offset
+from ...lower.contraction import Contraction, contraction, operand_has_reduction
+from ...shapes import prod
+from ..c.vector import vectorizable
+from .language import vector_syntax
+
+# Vector-column contraction (contraction_vec.cl.tmpl): 8 rows x 2 float16 = 16 of AVX-512's 32
+# registers hold the sums. Measured on PoCL, 1024^3 GEMM: 140-220 GFLOP/s against 24 for the
+# scalar 8x8 tile, whose arrays PoCL left in memory. Work-groups of a few rows share the right
+# operand's panel; 4 measured as good as 1 and better than 64. The columns are two of the
+# widest vectors the device builds (``vector_tile``).
+VECTOR_TILE = (8, 32)
+
+
+@dataclass(frozen=True)
+class VectorPlan:
+    """Columns of a vector-column contraction tile: ``run`` (domain positions, row-major) is
+    the column axes one tile walks as ``tile_n`` consecutive flat positions, ``width`` lanes a
+    vector; ``right`` is the right operand over the flat position ``flat`` when it reads the run
+    contiguously (vector loads), else None (lanes loaded one by one)."""
+
+    run: tuple[int, ...]
+    width: int
+    tile_n: int
+    flat: sympy.Symbol
+    right: Expr | None
+
+
+def vector_tile(widths: tuple[int, ...]) -> tuple[int, int]:
+    """The vector template's default tile: ``VECTOR_TILE``'s rows by two of the widest vectors
+    the device builds."""
+    return VECTOR_TILE[0], 2 * widths[0] if widths else VECTOR_TILE[1]
+
+
+@lru_cache(maxsize=256)  # asked by the tuner's search space and by choose, per emit
+def opencl_contraction(kernel: LoopKernel, widths: tuple[int, ...], stride2: bool = False
+                       ) -> Contraction | None:
+    """The contraction the 'tiled' schedule runs: ``lower.contraction``'s, or a rowless one
+    (depthwise conv) when its columns load as vectors of ``widths`` (every second one too,
+    with ``stride2``: the 'window' schedule's); the row-less form with lanes loaded one by one
+    would lose to the 'item' and 'row' schedules."""
+    found = contraction(kernel)
+    if found is not None or not widths or \
+            not all(b.dtype is DType.float32 for b in kernel.outputs):
+        return found
+    rowless = contraction(kernel, rowless=True)
+    if rowless is None or operand_has_reduction(rowless.right):
+        return None
+    plan = vector_plan(kernel, rowless, vector_tile(widths), False, widths, stride2=stride2)
+    return rowless if plan is not None and plan.right is not None else None
+
+
+def vector_epilogue(k: LoopKernel, c: Contraction, plan: VectorPlan
+                    ) -> list[tuple[Buffer, sympy.Expr, Expr]] | None:
+    """(output, flat store offset, flat value) for each output when all store ``width``
+    lanes contiguously and have a vector form, else None."""
+    run = [k.domain[i] for i in plan.run]
+    offset = flatten_offset(k.store_offset, run, plan.flat)
+    if offset is None or offset.coeff(plan.flat) != 1:
+        return None
+    syntax, keep = vector_syntax(plan.width), frozenset({c.reduce})
+    out = []
+    for buf, st in zip(k.outputs, k.stores):
+        value = flatten_axes(st.value, run, plan.flat, keep)
+        if value is None or not vectorizable(value, plan.flat, syntax, lanes=keep):
+            return None
+        out.append((buf, offset, value))
+    return out
+
+
+def vector_plan(k: LoopKernel, c: Contraction, tile: tuple[int, ...], full_columns: bool,
+                widths: tuple[int, ...], producer: bool = False, stride2: bool = False
+                ) -> VectorPlan | None:
+    """The widest contiguous run of trailing column axes the right operand reads, and the
+    vector width (one of ``widths``, the device's) and tile that fit it; None when no run has
+    as many columns as the narrowest width (scalar template).
+    ``full_columns`` (AGO) needs one tile spanning every column; ``producer`` lets the right
+    operand hold a reduction (AGO's producer as the vector operand); ``stride2`` lets it read
+    every second column (the 'window' schedule's strided convs)."""
+    flat = sympy.Symbol("kg_col")
+    if not widths:
+        return None
+    syntax = vector_syntax(widths[0], stride2)
+    cols = list(c.cols)
+    # default: lanes loaded one by one over every column
+    choice: tuple[tuple[int, ...], Expr | None] = (tuple(cols), None)
+    for start in range(len(cols) if not full_columns else 1):
+        run = tuple(cols[start:])
+        merged = flatten_axes(c.right, [k.domain[i] for i in run], flat)
+        if merged is not None and vectorizable(merged, flat, syntax, guarded=True,
+                                               reductions=producer):
+            choice = (run, merged)
+            break
+    run, right = choice
+    n_run = prod(k.domain[i][1] for i in run)
+    if full_columns:
+        width = next((w for w in widths if n_run % w == 0), 0)
+        return VectorPlan(run, width, n_run, flat, right) if width else None
+    want = max(tile[1], 1)
+    fitting = [w for w in widths if w <= min(want, n_run)]
+    if not fitting:
+        return None
+    width = next((w for w in fitting if want % w == 0), fitting[0])
+    return VectorPlan(run, width, min(want - want % width, n_run - n_run % width), flat, right)

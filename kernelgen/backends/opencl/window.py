@@ -1,0 +1,111 @@
+"""The 'window' schedule's plan (window.cl.tmpl): a sliding-window contraction with no rows
+(a depthwise or grouped conv) whose work-items each own a few output rows and the whole row as
+vectors."""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+import sympy
+
+from ...ir.expr import Expr, Load, extent, walk
+from ...ir.loop import Buffer, LoopKernel
+from ...lower import unroll
+from ...lower.contraction import Contraction, operand_has_reduction
+from ...shapes import prod
+from .columns import VectorPlan, opencl_contraction, vector_epilogue, vector_plan
+
+# 'window' (window.cl.tmpl), measured on PoCL for a depthwise 3x3 over 128x56x56: 0.078-0.087
+# ms against 0.19 for the vector-column tiles; groups of 8 to 128 items within 10% of each other.
+WINDOW_MAX_RUN = 128  # the longest run one work-item covers whole (8 float16 vectors)
+# Rows a work-item owns by default: the most whose distinct input vectors stay within
+# ``WINDOW_MAX_READS``, and never fewer than the largest divisor of the axis up to
+# ``WINDOW_ROWS``. More rows read each input row once for more outputs (a 3x3 conv's R rows read
+# R + 2 input rows, 2R + 1 at stride 2) and spread an item's fixed work; past the budget its
+# vectors spill. Measured on PoCL (Xeon, AVX-512), depthwise 3x3 with ReLU6 read in, row counts
+# alternated in one run: 576x14x14 stride 2 (7-wide rows, 2 float4) 0.066 ms with 7 rows (90
+# reads) against 0.176 with 1; 960x7x7 0.079 against 0.176; 576x14x14 0.156 (7 rows, 108
+# reads) against 0.246 (2); 96x28x28 0.084 (7, 108) against 0.093 (4); but 192x56x56 stride 2
+# 0.495 ms with 7 rows (180 reads) against 0.366 with 4 (108), 384x28x28 stride 2 0.54 (7 rows,
+# 180) against 0.38 (2 rows, 60); and earlier 128x56x56 0.093 ms with 8 rows (120) against
+# 0.078-0.087 with 4 (72), 0.109 with 1.
+WINDOW_ROWS = 4
+WINDOW_MAX_READS = 108
+WINDOW_MAX_FMAS = 2048  # straight-line code: rows x taps x vectors at most
+WINDOW_LOCAL = 32
+
+
+@dataclass(frozen=True)
+class WindowPlan:
+    """A 'window' kernel's contraction and columns: the run ``columns`` walks as vectors
+    starting at ``starts`` (the last one overlaps its neighbour where the run is no multiple
+    of the width), ``block`` the domain position of the axis whose points one work-item owns
+    several of (None: no axis outside the run), and each output's flat store offset and
+    vector epilogue."""
+
+    contraction: Contraction  # row-less: the left operand has no axis of its own
+    columns: VectorPlan
+    starts: tuple[int, ...]
+    block: int | None
+    epilogue: tuple[tuple[Buffer, sympy.Expr, Expr], ...]
+    # rows of ``block`` a work-item may own: divisors of its extent up to 8 whose copies of the
+    # taps stay within the straight-line code budget
+    row_choices: tuple[int, ...]
+    default_rows: int  # the most rows within ``WINDOW_MAX_READS`` distinct vector reads
+
+
+@lru_cache(maxsize=256)
+def opencl_window(kernel: LoopKernel, widths: tuple[int, ...]) -> WindowPlan | None:
+    """The 'window' plan when ``kernel`` is a row-less contraction (one operand has no axis of
+    its own: a depthwise conv's weights) whose other operand reads a run of at most
+    ``WINDOW_MAX_RUN`` output columns as vectors, with a vector epilogue, and whose taps times
+    vectors fit the straight-line code budget; else None."""
+    c = opencl_contraction(kernel, widths, stride2=True)
+    if c is None or c.rows or operand_has_reduction(c.left) or operand_has_reduction(c.right):
+        return None
+    plan = vector_plan(kernel, c, (1, WINDOW_MAX_RUN), False, widths, stride2=True)
+    if plan is None or plan.right is None:
+        return None
+    n_run = prod(kernel.domain[i][1] for i in plan.run)
+    epilogue = vector_epilogue(kernel, c, plan)
+    if n_run > WINDOW_MAX_RUN or epilogue is None:
+        return None
+    # two vectors at least where the run allows: a vector as wide as the run has no read
+    # inside it to move a lane over at the padded ends (16 columns: two float8)
+    w = next((w for w in widths if 2 * w <= n_run), plan.width)
+    plan = replace(plan, width=w)
+    starts = list(range(0, n_run - w + 1, w))
+    if starts[-1] + w < n_run:
+        starts.append(n_run - w)
+    per_row = extent(c.reduce) * len(starts)
+    if per_row > WINDOW_MAX_FMAS:  # a long window: straight-line code
+        return None
+    outer = [i for i in c.cols if i not in plan.run]
+    block = outer[-1] if outer else None
+    n = kernel.domain[block][1] if block is not None else 1
+    rows = tuple(r for r in range(1, min(n, 8) + 1)
+                 if n % r == 0 and r * per_row <= WINDOW_MAX_FMAS)
+    least = max(r for r in rows if r <= WINDOW_ROWS)
+    default = next((r for r in reversed(rows) if r <= least or
+                    len(starts) * distinct_reads(kernel, c, plan, block, r) <= WINDOW_MAX_READS),
+                   least)
+    return WindowPlan(c, plan, tuple(starts), block, tuple(epilogue), rows, default)
+
+
+def distinct_reads(kernel: LoopKernel, c: Contraction, columns: VectorPlan, block: int | None,
+                   rows: int) -> int:
+    """How many distinct vectors of its input a work-item owning ``rows`` points of ``block``
+    reads per vector of its run: the distinct offsets of the vector operand's loads over its
+    rows and taps (the emitter reads equal ones once; reads of padding the emitter proves
+    never taken are counted too)."""
+    assert columns.right is not None
+    loads = [n.offset for n in walk(columns.right) if isinstance(n, Load)]
+    if block is None:
+        return extent(c.reduce)
+    factors = tuple(rows if pos == block else 1 for pos in range(len(kernel.domain)))
+    copies = unroll.split(kernel, factors).copies
+    taps = [dict(zip((s for s, _ in c.reduce.axes), map(sympy.Integer, at)))
+            for at in itertools.product(*(range(n) for _, n in c.reduce.axes))]
+    return len({tuple(offset.xreplace({**copy, **tap}) for offset in loads)
+                for copy in copies for tap in taps})
