@@ -5,7 +5,8 @@ rule it replaced (the largest divisor of the output height up to 4) named per sh
 sample is 20 launches queued back to back, then one wait; the table gives medians over the
 rounds. Every variant's output is checked against the first's.
 
-    python bench/window_rows.py [--rounds 9] [--json bench/results/window-rows.json]
+    python bench/window_rows.py [--rounds 9] [--shapes 576x14x2,960x7x1] \
+        [--json bench/results/window-rows.json]
 """
 from __future__ import annotations
 
@@ -57,10 +58,11 @@ def measure(c: int, hw: int, stride: int, rounds: int) -> dict[str, object]:
             times[r].append((time.perf_counter() - t0) / QUEUED * 1e3)
     ms = {r: round(float(np.median(t)), 3) for r, t in times.items()}
     old = max(r for r in plan.row_choices if r <= WINDOW_ROWS)
-    row = {"block": f"{c}x{hw}x{hw} stride {stride}", "default": plan.default_rows,
-           "before": old, "ms": ms, "before_over_default": round(ms[old] / ms[plan.default_rows],
+    default = plan.default_rows(backends.get("opencl").caps)
+    row = {"block": f"{c}x{hw}x{hw} stride {stride}", "default": default,
+           "before": old, "ms": ms, "before_over_default": round(ms[old] / ms[default],
                                                                  2)}
-    print(f"{row['block']}: default {plan.default_rows} rows {ms[plan.default_rows]} ms, "
+    print(f"{row['block']}: default {default} rows {ms[default]} ms, "
           f"before {old} rows {ms[old]} ms (x{row['before_over_default']}); "
           + ", ".join(f"{r}: {t}" for r, t in ms.items()), flush=True)
     return row
@@ -69,9 +71,13 @@ def measure(c: int, hw: int, stride: int, rounds: int) -> dict[str, object]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--shapes", default=None,
+                        help="channels x input side x stride, comma-separated (default: all)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
-    rows = [measure(*shape, args.rounds) for shape in SHAPES]
+    shapes = SHAPES if args.shapes is None else \
+        [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    rows = [measure(*shape, args.rounds) for shape in shapes]
     if args.json:
         args.json.write_text(json.dumps({"device": backends.get("opencl").device_identity(),
                                          "rows": rows}, indent=1) + "\n")

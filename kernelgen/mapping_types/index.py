@@ -150,18 +150,29 @@ def _factor_stride(func: type, a: sympy.Expr, d: int, ranges: Mapping[sympy.Symb
 
 
 def _fold_div_mod(total: sympy.Add) -> sympy.Expr:
-    """``c*d*FloorDiv(x, d) + c*FloorMod(x, d) -> c*x`` inside a sum."""
+    """``c*d*FloorDiv(x, d) + c*FloorMod(x, d) -> c*x`` inside a sum, until no pair is left:
+    ``x`` may itself be a division, whose partner ``_simplify`` has flattened
+    (``FloorDiv(FloorDiv(y, e), d)`` is ``FloorDiv(y, e*d)``), so a merge of three axes,
+    ``15*(r // 15) + 5*((r // 5) % 3) + r % 5``, folds in two steps to ``r``."""
     terms = list(sympy.Add.make_args(total))
-    for t in list(terms):
-        c, f = t.as_coeff_Mul()
-        if not isinstance(f, FloorMod) or t not in terms:
-            continue
-        x, d = f.args
-        partner = c * int(d) * FloorDiv(x, d)
-        if partner in terms:
-            terms.remove(t)
-            terms.remove(partner)
-            terms.append(c * x)
+    folded = True
+    while folded:
+        folded = False
+        for t in terms:
+            c, f = t.as_coeff_Mul()
+            if not isinstance(f, FloorMod):
+                continue
+            x, d = f.args
+            partners = [c * int(d) * FloorDiv(x, d)]
+            if isinstance(x, FloorDiv):
+                partners.append(c * int(d) * FloorDiv(x.args[0], int(x.args[1]) * int(d)))
+            partner = next((p for p in partners if p in terms), None)
+            if partner is not None:
+                terms.remove(t)
+                terms.remove(partner)
+                terms.append(c * x)
+                folded = True
+                break
     return sympy.expand(sympy.Add(*terms))
 
 

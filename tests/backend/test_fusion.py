@@ -98,9 +98,10 @@ def test_free_reshapes_fuse_beside_reductions(backend: str, shape: tuple[int, ..
     w = kg.tensor("w", (3, int(np.prod(shape[1:]))))
     gemm = kg.gemm(rows, w, transB=1)
     fc = kg.fuse(rows, gemm)
-    # a merge of three axes keeps divisions the simplifier does not fold yet: yellow
-    assert fc.needs_measurement == (not folds_to_flat(rows.index_maps[0]))
-    assert fc.needs_measurement == (shape == (1, 7, 3, 5))
+    # a merge of three axes folds too (Triton 3.6 on an H200 miscompiled its divisions in a
+    # 32x32x32 tile's operand read: docs/backends.md)
+    assert folds_to_flat(rows.index_maps[0]) and not fc.needs_measurement
+    assert "//" not in fc.emit("triton").source if backend == "triton" else True
     W = data(w.shape)
     (got,) = run(backend, fc, X, W)
     assert_close(got, X.reshape(shape[0], -1) @ W.T, scale=10)

@@ -132,7 +132,8 @@ def test_default_rows_follow_the_read_budget(stride: int) -> None:
     (never fewer than the largest divisor up to ``WINDOW_ROWS``): a 3x3 conv's R output rows
     read (R - 1) * stride + 3 input rows, each as 3 shifted vectors per vector of the row."""
     require("opencl")
-    widths = backends.get("opencl").caps.vector_widths
+    caps = backends.get("opencl").caps
+    widths = caps.vector_widths
     for channels, out_hw in ((576, 7), (144, 28), (32, 56)):
         hw = out_hw * stride
         x = kg.tensor("x", (1, channels, hw, hw))
@@ -148,12 +149,18 @@ def test_default_rows_follow_the_read_budget(stride: int) -> None:
             assert n == ((r - 1) * stride + 3) * 3 * len(plan.starts)
         least = max(r for r in plan.row_choices if r <= window.WINDOW_ROWS)
         fitting = [r for r, n in reads.items() if n <= window.WINDOW_MAX_READS]
-        assert plan.default_rows == max([least, *fitting])
+        assert plan.read_budget_rows == max([least, *fitting])
         kernel = kg.fuse(conv.inputs[0], conv).emit("opencl", tuning="none",
                                                     algorithm="direct")
-        assert kernel.metadata["tunables"]["window_rows"] == plan.default_rows
+        assert kernel.metadata["tunables"]["window_rows"] == plan.default_rows(caps)
+        # on a CPU the budget's rows; a GPU wants the work-items: one row each
+        assert plan.default_rows(caps) == (plan.read_budget_rows
+                                           if caps.simd_within_work_item else 1)
+        assert plan.default_rows(backends.get("opencl").for_device("desktop-gpu").caps) == 1
+        assert plan.default_rows(backends.get("opencl").for_device("cpu-avx512").caps) == \
+            plan.read_budget_rows
         if out_hw == 7:  # MobileNetV2's last stages: a work-item owns a whole channel
-            assert plan.default_rows == 7
+            assert plan.read_budget_rows == 7
 
 
 def test_shapes_outside_the_window_fall_back() -> None:

@@ -137,6 +137,8 @@ def test_a_free_reshape_fuses_as_one_to_one():
     assert folds_to_flat(flat.index_maps[0])
     merged = kg.reshape(kg.tensor("y", (3, 5, 7)), (3, 35))
     assert folds_to_flat(merged.index_maps[0])  # 35*o0 + 7*(o1 // 7) + o1 % 7 folds to 35*o0 + o1
+    three = kg.reshape(kg.tensor("v", (3, 4, 5, 7)), (3, 140))
+    assert folds_to_flat(three.index_maps[0])  # 35*(o1 // 35) + 7*(o1 // 7 % 5) + o1 % 7
     shuffled = kg.transpose(kg.tensor("z", (3, 140)))
     assert not folds_to_flat(shuffled.index_maps[0])
 

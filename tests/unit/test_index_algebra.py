@@ -85,6 +85,20 @@ def test_three_axis_round_trip_simplifies():
     assert simplify_index(FloorMod(flat, 4), ranges) == o2
 
 
+@pytest.mark.parametrize("dims", [(3, 5), (4, 5, 7), (2, 3, 4, 5), (7, 1, 3)])
+def test_a_merged_axis_split_again_folds_back(dims):
+    """The offset of a read through a reshape that merges axes, ``sum(stride_k * index_k)``
+    with each index a division and remainder of the merged axis, folds back to the merged
+    axis itself, however many axes were merged (their divisions nest)."""
+    o1 = O[1]
+    n = int(np.prod(dims))
+    strides = [int(np.prod(dims[k + 1:])) for k in range(len(dims))]
+    offset = sum(s * FloorMod(FloorDiv(o1, s), d) if k else s * FloorDiv(o1, s)
+                 for k, (s, d) in enumerate(zip(strides, dims)))
+    assert simplify_index(offset, {o1: n}) == o1
+    np.testing.assert_array_equal(evaluate(offset, {o1: np.arange(n)}), np.arange(n))
+
+
 def test_nested_floordiv_merges():
     o0 = O[0]
     ranges = {o0: 1000}

@@ -286,7 +286,7 @@ def _window(base: OpenCLSchedule, rows: int | None, local: int | None,
     window = opencl_window(base.loop, caps.vector_widths)
     assert window is not None
     if rows is None:
-        rows = window.default_rows
+        rows = window.default_rows(caps)
     elif rows not in window.row_choices:
         raise ValueError(f"kernel '{base.loop.name}': window_rows must be one of "
                          f"{window.row_choices} (divisors of the axis, within the code "

@@ -24,7 +24,8 @@ def search_space(loop: LoopKernel, caps: Capabilities) -> list[Config]:
         if window is None:
             return tiles
         # the default's window rows first, then the nearest others and a few group sizes
-        rows = sorted(window.row_choices, key=lambda r: (abs(r - window.default_rows), -r))
+        default = window.default_rows(caps)
+        rows = sorted(window.row_choices, key=lambda r: (abs(r - default), -r))
         return [Config.of(), *(Config.of(schedule="window", window_rows=r, local_size=ls)
                                for r in rows[:4] for ls in (8, 32) if ls <= most), *tiles]
     if c is not None:  # register tiles of the contraction templates
