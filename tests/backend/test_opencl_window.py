@@ -108,7 +108,8 @@ def _out_height(name: str) -> int:
 
 
 @pytest.mark.parametrize("name", ["3x3-37-wide", "3x3-16-wide-prime-height", "7x7",
-                                  "3x3-stride2-31-wide", "3x3-stride2-asym"])
+                                  "3x3-stride2-31-wide", "3x3-stride2-asym",
+                                  "channel-multiplier"])
 def test_every_rows_choice_and_group_size(name: str) -> None:
     require("opencl")
     ops, feeds = _block(name, "sigmoid")
@@ -123,6 +124,9 @@ def test_every_rows_choice_and_group_size(name: str) -> None:
             kernel = fused.emit("opencl", tuning="none", algorithm="direct", window_rows=rows,
                                 local_size=local)
             assert kernel.metadata["tunables"]["window_rows"] == rows
+            if "an edge" not in kernel.source:  # each padded input row tested once
+                pads = BLOCKS[name][2].get("pads", [0] * 4)
+                assert kernel.source.count("if (") <= 1 + pads[0] + pads[2]
             _check(kernel, ops, feeds)
 
 

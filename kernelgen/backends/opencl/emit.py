@@ -512,10 +512,13 @@ class OpenCLPrinter(ContractionEmitter):
                      if isinstance(n, Load) and n.guard is not sympy.true)
             return frozenset(t[0] for t in tests if t is not None) - {sympy.true}
 
-        for test, run in itertools.groupby(users, row_test):
-            # copies under one row test read under one 'if' (one branch, not one per vector);
-            # untested ones read just before their use, to keep few vectors live
-            group = list(run)
+        groups: dict[frozenset[sympy.Basic], list[Expr]] = {}
+        for right in users:  # by row test, in the order each test is first met
+            groups.setdefault(row_test(right), []).append(right)
+        for test, group in groups.items():
+            # copies under one row test read under one 'if' (one branch, not one per vector or
+            # per input channel of a group); untested ones read just before their use, to keep
+            # few vectors live
             for batch in [group] if test else [[right] for right in group]:
                 loads = [n for right in batch for n in walk(right) if isinstance(n, Load)]
                 read_together(readers, loads)
