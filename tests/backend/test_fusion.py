@@ -99,9 +99,10 @@ def test_free_reshapes_fuse_beside_reductions(backend: str, shape: tuple[int, ..
     gemm = kg.gemm(rows, w, transB=1)
     fc = kg.fuse(rows, gemm)
     # a merge of three axes folds too (Triton 3.6 on an H200 miscompiled its divisions in a
-    # 32x32x32 tile's operand read: docs/backends.md)
+    # 32x32x32 tile's operand read: docs/algorithms.md, "A reshape moves nothing")
     assert folds_to_flat(rows.index_maps[0]) and not fc.needs_measurement
-    assert "//" not in fc.emit("triton").source if backend == "triton" else True
+    if backend == "triton":
+        assert "//" not in fc.emit("triton").source
     W = data(w.shape)
     (got,) = run(backend, fc, X, W)
     assert_close(got, X.reshape(shape[0], -1) @ W.T, scale=10)

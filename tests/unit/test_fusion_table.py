@@ -5,7 +5,9 @@ import itertools
 
 import pytest
 
-from kernelgen.mapping_types import Colour, FusionRule, MappingType, fusion_rule, fusion_table
+import kernelgen as kg
+from kernelgen.mapping_types import (Colour, FusionRule, MappingType, folds_to_flat, fusion_rule,
+                                     fusion_table)
 
 # Transcribed from the project's research notes on DNNFusion (PLDI 2021), "Table 3 - fusion of
 # (first -> second)", with the contested cells starred; docs/algorithms.md has the same table.
@@ -127,9 +129,6 @@ def test_a_free_reshape_fuses_as_one_to_one():
     """A Reorganize edge whose reshape folds back to the flat offset (``folds_to_flat``) is
     green beside a reduction or an expansion, where the table's cell says measure: it moves no
     element. A transpose (Shuffle), or a reshape of a transpose, keeps the table's yellow."""
-    import kernelgen as kg
-    from kernelgen.mapping_types import folds_to_flat
-
     x = kg.tensor("x", (2, 6, 5, 7))
     pooled = kg.global_pool("GlobalAveragePool", x)
     flat = kg.flatten(pooled)

@@ -432,5 +432,3 @@ def _producer_group(c: Contraction, left: Expr, right: Expr | None) -> int:
     # the fewest positions, the last step shifted back over channels already summed
     return min(range(AGO_PRODUCER_GROUP, AGO_PRODUCER_GROUP // 2 - 1, -1),
                key=lambda g: -(-k_extent // g) * g)
-
-

@@ -20,17 +20,17 @@ from .columns import VectorPlan, opencl_contraction, vector_epilogue, vector_pla
 # 'window' (window.cl.tmpl), measured on PoCL for a depthwise 3x3 over 128x56x56: 0.078-0.087
 # ms against 0.19 for the vector-column tiles; groups of 8 to 128 items within 10% of each other.
 WINDOW_MAX_RUN = 128  # the longest run one work-item covers whole (8 float16 vectors)
-# Rows a work-item owns by default: the most whose distinct input vectors stay within
-# ``WINDOW_MAX_READS``, and never fewer than the largest divisor of the axis up to
+# Rows a work-item owns by default (on a CPU): the most whose distinct input vectors stay
+# within ``WINDOW_MAX_READS``, and never fewer than the largest divisor of the axis up to
 # ``WINDOW_ROWS``. More rows read each input row once for more outputs (a 3x3 conv's R rows read
 # R + 2 input rows, 2R + 1 at stride 2) and spread an item's fixed work; past the budget its
-# vectors spill. Measured on PoCL (Xeon, AVX-512), depthwise 3x3 with ReLU6 read in, row counts
-# alternated in one run: 576x14x14 stride 2 (7-wide rows, 2 float4) 0.066 ms with 7 rows (90
-# reads) against 0.176 with 1; 960x7x7 0.079 against 0.176; 576x14x14 0.156 (7 rows, 108
-# reads) against 0.246 (2); 96x28x28 0.084 (7, 108) against 0.093 (4); but 192x56x56 stride 2
-# 0.495 ms with 7 rows (180 reads) against 0.366 with 4 (108), 384x28x28 stride 2 0.54 (7 rows,
-# 180) against 0.38 (2 rows, 60); and earlier 128x56x56 0.093 ms with 8 rows (120) against
-# 0.078-0.087 with 4 (72), 0.109 with 1.
+# vectors spill. Measured on PoCL (Xeon, AVX-512) by bench/window_rows.py, every row count of
+# a depthwise 3x3 with ReLU6 read in, round-robin in one run (docs/benchmarks.md): 576x14x14
+# stride 2 (7-wide rows, 2 float4) 0.081 ms with 7 rows (90 reads) against 0.159 with 1;
+# 960x7x7 0.072 against 0.171; 576x14x14 0.116 (7 rows, 108 reads) against 0.162 (2); but
+# 144x56x56 stride 2 0.339 ms with 7 rows (180 reads) against 0.197 with 4 (108), 192x28x28
+# stride 2 0.240 (7 rows, 180) against 0.176 (2 rows, 60); 128x56x56 0.144 with 8 rows (120)
+# against 0.138 with 7 (108).
 WINDOW_ROWS = 4
 WINDOW_MAX_READS = 108
 WINDOW_MAX_FMAS = 2048  # straight-line code: rows x taps x vectors at most
@@ -57,8 +57,8 @@ class WindowPlan:
 
     def default_rows(self, caps: Capabilities) -> int:
         """``read_budget_rows`` on a CPU-like device (one work-item a SIMD thread); one row on
-        a GPU, which wants the work-items (NVIDIA H200, 32x112x112: 0.022 ms with 1 row, 0.028
-        with 2, 0.051 with 4, 0.080 with 7)."""
+        a GPU, which wants the work-items (NVIDIA H200, bench/window_rows.py, 144x56x56: 0.021
+        ms with 1 row, 0.022 with 2, 0.025 with 4, 0.033 with 7, 0.045 with 8)."""
         return self.read_budget_rows if caps.simd_within_work_item else 1
 
 
