@@ -19,9 +19,8 @@ from ..dtypes import DType
 from ..errors import FusionError
 from ..ir.expr import DataBindings, Expr, IndexCond, Read, Reduce, const, select, transform, walk
 from ..ir.node import _DIRECTNESS, Op, Value, _reads_with_axes
-from ..mapping_types import (Colour, FusionRule, IndexMap, MappingType, folds_to_flat,
-                             fresh_reduce_symbol, fusion_rule, out_symbols, reshape_rule,
-                             simplify_index)
+from ..mapping_types import (Colour, FusionRule, IndexMap, MappingType, fresh_reduce_symbol,
+                             fusion_rule, out_symbols, reshape_rule, simplify_index)
 from ..mapping_types.index_map import simplify_guard
 
 
@@ -272,8 +271,7 @@ def _decide_edges(block: list[Op], force: bool, conservative: bool
                 continue
             first, second = acc[id(v)], op.input_mapping_types[slot]
             rule = reshape_rule(first, second, free_first=free[id(v)],
-                                free_second=second is MappingType.REORGANIZE and
-                                folds_to_flat(op.index_maps[slot])) or \
+                                free_second=op.free_reshapes[slot]) or \
                 fusion_rule(first, second, conservative_oto_into_heavy=conservative)
             if rule.colour is Colour.RED and not force:
                 kind = getattr(v, "kind", "")
@@ -283,8 +281,8 @@ def _decide_edges(block: list[Op], force: bool, conservative: bool
             fused_types.append(rule.fused or MappingType.MANY_TO_MANY)
         acc[id(op)] = max(fused_types, key=_DIRECTNESS.index) if fused_types else op.mapping_type
         free[id(op)] = acc[id(op)] is MappingType.REORGANIZE and all(
-            folds_to_flat(m) for m, t in zip(op.index_maps, op.input_mapping_types)
-            if t is MappingType.REORGANIZE) and all(
+            folds or t is not MappingType.REORGANIZE
+            for folds, t in zip(op.free_reshapes, op.input_mapping_types)) and all(
             free[id(v)] or acc[id(v)] is MappingType.ONE_TO_ONE
             for v in op.inputs if id(v) in members)
     block_type = max((acc[id(op)] for op in block), key=_DIRECTNESS.index)

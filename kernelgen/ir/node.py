@@ -14,6 +14,7 @@ import sympy
 from ..dtypes import DType, as_dtype
 from ..errors import ShapeError
 from ..mapping_types import IndexMap, MappingType, classify
+from ..mapping_types.classify import offset_folds
 from ..shapes import as_int, prod
 from .expr import Expr, Read, Reduce
 
@@ -106,6 +107,14 @@ class Op(Value):
     @cached_property
     def input_mapping_types(self) -> tuple[MappingType, ...]:
         return tuple(classify(m) for m in self.index_maps)
+
+    @cached_property
+    def free_reshapes(self) -> tuple[bool, ...]:
+        """Per input, whether it is read through a reshape whose offset folds back to the flat
+        offset (``mapping_types.folds_to_flat``): an edge the fusion table takes as
+        One-to-One."""
+        return tuple(t is MappingType.REORGANIZE and offset_folds(m)
+                     for m, t in zip(self.index_maps, self.input_mapping_types))
 
     @cached_property
     def mapping_type(self) -> MappingType:

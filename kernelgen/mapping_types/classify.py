@@ -89,8 +89,12 @@ def folds_to_flat(m: IndexMap) -> bool:
     """True for a Reorganize map (a reshape: every element keeps its row-major position) whose
     input offset simplifies to the output's own flat offset with no division left: fused, it
     costs no index arithmetic and moves nothing, so it changes no loop's locality."""
-    if classify(m) is not MappingType.REORGANIZE:
-        return False
+    return classify(m) is MappingType.REORGANIZE and offset_folds(m)
+
+
+def offset_folds(m: IndexMap) -> bool:
+    """``folds_to_flat`` for a map already classified Reorganize: its input offset simplifies
+    with no division left."""
     in_strides = np.cumprod((1,) + tuple(reversed(m.in_shape[1:])))[::-1]
     offset = simplify_index(sum((e * int(s) for e, s in zip(m.exprs, in_strides)),
                                 sympy.Integer(0)), m.ranges)

@@ -106,10 +106,10 @@ def distinct_reads(kernel: LoopKernel, c: Contraction, columns: VectorPlan, bloc
     reads per vector of its run: the distinct offsets of the vector operand's loads over its
     rows and taps (the emitter reads equal ones once; reads of padding the emitter proves
     never taken are counted too)."""
-    assert columns.right is not None
-    loads = [n.offset for n in walk(columns.right) if isinstance(n, Load)]
     if block is None:
         return extent(c.reduce)
+    assert columns.right is not None
+    loads = [n.offset for n in walk(columns.right) if isinstance(n, Load)]
     factors = tuple(rows if pos == block else 1 for pos in range(len(kernel.domain)))
     copies = unroll.split(kernel, factors).copies
     taps = [dict(zip((s for s, _ in c.reduce.axes), map(sympy.Integer, at)))
