@@ -17,6 +17,7 @@ import pytest
 from conftest import BACKENDS, assert_close, require
 
 import kernelgen as kg
+from kernelgen import backends
 from kernelgen.exec import Kernel, Program
 
 rng = np.random.default_rng(23)
@@ -120,13 +121,20 @@ def test_out_overlapping_an_input(backend: str) -> None:
     assert_close(x[:63], want_slice)
 
 
+def _require_padding() -> None:
+    if not backends.get("opencl").caps.pads_aliased_rows:
+        pytest.skip("padding aliased rows is a CPU rule (the OpenCL device is not a CPU)")
+
+
 def test_a_padded_program_takes_out() -> None:
-    """MatMul 16x1024x1024 on OpenCL is a Program (rows aliasing in L1 are padded)."""
+    """MatMul 8x1024x1024 on OpenCL is a Program (rows aliasing in L1 are padded; with 4 row
+    tiles or more the right operand would be packed instead)."""
     require("opencl")
-    a, b = _f32(16, 1024), _f32(1024, 1024)
-    program = _matmul(16, 1024, 1024).emit("opencl", tuning="none")
+    _require_padding()
+    a, b = _f32(8, 1024), _f32(1024, 1024)
+    program = _matmul(8, 1024, 1024).emit("opencl", tuning="none")
     assert isinstance(program, Program)
-    out = np.empty((16, 1024), np.float32)
+    out = np.empty((8, 1024), np.float32)
     program(a, b, out=out)
     assert_close(out, (a.astype(np.float64) @ b).astype(np.float32), scale=100)
 
@@ -193,9 +201,10 @@ def test_threads_share_a_packing_kernel(backend: str) -> None:
 
 def test_threads_share_a_padded_program() -> None:
     require("opencl")
-    program = _matmul(16, 1024, 1024).emit("opencl", tuning="none")
+    _require_padding()
+    program = _matmul(8, 1024, 1024).emit("opencl", tuning="none")
     assert isinstance(program, Program)
-    _hammer(_matmul_call(program, 16, 1024, 1024), calls=2)
+    _hammer(_matmul_call(program, 8, 1024, 1024), calls=2)
 
 
 @pytest.mark.parametrize("backend", EMITTED)

@@ -47,7 +47,7 @@ from ..base import (PRIVATE, Capabilities, Schedule, check_derived, check_option
 from ..c.contraction import FLAT_K, flat_reduction
 from ..c.vector import vector_reduction_ok
 from . import transposed
-from .columns import VectorPlan, opencl_contraction, vector_plan, vector_tile
+from .columns import VectorPlan, opencl_contraction, vector_plan, vector_tile, wide_plan
 from .language import VECTOR
 from .window import WINDOW_LOCAL, WINDOW_MAX_RUN, WindowPlan, opencl_window
 
@@ -75,6 +75,14 @@ AGO_PRODUCER_GROUP = 8
 # most consumer rows one tile spans when the producer is the vector operand: one sum vector a
 # row, so 32 rows fill AVX-512's registers
 AGO_MAX_ROWS = 32
+# The vector template unrolls its reduction completely only while the unrolled body has at
+# most this many vector FMAs (tile rows x vectors x reduction points). A window's taps gain from
+# it (constant offsets and guards: depthwise 3x3 and 5x5, 1 row x 2 vectors, 2.2-2.5x faster
+# unrolled); a register tile of 8 rows x 2 vectors over 16-32 channels lost 1.5-2.3x, PoCL
+# hoisting the unrolled loads past the 32 vector registers (2240 spills in a 256x32x1024 GEMM,
+# none rolled); up to 128 FMAs was even. Both forms timed in one process on PoCL; the 1x1
+# convolutions in bench/conv1x1.py ("reduction unrolled": 1.7-2.1x slower on 16-32 channels).
+UNROLL_K_MAX_FMAS = 64
 SCALAR_TILE = (4, 4)  # the scalar template's (outputs other than float32)
 SCALAR_MAX_LOCAL = 64
 VECTOR_LOCAL = 4
@@ -329,6 +337,10 @@ def _tiled(base: OpenCLSchedule, requested: tuple[int, ...] | None, local: int |
                 other = vector_plan(k, swapped, tile, False, widths)
                 if other is not None and other.right is not None:
                     plan, c = other, swapped
+            wide = None if explicit or full_columns or plan is None or \
+                not caps.simd_within_work_item else wide_plan(k, c, plan, widths)
+            if wide is not None:
+                tile, plan = (wide[0], wide[1].tile_n), wide[1]
     if plan is None:  # the scalar template
         tm = min(tile[0], _rows(k, c))
         tn = _cols(k, c) if full_columns else min(tile[1], _cols(k, c))
@@ -353,8 +365,16 @@ def _tiled(base: OpenCLSchedule, requested: tuple[int, ...] | None, local: int |
                    pack_in_tile=in_tile if packed else None, vector_width=plan.width,
                    local_size=local or (PACK_TILE_LOCAL if in_tile else VECTOR_LOCAL),
                    plan=TilePlan(c, plan, left, right, _producer_group(c, left, right),
-                                 unroll_k=extent(c.reduce) <= ITEM_UNROLL_MAX
-                                 and not operand_has_reduction(c.right)))
+                                 unroll_k=_unrolls(c, tm, plan)))
+
+
+def _unrolls(c: Contraction, tile_rows: int, columns: VectorPlan) -> bool:
+    """Whether the vector template's reduction loop unrolls completely: a short one over plain
+    operands whose unrolled body stays within ``UNROLL_K_MAX_FMAS``."""
+    points = extent(c.reduce)
+    fmas = tile_rows * -(-columns.tile_n // columns.width) * points
+    return points <= ITEM_UNROLL_MAX and fmas <= UNROLL_K_MAX_FMAS and \
+        not operand_has_reduction(c.right)
 
 
 def _rows(k: LoopKernel, c: Contraction) -> int:

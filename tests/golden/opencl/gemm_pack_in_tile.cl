@@ -40,7 +40,7 @@ __kernel void fused_gemm_relu(__global const float* restrict a,
         _Pragma("unroll") for (int kg_i = 0; kg_i < 8; ++kg_i)
             _Pragma("unroll") for (int kg_v = 0; kg_v < 1; ++kg_v)
                 kg_acc[kg_i][kg_v] = (float8)(0.0f);
-        _Pragma("unroll") for (int kg_k = 0; kg_k < 17; ++kg_k) {
+        for (int kg_k = 0; kg_k < 17; ++kg_k) {
             const int r1 = kg_k;
             float8 kg_b[1];
             _Pragma("unroll") for (int kg_v = 0; kg_v < 1; ++kg_v)

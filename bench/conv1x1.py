@@ -1,0 +1,135 @@
+"""1x1 convolutions, the GEMMs of real models: every pointwise convolution of ResNet-50 and
+MobileNetV2 (224x224, batch 1) and ShuffleNet v2's branch convolutions, each with its ReLU
+fused (BN folds into the weights in a model compile), on OpenCL with the default schedule (what
+a model compiled without tuning runs) against onnxruntime (2 threads) timed right before and
+after. Round-robin beside the default: a few other register tiles (how far the default is
+from the best of them) and, where the reduction is short enough for the rule before it, the
+default tile with its reduction loop unrolled completely (``schedule.UNROLL_K_MAX_FMAS`` raised
+for that one emit). Each output is checked against onnxruntime's first.
+
+    python bench/conv1x1.py [--repeat 200] [--only 16->96] [--json bench/results/conv1x1.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import kernelgen as kg
+from kernelgen.backends.opencl import schedule as opencl_schedule
+from kernelgen.measure import bench_interleaved
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from conv import ort_session, time_ort  # noqa: E402
+
+# (input channels, output channels, map side, stride, model)
+SHAPES = (
+    (64, 64, 56, 1, "ResNet-50"), (64, 256, 56, 1, "ResNet-50"), (256, 64, 56, 1, "ResNet-50"),
+    (256, 128, 56, 1, "ResNet-50"), (256, 512, 56, 2, "ResNet-50"),
+    (128, 512, 28, 1, "ResNet-50"), (512, 128, 28, 1, "ResNet-50"),
+    (256, 1024, 14, 1, "ResNet-50"), (1024, 256, 14, 1, "ResNet-50"),
+    (512, 2048, 7, 1, "ResNet-50"), (2048, 512, 7, 1, "ResNet-50"),
+    (32, 16, 112, 1, "MobileNetV2"), (16, 96, 112, 1, "MobileNetV2"),
+    (24, 144, 56, 1, "MobileNetV2"), (144, 24, 56, 1, "MobileNetV2"),
+    (32, 192, 28, 1, "MobileNetV2"), (192, 32, 28, 1, "MobileNetV2"),
+    (64, 384, 14, 1, "MobileNetV2"), (384, 64, 14, 1, "MobileNetV2"),
+    (96, 576, 14, 1, "MobileNetV2"), (576, 96, 14, 1, "MobileNetV2"),
+    (160, 960, 7, 1, "MobileNetV2"), (960, 160, 7, 1, "MobileNetV2"),
+    (320, 1280, 7, 1, "MobileNetV2"),
+    (116, 116, 28, 1, "ShuffleNet v2"), (232, 232, 14, 1, "ShuffleNet v2"),
+    (464, 464, 7, 1, "ShuffleNet v2"),
+)
+OTHER_TILES = ((8, 32), (4, 64), (6, 64))
+UNROLLED = '_Pragma("unroll") for (int kg_k'  # the GEMM's reduction loop, unrolled
+
+
+def variants(fused: kg.FusedOp, x: np.ndarray, ref: np.ndarray) -> dict[str, tuple]:
+    """The default emit, the other tiles and (where it differs) the unrolled reduction, each
+    checked against ``ref``."""
+    out = {"default": fused.emit("opencl")}
+    # a strided 1x1 convolution is a program (its gather, then the GEMM): one tile would not
+    # fit both stages
+    for tile in OTHER_TILES if not hasattr(out["default"], "kernels") else ():
+        program = fused.emit("opencl", tile=tile)
+        if program.metadata["tunables"]["tile"] != out["default"].metadata["tunables"]["tile"]:
+            out[f"tile {tile[0]}x{tile[1]}"] = program
+    before = opencl_schedule.UNROLL_K_MAX_FMAS
+    opencl_schedule.UNROLL_K_MAX_FMAS = 1 << 30
+    try:
+        unrolled = fused.emit("opencl")
+    finally:
+        opencl_schedule.UNROLL_K_MAX_FMAS = before
+    if UNROLLED in unrolled.source and UNROLLED not in out["default"].source:
+        out["default, reduction unrolled"] = unrolled
+    for program in out.values():
+        np.testing.assert_allclose(program(x), ref, rtol=1e-3, atol=1e-3)
+    return {name: (program, [x]) for name, program in out.items()}
+
+
+def _tile(program) -> list[int] | None:
+    """The GEMM's register tile (a program's last kernel)."""
+    kernel = program.kernels[-1] if hasattr(program, "kernels") else program
+    return kernel.metadata["tunables"].get("tile")
+
+
+def row(c: int, m: int, side: int, stride: int, model: str, repeat: int,
+        rng: np.random.Generator) -> dict[str, object]:
+    xs = (1, c, side, side)
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = (rng.standard_normal((m, c, 1, 1)) / np.sqrt(c)).astype(np.float32)
+    conv = kg.conv(kg.tensor("x", xs), kg.constant("w", w), strides=[stride, stride])
+    fused = kg.fuse(conv, kg.relu(conv))
+    sess = ort_session(xs, w, 0, 1, strides=stride)
+
+    def ort_run() -> list[np.ndarray]:
+        return sess.run(None, {"x": x})
+    ref = np.maximum(ort_run()[0], 0)
+    timed = variants(fused, x, ref)
+    before = time_ort(ort_run, repeat)
+    times = {name: t.median_ms for name, t in bench_interleaved(timed, 1, repeat).items()}
+    ort_ms = float(np.median(before + time_ort(ort_run, repeat)))
+    best = min(times, key=times.__getitem__)
+    side_out = -(-side // stride)
+    flop = 2 * c * m * side_out * side_out
+    return {"conv": f"1x1 {c}->{m} @{side}" + (f" stride {stride}" if stride > 1 else ""),
+            "model": model, "onnxruntime_ms": ort_ms, "ms": times,
+            "tile": _tile(timed["default"][0]),
+            "default_vs_ort": ort_ms / times["default"], "best": best,
+            "default_gflops": flop / times["default"] / 1e6}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--repeat", type=int, default=200)
+    ap.add_argument("--only", default=None, help="run the shapes whose name contains this")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    rng = np.random.default_rng(0)
+    rows = []
+    print(f"{'conv':24s} {'ORT':>7s} {'default':>8s} {'vs ORT':>7s} {'GFLOP/s':>8s}  others")
+    for c, m, side, stride, model in SHAPES:
+        name = f"{c}->{m} @{side}"
+        if args.only and args.only not in name:
+            continue
+        r = row(c, m, side, stride, model, args.repeat, rng)
+        rows.append(r)
+        others = ", ".join(f"{k} {v:.3f}" for k, v in r["ms"].items() if k != "default")
+        print(f"{r['conv']:24s} {r['onnxruntime_ms']:7.3f} {r['ms']['default']:8.3f} "
+              f"{r['default_vs_ort']:6.2f}x {r['default_gflops']:8.1f}  {others}", flush=True)
+    ratios = [r["default_vs_ort"] for r in rows]
+    if ratios:
+        print(f"geometric mean of default vs onnxruntime: "
+              f"{float(np.exp(np.mean(np.log(ratios)))):.2f}x over {len(ratios)} convolutions")
+    if args.json:
+        args.json.write_text(json.dumps({
+            "command": "python bench/conv1x1.py " + " ".join(sys.argv[1:]),
+            "rows": rows, "loadavg": os.getloadavg()[0]}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
