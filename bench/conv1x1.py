@@ -55,7 +55,7 @@ def variants(fused: kg.FusedOp, x: np.ndarray, ref: np.ndarray) -> dict[str, tup
     # fit both stages
     for tile in OTHER_TILES if not hasattr(out["default"], "kernels") else ():
         program = fused.emit("opencl", tile=tile)
-        if program.metadata["tunables"]["tile"] != out["default"].metadata["tunables"]["tile"]:
+        if _tile(program) != _tile(out["default"]):
             out[f"tile {tile[0]}x{tile[1]}"] = program
     before = opencl_schedule.UNROLL_K_MAX_FMAS
     opencl_schedule.UNROLL_K_MAX_FMAS = 1 << 30

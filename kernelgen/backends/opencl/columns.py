@@ -57,10 +57,11 @@ def vector_tile(widths: tuple[int, ...]) -> tuple[int, int]:
 
 
 def wide_plan(k: LoopKernel, c: Contraction, plan: VectorPlan, widths: tuple[int, ...]
-              ) -> tuple[int, VectorPlan] | None:
-    """``WIDE_TILE``'s rows and columns in place of the default ``plan`` where the right
-    operand loads as vectors and four vectors tile its run with little waste, else None (a
-    row-less contraction's tile has one row: nothing to trade)."""
+              ) -> VectorPlan | None:
+    """``WIDE_TILE``'s columns in place of the default ``plan`` (its tile takes
+    ``WIDE_TILE``'s rows) where the right operand loads as vectors and four vectors tile its
+    run with little waste, else None (a row-less contraction's tile has one row: nothing to
+    trade)."""
     if not c.rows:
         return None
     n_run = prod(k.domain[i][1] for i in plan.run)
@@ -69,7 +70,7 @@ def wide_plan(k: LoopKernel, c: Contraction, plan: VectorPlan, widths: tuple[int
             -(-n_run // tile_n) * tile_n > WIDE_MAX_WASTE * n_run:
         return None
     wide = vector_plan(k, c, (WIDE_TILE[0], tile_n), False, widths)
-    return (WIDE_TILE[0], wide) if wide is not None and wide.right is not None else None
+    return wide if wide is not None and wide.right is not None else None
 
 
 @lru_cache(maxsize=256)  # asked by the tuner's search space and by choose, per emit

@@ -47,7 +47,8 @@ from ..base import (PRIVATE, Capabilities, Schedule, check_derived, check_option
 from ..c.contraction import FLAT_K, flat_reduction
 from ..c.vector import vector_reduction_ok
 from . import transposed
-from .columns import VectorPlan, opencl_contraction, vector_plan, vector_tile, wide_plan
+from .columns import (WIDE_TILE, VectorPlan, opencl_contraction, vector_plan, vector_tile,
+                      wide_plan)
 from .language import VECTOR
 from .window import WINDOW_LOCAL, WINDOW_MAX_RUN, WindowPlan, opencl_window
 
@@ -340,7 +341,7 @@ def _tiled(base: OpenCLSchedule, requested: tuple[int, ...] | None, local: int |
             wide = None if explicit or full_columns or plan is None or \
                 not caps.simd_within_work_item else wide_plan(k, c, plan, widths)
             if wide is not None:
-                tile, plan = (wide[0], wide[1].tile_n), wide[1]
+                tile, plan = (WIDE_TILE[0], wide.tile_n), wide
     if plan is None:  # the scalar template
         tm = min(tile[0], _rows(k, c))
         tn = _cols(k, c) if full_columns else min(tile[1], _cols(k, c))
