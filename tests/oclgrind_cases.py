@@ -164,6 +164,15 @@ def max_pool() -> kg.FusedOp:
     return kg.fuse(kg.max_pool(x, [3, 3], strides=[2, 2], pads=[1, 1, 1, 1]))
 
 
+def max_pool_window(shape: tuple[int, ...], **attrs: Any) -> Callable[[], kg.FusedOp]:
+    """relu -> MaxPool: a pooling window, its taps combined by max ('window' on a CPU)."""
+    def block() -> kg.FusedOp:
+        pre = kg.relu(kg.tensor("x", shape))
+        return kg.fuse(pre, kg.max_pool(pre, **attrs))
+    block.__name__ = f"max_pool_{'x'.join(map(str, shape))}"
+    return block
+
+
 def average_pool() -> kg.FusedOp:
     x = kg.tensor("x", (2, 3, 7, 5))
     return kg.fuse(kg.average_pool(x, [3, 2], pads=[1, 0, 1, 1], strides=[2, 1],
@@ -379,6 +388,12 @@ CASES: dict[str, Case] = {c.name: c for c in (
          {"algorithm": "direct"}),
     Case("window-7x7", depthwise((1, 2, 11, 23), (2, 1, 7, 7), pads=[3, 3, 3, 3], group=2),
          ("window",), {"algorithm": "direct"}),
+    Case("window-max-pool-padded", max_pool_window((1, 3, 13, 17), kernel_shape=[3, 3],
+                                                   pads=[1, 1, 1, 1]),
+         ("window",), {"schedule": "window"}, ci=True),
+    Case("window-max-pool-stride2-buffer-end", max_pool_window((1, 2, 5, 17), kernel_shape=[3, 3],
+                                                               strides=[2, 2]),
+         ("window",), {"schedule": "window"}, ci=True),
     # stride 2: twice the lanes read, the even ones kept; the last read ends at the buffer's end
     Case("window-stride2-buffer-end", depthwise((1, 2, 3, 17), (2, 1, 3, 3), group=2,
                                                 strides=[2, 2]), ("window",),

@@ -79,6 +79,14 @@ def depthwise_window() -> kg.FusedOp:
     return kg.fuse(*_relu_depthwise_sigmoid())
 
 
+def maxpool_window() -> kg.FusedOp:
+    """A MaxPool (3x3, stride 2, padded) after a ReLU: OpenCL's 'window' with a max over the
+    taps."""
+    pre = _named(kg.relu(kg.tensor("x", (1, 4, 13, 21))), "r")
+    return kg.fuse(pre, _named(kg.max_pool(pre, [3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+                               "y"))
+
+
 def _conv3x3_relu(x_shape: tuple[int, ...], m: int) -> list[kg.Op]:
     x = kg.tensor("x", x_shape)
     c = x_shape[1]
@@ -130,7 +138,7 @@ Case = tuple[Callable[[], kg.FusedOp], dict[str, dict[str, Any]]]
 _EVERY: dict[str, dict[str, Any]] = {name: {} for name in backends.names()}
 CASES: dict[str, Case] = {f.__name__: (f, _EVERY) for f in (
     bias_gelu, transpose_reshape_exp, pad_concat, row_softmax, column_sum_group, gather_rows,
-    gemm_bias_relu, depthwise_window, ago_conv_1x1, staged_attention)}
+    gemm_bias_relu, depthwise_window, maxpool_window, ago_conv_1x1, staged_attention)}
 CASES.update({
     "depthwise_window": (depthwise_window, {b: {"algorithm": "direct"} for b in _EVERY}),
     "conv_im2col": (conv_im2col, {b: {"algorithm": "im2col"} for b in _EVERY}),

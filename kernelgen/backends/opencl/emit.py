@@ -24,7 +24,7 @@ from .columns import vector_epilogue
 from .language import (BARRIER, BUFFER_TYPES, FLOAT, INT, RESERVED_NAMES, RESERVED_PREFIXES,
                        SCALAR_TYPES, VECTOR, Launch, OpenCLSource, vector_syntax)
 from .schedule import PACK_LOCAL, UNROLLED_LANES, OpenCLSchedule, TilePlan, TransposedReads
-from .window import WindowPlan
+from .window import WindowPlan, is_pooling
 
 
 def render(schedule: OpenCLSchedule, caps: Capabilities) -> OpenCLSource:
@@ -491,9 +491,10 @@ class OpenCLPrinter(ContractionEmitter):
         launch = self.ndrange(parallel, index, explicit_vectors=True)
         sums, taps, stores = Scope([], 1), Scope([], 1), Scope([], 1)
         acc = [[f"kg_acc{i}_{j}" for j in range(len(win.starts))] for i in range(len(copies))]
-        zero = syntax.broadcast.format("0.0f")
+        init = syntax.broadcast.format(self.reduce_init(c.reduce))
         for name in (a for row in acc for a in row):
-            sums.add(f"{syntax.vtype} {name} = {zero};")
+            sums.add(f"{syntax.vtype} {name} = {init};")
+        pool = is_pooling(c)  # each tap's vector combined by the reduction's operator
         # the copies of the right operand, each with the sums it goes into, in first-use order
         users: dict[Expr, list[tuple[int, Expr]]] = {}
         axes = [s for s, _ in c.reduce.axes]
@@ -503,7 +504,8 @@ class OpenCLPrinter(ContractionEmitter):
                 right = specialise(cols.right, at, ranges)
                 users.setdefault(right, []).append((i, specialise(c.left, at, ranges)))
         for left in dict.fromkeys(left for uses in users.values() for _, left in uses):
-            self.expr(left, taps)  # the weights, read once up front
+            if not pool:
+                self.expr(left, taps)  # the weights, read once up front
         readers = [VectorPrinter(self, cols.flat, start, taps, syntax) for start in win.starts]
 
         def row_test(right: Expr) -> frozenset[sympy.Basic]:
@@ -526,8 +528,10 @@ class OpenCLPrinter(ContractionEmitter):
                     for j, reader in enumerate(readers):
                         vector = reader.expr(right)
                         for i, left in users[right]:
-                            taps.add(f"{acc[i][j]} = fma({reader.expr(left)}, {vector}, "
-                                     f"{acc[i][j]});")
+                            a = acc[i][j]
+                            taps.add(f"{a} = " + (
+                                syntax.combine[c.reduce.kind].format(a=a, b=vector) if pool
+                                else f"fma({reader.expr(left)}, {vector}, {a})") + ";")
         for i, copy in enumerate(copies):
             for j, start in enumerate(win.starts):
                 writer = VectorPrinter(self, cols.flat, start, stores, syntax,

@@ -50,7 +50,7 @@ from . import transposed
 from .columns import (WIDE_TILE, VectorPlan, opencl_contraction, vector_plan, vector_tile,
                       wide_plan)
 from .language import VECTOR
-from .window import WINDOW_LOCAL, WINDOW_MAX_RUN, WindowPlan, opencl_window
+from .window import WINDOW_LOCAL, WINDOW_MAX_RUN, WindowPlan, is_pooling, opencl_window
 
 KINDS = ("elementwise", "group", "item", "row", "tiled", "window")
 STAGED_KINDS = ("item", "row")  # a staged row is an array of one work-item
@@ -229,13 +229,17 @@ def _kind(loop: LoopKernel, requested: str | None, tile_explicit: bool,
                              "operands on disjoint output axes")
         if requested == "window" and opencl_window(loop, caps.vector_widths) is None:
             raise ValueError(f"schedule 'window' needs a short sum of products whose one "
-                             f"operand reads a run of at most {WINDOW_MAX_RUN} output columns as "
-                             f"vectors and has no axis of its own (a depthwise conv); kernel "
-                             f"'{loop.name}' has none")
+                             f"operand has no axis of its own (a depthwise conv), or a pooling "
+                             f"window, reading a run of at most {WINDOW_MAX_RUN} output columns "
+                             f"as vectors; kernel '{loop.name}' has none")
         return requested
     if loop.staged:  # a work-item holds the row: one per group point
         return "row" if caps.simd_within_work_item and row_vectorizable(loop, caps) else "item"
-    if opencl_window(loop, caps.vector_widths) is not None and not tile_explicit:
+    window = opencl_window(loop, caps.vector_widths)
+    # a pooling window only where a work-item is a SIMD thread: a GPU's 'item' already gives
+    # each output its own thread (not measured there)
+    if window is not None and not tile_explicit and \
+            (caps.simd_within_work_item or not is_pooling(window.contraction)):
         return "window"
     if opencl_contraction(loop, caps.vector_widths) is not None:
         return "tiled"

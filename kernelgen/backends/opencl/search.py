@@ -9,7 +9,7 @@ from ..base import Capabilities, Config
 from .columns import opencl_contraction
 from .schedule import row_vectorizable
 from .transposed import tile_plan
-from .window import opencl_window
+from .window import is_pooling, opencl_window
 
 
 def search_space(loop: LoopKernel, caps: Capabilities) -> list[Config]:
@@ -26,8 +26,11 @@ def search_space(loop: LoopKernel, caps: Capabilities) -> list[Config]:
         # the default's window rows first, then the nearest others and a few group sizes
         default = window.default_rows(caps)
         rows = sorted(window.row_choices, key=lambda r: (abs(r - default), -r))
-        return [Config.of(), *(Config.of(schedule="window", window_rows=r, local_size=ls)
-                               for r in rows[:4] for ls in (8, 32) if ls <= most), *tiles]
+        windows = [Config.of(schedule="window", window_rows=r, local_size=ls)
+                   for r in rows[:4] for ls in (8, 32) if ls <= most]
+        if is_pooling(window.contraction):  # or one work-item per output, lanes across them
+            return [Config.of(), *windows, Config.of(schedule="item")]
+        return [Config.of(), *windows, *tiles]
     if c is not None:  # register tiles of the contraction templates
         # rows x columns; columns in float16 vectors (8 or 4 lanes on short runs)
         # (6x64: 293 GFLOP/s on im2col's 64x576x3136 GEMM, against 222 for 8x32)

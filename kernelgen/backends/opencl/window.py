@@ -1,6 +1,6 @@
 """The 'window' schedule's plan (window.cl.tmpl): a sliding-window contraction with no rows
-(a depthwise or grouped conv) whose work-items each own a few output rows and the whole row as
-vectors."""
+(a depthwise or grouped conv) or a pooling window (MaxPool) whose work-items each own a few
+output rows and the whole row as vectors."""
 from __future__ import annotations
 
 import itertools
@@ -9,7 +9,8 @@ from functools import lru_cache
 
 import sympy
 
-from ...ir.expr import Expr, Load, extent, walk
+from ...dtypes import DType
+from ...ir.expr import Call, Const, Expr, Load, extent, walk
 from ...ir.loop import Buffer, LoopKernel
 from ...lower import unroll
 from ...lower.contraction import Contraction, operand_has_reduction
@@ -35,6 +36,10 @@ WINDOW_ROWS = 4
 WINDOW_MAX_READS = 108
 WINDOW_MAX_FMAS = 2048  # straight-line code: rows x taps x vectors at most
 WINDOW_LOCAL = 32
+# Taps a pooling window may have: its straight-line code is measured on 4-9 tap MaxPools
+# (bench/pooling.py); a longer max or sum with no weights (a reduction over channels) keeps
+# the 'item' schedule's loop.
+POOL_MAX_TAPS = 64
 
 
 @dataclass(frozen=True)
@@ -65,10 +70,10 @@ class WindowPlan:
 @lru_cache(maxsize=256)
 def opencl_window(kernel: LoopKernel, widths: tuple[int, ...]) -> WindowPlan | None:
     """The 'window' plan when ``kernel`` is a row-less contraction (one operand has no axis of
-    its own: a depthwise conv's weights) whose other operand reads a run of at most
-    ``WINDOW_MAX_RUN`` output columns as vectors, with a vector epilogue, and whose taps times
-    vectors fit the straight-line code budget; else None."""
-    c = opencl_contraction(kernel, widths, stride2=True)
+    its own: a depthwise conv's weights, or ``pooling``'s constant 1) whose other operand reads
+    a run of at most ``WINDOW_MAX_RUN`` output columns as vectors, with a vector epilogue, and
+    whose taps times vectors fit the straight-line code budget; else None."""
+    c = opencl_contraction(kernel, widths, stride2=True) or pooling(kernel)
     if c is None or c.rows or operand_has_reduction(c.left) or operand_has_reduction(c.right):
         return None
     plan = vector_plan(kernel, c, (1, WINDOW_MAX_RUN), False, widths, stride2=True)
@@ -98,6 +103,27 @@ def opencl_window(kernel: LoopKernel, widths: tuple[int, ...]) -> WindowPlan | N
                     len(starts) * distinct_reads(kernel, c, plan, block, r) <= WINDOW_MAX_READS),
                    least)
     return WindowPlan(c, plan, tuple(starts), block, tuple(epilogue), rows, default)
+
+
+def pooling(kernel: LoopKernel) -> Contraction | None:
+    """A pooling window (MaxPool: one float32 max, min or sum over taps with no weights; not
+    AveragePool, whose divisor is a second reduction; at most ``POOL_MAX_TAPS`` taps) as a
+    row-less contraction whose left operand is the constant 1 and whose every output axis is a
+    column; None for anything else.
+    The 'window' schedule then combines each tap's vector into the sums with the reduction's
+    own operator instead of an FMA."""
+    if len(kernel.hoisted) != 1 or len(kernel.group) != len(kernel.domain):
+        return None
+    r = kernel.hoisted[0]
+    if r.kind not in ("sum", "max", "min") or r.dtype is not DType.float32 or \
+            extent(r) > POOL_MAX_TAPS or (isinstance(r.body, Call) and r.body.fn == "mul"):
+        return None
+    return Contraction(r, Const(DType.float32, 1.0), r.body, (), tuple(range(len(kernel.domain))))
+
+
+def is_pooling(c: Contraction) -> bool:
+    """Whether ``c`` is ``pooling``'s form: no left operand to multiply by."""
+    return isinstance(c.left, Const)
 
 
 def distinct_reads(kernel: LoopKernel, c: Contraction, columns: VectorPlan, block: int | None,

@@ -3,7 +3,8 @@
 #define KG_FLOORDIV(a, b) (((a) - (((a) % (b) + (b)) % (b))) / (b))
 #define KG_FLOORMOD(a, b) ((((a) % (b)) + (b)) % (b))
 
-// Sliding-window contraction (depthwise convolution): each work-item owns 1 consecutive
+// Sliding-window contraction (a depthwise convolution, or a pooling window whose taps are
+// combined by its own operator instead of an FMA): each work-item owns 1 consecutive
 // points of the axis outside the vector run and the whole run, 2 vectors of 8 lanes
 // (the last one may overlap its neighbour to end the run). The window's taps are unrolled and
 // every distinct vector of the right operand is read once and added into all the sums that use

@@ -1,0 +1,157 @@
+"""Every MaxPool of ResNet-50, SqueezeNet 1.1, ShuffleNet and Inception v1 (GoogLeNet) at
+224x224 on OpenCL: the default kernel (a pooling window, ``backends/opencl/window.py``, on a
+CPU) round-robin with the 'item' schedule it replaced and a copy of the input (the bandwidth a
+pool that reads its input once could reach) and the window with each rows-per-item choice,
+against onnxruntime (2 threads) timed right before and after. Each output is checked against
+onnxruntime's.
+
+    python bench/pooling.py [--repeat 100] [--json bench/results/pooling.json]
+
+With ``--models squeezenet,inception_v1``, instead: each model's DNNFusion plan compiled twice
+in one process, with its MaxPools as pooling windows (the default) and as 'item' kernels (the
+windows' recogniser switched off), then whole runs of both round-robin
+(``scheduling.whole_runs``, 15 rounds, median ms).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+from onnx import TensorProto, helper
+
+import kernelgen as kg
+from kernelgen import backends
+from kernelgen.backends.opencl.window import opencl_window
+from kernelgen.compile import copy_kernel
+from kernelgen.measure import bench_interleaved
+
+sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from conv import time_ort  # noqa: E402
+from models.model_zoo import light  # noqa: E402
+
+from kernelgen.backends.opencl import window  # noqa: E402
+from kernelgen.graph.scheduling import whole_runs  # noqa: E402
+
+# (channels, input side, kernel, stride, pad, ceil_mode, model)
+POOLS = (
+    (64, 112, 3, 2, 1, 0, "ResNet-50"),
+    (64, 111, 3, 2, 0, 0, "SqueezeNet 1.1"), (128, 55, 3, 2, 0, 0, "SqueezeNet 1.1"),
+    (256, 27, 3, 2, 0, 0, "SqueezeNet 1.1"),
+    (24, 112, 3, 2, 1, 0, "ShuffleNet"),
+    (64, 112, 3, 2, 0, 1, "Inception v1"), (192, 56, 3, 2, 0, 1, "Inception v1"),
+    (192, 28, 3, 1, 1, 0, "Inception v1"), (256, 28, 3, 1, 1, 0, "Inception v1"),
+    (480, 28, 3, 2, 0, 1, "Inception v1"), (480, 14, 3, 1, 1, 0, "Inception v1"),
+    (512, 14, 3, 1, 1, 0, "Inception v1"), (528, 14, 3, 1, 1, 0, "Inception v1"),
+    (832, 14, 2, 2, 0, 1, "Inception v1"), (832, 7, 3, 1, 1, 0, "Inception v1"),
+)
+
+
+def ort_maxpool(shape: tuple[int, ...], attrs: dict[str, object]):
+    import onnxruntime as ort
+
+    node = helper.make_node("MaxPool", ["x"], ["y"], **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, shape)], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 2
+    return ort.InferenceSession(model.SerializeToString(), options,
+                                providers=["CPUExecutionProvider"])
+
+
+def row(c: int, side: int, k: int, stride: int, pad: int, ceil: int, model: str, repeat: int,
+        rng: np.random.Generator) -> dict[str, object]:
+    shape = (1, c, side, side)
+    attrs = {"kernel_shape": [k, k], "strides": [stride, stride], "pads": [pad] * 4,
+             "ceil_mode": ceil}
+    x = rng.standard_normal(shape).astype(np.float32)
+    sess = ort_maxpool(shape, attrs)
+
+    def ort_run() -> list[np.ndarray]:
+        return sess.run(None, {"x": x})
+    ref = ort_run()[0]
+    fused = kg.fuse(kg.max_pool(kg.tensor("x", shape), **attrs))
+    kernels = {"default": fused.emit("opencl", tuning="none"),
+               "item": fused.emit("opencl", tuning="none", schedule="item")}
+    plan = opencl_window(fused.lower(), backends.get("opencl").caps.vector_widths)
+    for rows in plan.row_choices if plan is not None else ():
+        kernels[f"{rows} rows"] = fused.emit("opencl", tuning="none", schedule="window",
+                                             window_rows=rows)
+    for kernel in kernels.values():
+        np.testing.assert_array_equal(kernel(x), ref)
+    timed = {name: (kernel, [x]) for name, kernel in kernels.items()}
+    timed["copy of the input"] = (copy_kernel(shape, backend="opencl"), [x])
+    before = time_ort(ort_run, repeat)
+    times = {name: t.median_ms for name, t in bench_interleaved(timed, 3, repeat).items()}
+    ort_ms = float(np.median(before + time_ort(ort_run, repeat)))
+    default = kernels["default"].metadata["tunables"]
+    return {"pool": f"{k}x{k}/{stride} {c}x{side}x{side}" + (f" pad {pad}" if pad else "")
+            + (" ceil" if ceil else ""), "model": model, "onnxruntime_ms": ort_ms,
+            "ms": times, "schedule": default["schedule"],
+            "window_rows": default.get("window_rows"),
+            "default_vs_ort": ort_ms / times["default"],
+            "item_over_default": times["item"] / times["default"],
+            "copy_over_default": times["copy of the input"] / times["default"]}
+
+
+def models(names: list[str]) -> None:
+    """Each model's plan with MaxPools as windows against the same plan with 'item' pools."""
+    for name in names:
+        proto = light(name)
+        window.opencl_window.cache_clear()
+        on = kg.compile_model(proto, backend="opencl", fusion="dnnfusion")
+        recognise = window.pooling
+        window.pooling = lambda kernel: None  # type: ignore[assignment]
+        window.opencl_window.cache_clear()
+        try:
+            off = kg.compile_model(proto, backend="opencl", fusion="dnnfusion")
+        finally:
+            window.pooling = recognise
+            window.opencl_window.cache_clear()
+        ms = whole_runs({"windows": on.model, "item": off.model}, rounds=15)
+        print(f"{name}: MaxPools as windows {ms['windows']:.3f} ms, as 'item' "
+              f"{ms['item']:.3f} ms: {ms['item'] / ms['windows']:.2f}x", flush=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--repeat", type=int, default=100)
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--models", default=None,
+                    help="comma-separated light models (squeezenet, inception_v1, resnet50)")
+    args = ap.parse_args()
+    if args.models:
+        models(args.models.split(","))
+        return 0
+    rng = np.random.default_rng(0)
+    print(f"{'MaxPool':28s} {'model':15s} {'ORT ms':>7s} {'default':>8s} {'item':>7s} "
+          f"{'copy':>7s} {'vs ORT':>7s} {'item/def':>8s}")
+    rows = []
+    for shape in POOLS:
+        r = row(*shape, repeat=args.repeat, rng=rng)
+        rows.append(r)
+        ms = r["ms"]
+        print(f"{r['pool']:28s} {r['model']:15s} {r['onnxruntime_ms']:7.3f} "
+              f"{ms['default']:8.3f} {ms['item']:7.3f} {ms['copy of the input']:7.3f} "
+              f"{r['default_vs_ort']:6.2f}x {r['item_over_default']:7.2f}x  "
+              + " ".join(f"{k} {v:.3f}" for k, v in ms.items() if k.endswith("rows")),
+              flush=True)
+    ratios = [r["item_over_default"] for r in rows]
+    print(f"geometric mean, item / default: {float(np.exp(np.mean(np.log(ratios)))):.2f}x; "
+          f"default vs onnxruntime: "
+          f"{float(np.exp(np.mean(np.log([r['default_vs_ort'] for r in rows])))):.2f}x")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"command": "python " + " ".join(sys.argv),
+                                         "rows": rows}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

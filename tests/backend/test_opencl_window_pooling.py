@@ -1,0 +1,129 @@
+"""Pooling windows on OpenCL's 'window' schedule: a MaxPool (one max over the window, no
+weights) runs as a row-less contraction whose taps are combined with the reduction's own
+operator, each work-item owning a few output rows as vectors. Against ONNX's reference on
+awkward shapes (prime and sub-vector widths, stride 1 and 2, asymmetric and wide pads,
+ceil_mode, dilation, batch > 1) with a prologue in the reads and an epilogue in the stores, at
+every rows-per-item choice; NaN and -Inf against the 'item' schedule (ONNX's reference drops
+NaN in MaxPool); a GPU keeps 'item'; the tuner may choose 'item'."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import assert_close, require
+from reference import evaluate_chain
+
+import kernelgen as kg
+from kernelgen import backends
+from kernelgen.backends.opencl.schedule import choose
+from kernelgen.backends.opencl.window import POOL_MAX_TAPS, opencl_window
+
+POOLS = {  # name: (x shape, MaxPool attributes)
+    "3x3-s1-p1-28": ((1, 5, 28, 28), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+    "3x3-s1-p1-prime": ((2, 3, 13, 17), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+    "3x3-s2-111": ((1, 3, 23, 111), {"kernel_shape": [3, 3], "strides": [2, 2]}),
+    "3x3-s2-p1-asym": ((1, 4, 14, 29), {"kernel_shape": [3, 3], "strides": [2, 2],
+                                        "pads": [0, 1, 1, 0]}),
+    "3x3-s2-ceil": ((1, 3, 9, 27), {"kernel_shape": [3, 3], "strides": [2, 2],
+                                    "ceil_mode": 1}),
+    "5x5-s1-p2": ((1, 2, 11, 31), {"kernel_shape": [5, 5], "pads": [2, 2, 2, 2]}),
+    "2x2-s2": ((1, 3, 10, 34), {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    "3x3-dilated": ((1, 2, 12, 37), {"kernel_shape": [3, 3], "dilations": [2, 2],
+                                     "pads": [2, 2, 2, 2]}),
+    "3x3-s1-7-wide": ((1, 6, 7, 7), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+}
+
+
+def _block(name: str) -> tuple[list[kg.Op], dict[str, np.ndarray]]:
+    """relu -> MaxPool -> + a residual input."""
+    shape, attrs = POOLS[name]
+    rng = np.random.default_rng(sum(shape))
+    feeds = {"x": rng.standard_normal(shape).astype(np.float32)}
+    pre = kg.relu(kg.tensor("x", shape))
+    pool = kg.max_pool(pre, **attrs)
+    feeds["r"] = rng.standard_normal(pool.shape).astype(np.float32)
+    return [pre, pool, kg.add(pool, kg.tensor("r", pool.shape))], feeds
+
+
+def _run(kernel: kg.Kernel, feeds: dict[str, np.ndarray]) -> np.ndarray:
+    return kernel(*[feeds[a["name"]] for a in kernel.metadata["args"] if a["role"] == "input"])
+
+
+@pytest.mark.parametrize("name", POOLS)
+def test_maxpool_runs_as_a_window_at_every_rows_choice(name: str) -> None:
+    require("opencl")
+    caps = backends.get("opencl").caps
+    ops, feeds = _block(name)
+    want = evaluate_chain(ops, feeds)[ops[-1].name]
+    fused = kg.fuse(*ops)
+    plan = opencl_window(fused.lower(), caps.vector_widths)
+    assert plan is not None
+    kernel = fused.emit("opencl", tuning="none")
+    assert kernel.metadata["schedule"] == ("window" if caps.simd_within_work_item else "item")
+    assert_close(_run(kernel, feeds), want)
+    for rows in plan.row_choices:
+        for local in (1, 8):
+            kernel = fused.emit("opencl", tuning="none", schedule="window", window_rows=rows,
+                                local_size=local)
+            assert "fma(" not in kernel.source  # taps combined by max, not multiplied
+            assert_close(_run(kernel, feeds), want)
+
+
+@pytest.mark.parametrize("name", ["3x3-s1-p1-prime", "3x3-s2-111", "5x5-s1-p2"])
+def test_nan_and_infinities_as_the_item_schedule(name: str) -> None:
+    """A NaN in a window makes its maximum NaN; -Inf loses to any number, +Inf wins."""
+    require("opencl")
+    shape, attrs = POOLS[name]
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(shape).astype(np.float32)
+    x[0, 0, 1, 2], x[0, -1, -1, -1], x[-1, 1, 3, 5] = np.nan, -np.inf, np.inf
+    fused = kg.fuse(kg.max_pool(kg.tensor("x", shape), **attrs))
+    window = fused.emit("opencl", tuning="none", schedule="window")(x)
+    item = fused.emit("opencl", tuning="none", schedule="item")(x)
+    assert np.isnan(window).sum() >= 1
+    np.testing.assert_array_equal(window, item)  # NaN where item has NaN, else equal
+
+
+def test_gpu_keeps_item_and_tuner_may_choose_it() -> None:
+    require("opencl")
+    ops, _ = _block("3x3-s1-p1-28")
+    loop = kg.fuse(*ops).lower()
+    opencl = backends.get("opencl")
+    gpu = opencl.for_device("desktop-gpu")
+    assert choose(gpu.expand(loop), {}, gpu.caps).kind == "item"
+    cpu = opencl.for_device("cpu-avx512")
+    assert choose(cpu.expand(loop), {}, cpu.caps).kind == "window"
+    options = [c.as_options() for c in opencl.search_space(loop)]
+    assert options[0] == {} and {"schedule": "item"} in options
+    assert any(o.get("schedule") == "window" for o in options)
+
+
+def test_average_pool_and_global_pool_keep_their_schedules() -> None:
+    """AveragePool divides by a second reduction (the count of taps inside the input), and a
+    global pool reads no run of output columns: neither is a pooling window."""
+    require("opencl")
+    widths = backends.get("opencl").caps.vector_widths
+    x = kg.tensor("x", (1, 3, 11, 13))
+    rng = np.random.default_rng(2)
+    feeds = {"x": rng.standard_normal((1, 3, 11, 13)).astype(np.float32)}
+    for op in (kg.average_pool(x, [3, 3], pads=[1, 1, 1, 1]), kg.global_pool("GlobalMaxPool", x)):
+        fused = kg.fuse(op)
+        assert opencl_window(fused.lower(), widths) is None
+        kernel = fused.emit("opencl", tuning="none")
+        assert kernel.metadata["schedule"] != "window"
+        assert_close(_run(kernel, feeds), evaluate_chain([op], feeds)[op.name])
+
+
+def test_channel_reductions_long_and_short() -> None:
+    """A max with no weights over channels is a window too while its taps stay within
+    ``POOL_MAX_TAPS`` (a short straight-line reduction); over more channels it keeps a loop."""
+    require("opencl")
+    widths = backends.get("opencl").caps.vector_widths
+    rng = np.random.default_rng(5)
+    for channels, window_form in ((5, True), (POOL_MAX_TAPS + 1, False)):
+        shape = (1, channels, 6, 19)
+        feeds = {"x": rng.standard_normal(shape).astype(np.float32)}
+        op = kg.reduce_max(kg.tensor("x", shape), [1], 1)
+        fused = kg.fuse(op)
+        assert (opencl_window(fused.lower(), widths) is not None) == window_form
+        kernel = fused.emit("opencl", tuning="none")
+        assert_close(_run(kernel, feeds), evaluate_chain([op], feeds)[op.name])
