@@ -504,8 +504,7 @@ class OpenCLPrinter(ContractionEmitter):
                 right = specialise(cols.right, at, ranges)
                 users.setdefault(right, []).append((i, specialise(c.left, at, ranges)))
         for left in dict.fromkeys(left for uses in users.values() for _, left in uses):
-            if not pool:
-                self.expr(left, taps)  # the weights, read once up front
+            self.expr(left, taps)  # the weights, read once up front (a pool's 1 prints nothing)
         readers = [VectorPrinter(self, cols.flat, start, taps, syntax) for start in win.starts]
 
         def row_test(right: Expr) -> frozenset[sympy.Basic]:
