@@ -21,21 +21,20 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from onnx import TensorProto, helper
+from onnx import helper
 
 import kernelgen as kg
 from kernelgen import backends
-from kernelgen.backends.opencl.window import opencl_window
+from kernelgen.backends.opencl import window
 from kernelgen.compile import copy_kernel
+from kernelgen.graph.scheduling import whole_runs
 from kernelgen.measure import bench_interleaved
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from conv import time_ort  # noqa: E402
 from models.model_zoo import light  # noqa: E402
-
-from kernelgen.backends.opencl import window  # noqa: E402
-from kernelgen.graph.scheduling import whole_runs  # noqa: E402
+from patterns import Pattern, ort_runner  # noqa: E402
 
 # (channels, input side, kernel, stride, pad, ceil_mode, model)
 POOLS = (
@@ -51,35 +50,19 @@ POOLS = (
 )
 
 
-def ort_maxpool(shape: tuple[int, ...], attrs: dict[str, object]):
-    import onnxruntime as ort
-
-    node = helper.make_node("MaxPool", ["x"], ["y"], **attrs)
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(
-        "x", TensorProto.FLOAT, shape)], [helper.make_tensor_value_info(
-            "y", TensorProto.FLOAT, None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 2
-    return ort.InferenceSession(model.SerializeToString(), options,
-                                providers=["CPUExecutionProvider"])
-
-
 def row(c: int, side: int, k: int, stride: int, pad: int, ceil: int, model: str, repeat: int,
         rng: np.random.Generator) -> dict[str, object]:
     shape = (1, c, side, side)
     attrs = {"kernel_shape": [k, k], "strides": [stride, stride], "pads": [pad] * 4,
              "ceil_mode": ceil}
     x = rng.standard_normal(shape).astype(np.float32)
-    sess = ort_maxpool(shape, attrs)
-
-    def ort_run() -> list[np.ndarray]:
-        return sess.run(None, {"x": x})
-    ref = ort_run()[0]
-    fused = kg.fuse(kg.max_pool(kg.tensor("x", shape), **attrs))
+    pool = kg.max_pool(kg.tensor("x", shape), **attrs)
+    ort_run, ref = ort_runner(Pattern("maxpool", "MaxPool", [helper.make_node(
+        "MaxPool", ["x"], ["y"], **attrs)], [pool], {"x": x}, "y"))
+    fused = kg.fuse(pool)
     kernels = {"default": fused.emit("opencl", tuning="none"),
                "item": fused.emit("opencl", tuning="none", schedule="item")}
-    plan = opencl_window(fused.lower(), backends.get("opencl").caps.vector_widths)
+    plan = window.opencl_window(fused.lower(), backends.get("opencl").caps.vector_widths)
     for rows in plan.row_choices if plan is not None else ():
         kernels[f"{rows} rows"] = fused.emit("opencl", tuning="none", schedule="window",
                                              window_rows=rows)
@@ -104,7 +87,6 @@ def models(names: list[str]) -> None:
     """Each model's plan with MaxPools as windows against the same plan with 'item' pools."""
     for name in names:
         proto = light(name)
-        window.opencl_window.cache_clear()
         on = kg.compile_model(proto, backend="opencl", fusion="dnnfusion")
         recognise = window.pooling
         window.pooling = lambda kernel: None  # type: ignore[assignment]

@@ -28,8 +28,9 @@ def search_space(loop: LoopKernel, caps: Capabilities) -> list[Config]:
         rows = sorted(window.row_choices, key=lambda r: (abs(r - default), -r))
         windows = [Config.of(schedule="window", window_rows=r, local_size=ls)
                    for r in rows[:4] for ls in (8, 32) if ls <= most]
-        if is_pooling(window.contraction):  # or one work-item per output, lanes across them
-            return [Config.of(), *windows, Config.of(schedule="item")]
+        if is_pooling(window.contraction):  # or one work-item per output (a GPU's default)
+            item = [Config.of(schedule="item")] if caps.simd_within_work_item else []
+            return [Config.of(), *windows, *item]
         return [Config.of(), *windows, *tiles]
     if c is not None:  # register tiles of the contraction templates
         # rows x columns; columns in float16 vectors (8 or 4 lanes on short runs)
