@@ -1,11 +1,11 @@
 """Every MaxPool of ResNet-50, SqueezeNet 1.1, ShuffleNet and Inception v1 (GoogLeNet) at
-224x224 on OpenCL: the default kernel (a pooling window, ``backends/opencl/window.py``, on a
-CPU) round-robin with the 'item' schedule it replaced and a copy of the input (the bandwidth a
-pool that reads its input once could reach) and the window with each rows-per-item choice,
-against onnxruntime (2 threads) timed right before and after. Each output is checked against
-onnxruntime's.
+224x224, and DenseNet-121's transition AveragePools, on OpenCL: the default kernel (a pooling
+window, ``backends/opencl/window.py``, on a CPU) round-robin with the 'item' schedule it
+replaced and a copy of the input (the bandwidth a pool that reads its input once could reach)
+and the window with each rows-per-item choice, against onnxruntime (2 threads) timed right
+before and after. Each output is checked against onnxruntime's.
 
-    python bench/pooling.py [--repeat 100] [--json bench/results/pooling.json]
+    python bench/pooling.py [--repeat 100] [--only AveragePool] [--json bench/results/pooling.json]
 
 With ``--models squeezenet,inception_v1``, instead: each model's DNNFusion plan compiled twice
 in one process, with its MaxPools as pooling windows (the default) and as 'item' kernels (the
@@ -36,8 +36,8 @@ from conv import time_ort  # noqa: E402
 from models.model_zoo import light  # noqa: E402
 from patterns import Pattern, ort_runner  # noqa: E402
 
-# (channels, input side, kernel, stride, pad, ceil_mode, model)
-POOLS = (
+# (channels, input side, kernel, stride, pad, ceil_mode, model[, op])
+POOLS: tuple[tuple, ...] = (
     (64, 112, 3, 2, 1, 0, "ResNet-50"),
     (64, 111, 3, 2, 0, 0, "SqueezeNet 1.1"), (128, 55, 3, 2, 0, 0, "SqueezeNet 1.1"),
     (256, 27, 3, 2, 0, 0, "SqueezeNet 1.1"),
@@ -47,18 +47,21 @@ POOLS = (
     (480, 28, 3, 2, 0, 1, "Inception v1"), (480, 14, 3, 1, 1, 0, "Inception v1"),
     (512, 14, 3, 1, 1, 0, "Inception v1"), (528, 14, 3, 1, 1, 0, "Inception v1"),
     (832, 14, 2, 2, 0, 1, "Inception v1"), (832, 7, 3, 1, 1, 0, "Inception v1"),
+    (128, 56, 2, 2, 0, 0, "DenseNet-121", "AveragePool"),
+    (256, 28, 2, 2, 0, 0, "DenseNet-121", "AveragePool"),
+    (512, 14, 2, 2, 0, 0, "DenseNet-121", "AveragePool"),
 )
 
 
-def row(c: int, side: int, k: int, stride: int, pad: int, ceil: int, model: str, repeat: int,
-        rng: np.random.Generator) -> dict[str, object]:
+def row(c: int, side: int, k: int, stride: int, pad: int, ceil: int, model: str,
+        op: str = "MaxPool", *, repeat: int, rng: np.random.Generator) -> dict[str, object]:
     shape = (1, c, side, side)
     attrs = {"kernel_shape": [k, k], "strides": [stride, stride], "pads": [pad] * 4,
              "ceil_mode": ceil}
     x = rng.standard_normal(shape).astype(np.float32)
-    pool = kg.max_pool(kg.tensor("x", shape), **attrs)
-    ort_run, ref = ort_runner(Pattern("maxpool", "MaxPool", [helper.make_node(
-        "MaxPool", ["x"], ["y"], **attrs)], [pool], {"x": x}, "y"))
+    pool = (kg.max_pool if op == "MaxPool" else kg.average_pool)(kg.tensor("x", shape), **attrs)
+    ort_run, ref = ort_runner(Pattern(op.lower(), op, [helper.make_node(
+        op, ["x"], ["y"], **attrs)], [pool], {"x": x}, "y"))
     fused = kg.fuse(pool)
     kernels = {"default": fused.emit("opencl", tuning="none"),
                "item": fused.emit("opencl", tuning="none", schedule="item")}
@@ -66,15 +69,16 @@ def row(c: int, side: int, k: int, stride: int, pad: int, ceil: int, model: str,
     for rows in plan.row_choices if plan is not None else ():
         kernels[f"{rows} rows"] = fused.emit("opencl", tuning="none", schedule="window",
                                              window_rows=rows)
-    for kernel in kernels.values():
-        np.testing.assert_array_equal(kernel(x), ref)
+    for kernel in kernels.values():  # a max is exact; a mean's sums may round in another order
+        np.testing.assert_allclose(kernel(x), ref, rtol=1e-6 if op == "MaxPool" else 1e-5)
     timed = {name: (kernel, [x]) for name, kernel in kernels.items()}
     timed["copy of the input"] = (copy_kernel(shape, backend="opencl"), [x])
     before = time_ort(ort_run, repeat)
     times = {name: t.median_ms for name, t in bench_interleaved(timed, 3, repeat).items()}
     ort_ms = float(np.median(before + time_ort(ort_run, repeat)))
     default = kernels["default"].metadata["tunables"]
-    return {"pool": f"{k}x{k}/{stride} {c}x{side}x{side}" + (f" pad {pad}" if pad else "")
+    return {"pool": f"{'' if op == 'MaxPool' else 'avg '}{k}x{k}/{stride} {c}x{side}x{side}"
+            + (f" pad {pad}" if pad else "")
             + (" ceil" if ceil else ""), "model": model, "onnxruntime_ms": ort_ms,
             "ms": times, "schedule": default["schedule"],
             "window_rows": default.get("window_rows"),
@@ -105,6 +109,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--repeat", type=int, default=100)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--only", default=None, help="the pools of this op type or model only")
     ap.add_argument("--models", default=None,
                     help="comma-separated light models (squeezenet, inception_v1, resnet50)")
     args = ap.parse_args()
@@ -112,10 +117,12 @@ def main() -> int:
         models(args.models.split(","))
         return 0
     rng = np.random.default_rng(0)
-    print(f"{'MaxPool':28s} {'model':15s} {'ORT ms':>7s} {'default':>8s} {'item':>7s} "
+    print(f"{'pool':28s} {'model':15s} {'ORT ms':>7s} {'default':>8s} {'item':>7s} "
           f"{'copy':>7s} {'vs ORT':>7s} {'item/def':>8s}")
     rows = []
     for shape in POOLS:
+        if args.only and args.only not in (*shape[6:], "MaxPool" if len(shape) == 7 else ""):
+            continue
         r = row(*shape, repeat=args.repeat, rng=rng)
         rows.append(r)
         ms = r["ms"]

@@ -20,9 +20,10 @@ mapping-type table), as a planner: ``plan_dnnfusion(graph) -> list[Block]``.
    (``in_place_concats``), its inputs' kernels writing into it. And
    an operand chain fused into a contraction (its prologue) costs at most ``PROLOGUE_LIMIT``
    operations an element, since the template recomputes it for every tile of output columns.
-   A chain that a contraction's output alone feeds is that contraction's epilogue, never the
-   next Many-to-Many operator's prologue (successor propagation would put it there first):
-   computed once an element, not in every window or tile that reads it.
+   A chain that a contraction's output alone feeds (directly or through elementwise
+   operators nothing else reads) is that contraction's epilogue, never the next Many-to-Many
+   operator's prologue (successor propagation would put it there first): computed once an
+   element, not in every window or tile that reads it.
 3. Yellow cells (fusion pays only where measured) are decided by ``decide``: the enlarged
    block is fused where its measurement (``kernelgen.measure_fusion``: the one kernel timed
    against the block cut at its yellow edges, stored in the Fast-Run database) found the one
@@ -53,6 +54,8 @@ from .blocks import CONTRACTIONS, IN_PLACE, Block, Stop, fusible, in_place_conca
 from .model import Graph
 
 
+# the words of fuse's refusal of a block that an operator outside it would cut in two
+BETWEEN = "is outside the block but lies between fused operators"
 # A yellow block's measured verdict, or None where nothing was measured.
 Decide = Callable[[FusedBlock], FusionVerdict | None]
 
@@ -132,19 +135,29 @@ def _grow(graph: Graph, seed: Op, assigned: set[int], decide: Decide | None
     the measurements that let yellow cells in."""
     members = [seed]
     refused: dict[int, str] = {}
+    # a neighbour refused because an operator between it and the block was outside, by id:
+    # the block's size then; it is tried again once the block has grown (a GELU's Mul
+    # reads the bias Add and the Add after the Erf, which joins later)
+    between: dict[int, int] = {}
     measured: list[str] = []
     changed = True
     while changed:
         changed = False
         for candidate in _neighbours(graph, members):
-            if id(candidate) in assigned or id(candidate) in refused:
+            if id(candidate) in assigned or (id(candidate) in refused and between.get(
+                    id(candidate), len(members)) == len(members)):
                 continue
             why = _refusal(graph, members, candidate, decide, measured, assigned)
             if why is None:
                 members.append(candidate)
+                refused.pop(id(candidate), None)
                 changed = True
             else:
                 refused[id(candidate)] = why
+                if BETWEEN in why:
+                    between[id(candidate)] = len(members)
+                else:
+                    between.pop(id(candidate), None)
     return members, refused, measured
 
 
@@ -207,17 +220,18 @@ def _refusal(graph: Graph, members: list[Op], candidate: Op, decide: Decide | No
                 f"computes every element of that domain, most of them guarded zeros, "
                 f"instead of its own {'x'.join(map(str, head.shape))}")
     prologue = _prologue(heavy[0], [*members, candidate]) if heavy else []
-    if heavy and candidate is heavy[0]:
+    # checked both when the chain joins the Many-to-Many operator's block and when that
+    # operator joins the chain's (grown from an elementwise seed)
+    if heavy and (candidate is heavy[0] or candidate in prologue):
+        head = heavy[0]
         owner = _epilogue_owner(graph, prologue, assigned)
         if owner is not None:
             return (f"{'+'.join(op.kind for op in prologue)} goes to its producer "
                     f"{owner.name} ({owner.kind}) as its epilogue, computed once an element, "
-                    f"not to {candidate.name} ({candidate.kind}) as its prologue, recomputed "
-                    "for every window or tile that reads it")
-    if candidate in prologue:
+                    f"not to {head.name} ({head.kind}) as its prologue, recomputed for every "
+                    "window or tile that reads it")
         cost = sum(_cost(op) for op in prologue)
         if cost > PROLOGUE_LIMIT:
-            head = heavy[0]
             return (f"{head.name} ({head.kind}) would recompute its fused operand chain "
                     f"({'+'.join(op.kind for op in prologue)}, {cost} operations an element) "
                     f"for every tile of its output: more than {PROLOGUE_LIMIT}")
@@ -238,18 +252,39 @@ def _refusal(graph: Graph, members: list[Op], candidate: Op, decide: Decide | No
     return None
 
 
+# Whether a contraction owns a chain it feeds through elementwise operators (a BN between a
+# convolution and its ReLU), not only one it feeds directly; bench/epilogue_chains.py turns it
+# off to compare the plans.
+EPILOGUE_THROUGH_ELEMENTWISE = True
+
+
 def _epilogue_owner(graph: Graph, chain: list[Op], assigned: set[int]) -> Op | None:
-    """The unassigned contraction whose output only ``chain`` reads, or None. The chain is
-    better its epilogue: Inception v1's ReLUs fused into the next convolution's Winograd
-    transform or im2col pack, or a max-pool's windows, ran its DNNFusion plan at 34.2 ms
-    against 27.9 for TVM's plan, which fuses them into the convolution before."""
+    """The unassigned contraction whose output only ``chain`` reads, directly or through
+    elementwise operators not in a block yet that only the chain and each other read, or None.
+    The chain is better its epilogue: Inception v1's ReLUs fused into the next convolution's
+    Winograd transform or im2col pack, or a max-pool's windows, ran its DNNFusion plan at 34.2
+    ms against 27.9 for TVM's plan, which fuses them into the convolution before; a GELU's
+    tail (it reads the bias Add and the Erf between the MatMul and itself) fused into the
+    next MatMul's operand left the Erf in a kernel of its own."""
     inside = {id(op) for op in chain}
-    for op in chain:
-        for v in op.inputs:
-            if (isinstance(v, Op) and v.kind in CONTRACTIONS and id(v) not in inside
-                    and id(v) not in assigned and not graph.is_output(v)
-                    and all(id(c) in inside for c in graph.consumers(v))):
-                return v
+    between: list[Op] = []  # the elementwise operators from the contraction to the chain
+    found: list[Op] = []
+    todo = [v for op in chain for v in op.inputs]
+    while todo:
+        v = todo.pop()
+        if (not isinstance(v, Op) or id(v) in inside or id(v) in assigned
+                or graph.is_output(v)):
+            continue
+        inside.add(id(v))
+        if v.kind in CONTRACTIONS:
+            found.append(v)
+        elif v.mapping_type is MappingType.ONE_TO_ONE and EPILOGUE_THROUGH_ELEMENTWISE:
+            between.append(v)
+            todo += v.inputs
+    for v in found:
+        ops = [v, *between]
+        if all(id(c) in inside for op in ops for c in graph.consumers(op)):
+            return v
     return None
 
 

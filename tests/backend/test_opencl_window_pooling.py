@@ -4,7 +4,8 @@ operator, each work-item owning a few output rows as vectors. Against ONNX's ref
 awkward shapes (prime and sub-vector widths, stride 1 and 2, asymmetric and wide pads,
 ceil_mode, dilation, batch > 1) with a prologue in the reads and an epilogue in the stores, at
 every rows-per-item choice; NaN and -Inf against the 'item' schedule (ONNX's reference drops
-NaN in MaxPool); a GPU keeps 'item'; the tuner may choose 'item'."""
+NaN in MaxPool); a GPU keeps 'item'; the tuner may choose 'item'. AveragePools whose every
+window counts all its taps are pooling windows too (a sum divided by a constant)."""
 from __future__ import annotations
 
 import numpy as np
@@ -102,20 +103,57 @@ def test_gpu_keeps_item_and_tuner_may_choose_it() -> None:
     assert any(o.get("schedule") == "window" for o in gpu_options)
 
 
-def test_average_pool_and_global_pool_keep_their_schedules() -> None:
-    """AveragePool divides by a second reduction (the count of taps inside the input), and a
-    global pool reads no run of output columns: neither is a pooling window."""
+AVERAGE_POOLS = {  # name: (x shape, AveragePool attributes, every window counts all its taps)
+    "2x2-s2-odd": ((1, 3, 11, 13), {"kernel_shape": [2, 2], "strides": [2, 2]}, True),
+    "3x3-s1-p1-counted": ((2, 3, 7, 19), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1],
+                                          "count_include_pad": 1}, True),
+    "5x5-s1-prime": ((1, 5, 13, 23), {"kernel_shape": [5, 5]}, True),
+    "3x3-s1-p1": ((1, 3, 11, 13), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, False),
+    "3x3-s2-ceil": ((1, 3, 10, 28), {"kernel_shape": [3, 3], "strides": [2, 2],
+                                    "ceil_mode": 1}, False),
+    "3x3-s2-ceil-counted": ((1, 3, 10, 28), {"kernel_shape": [3, 3], "strides": [2, 2],
+                                            "pads": [1, 1, 1, 1], "ceil_mode": 1,
+                                            "count_include_pad": 1}, False),
+}
+
+
+@pytest.mark.parametrize("name", AVERAGE_POOLS)
+def test_average_pool_is_a_window_where_every_window_counts_all_its_taps(name: str) -> None:
+    """An AveragePool divides by the count of taps its window counts; where every window
+    counts all of them (no padding, or counted padding, and no ceil_mode window past the end)
+    the count is the kernel's size, the pool one sum, and a pooling window on a CPU. Elsewhere
+    the count is a second reduction and the schedule stays 'item'."""
+    require("opencl")
+    caps = backends.get("opencl").caps
+    shape, attrs, whole = AVERAGE_POOLS[name]
+    rng = np.random.default_rng(sum(shape))
+    feeds = {"x": rng.standard_normal(shape).astype(np.float32)}
+    op = kg.average_pool(kg.tensor("x", shape), **attrs)
+    want = evaluate_chain([op], feeds)[op.name]
+    fused = kg.fuse(op)
+    plan = opencl_window(fused.lower(), caps.vector_widths)
+    assert (plan is not None) == whole
+    kernel = fused.emit("opencl", tuning="none")
+    assert (kernel.metadata["schedule"] == "window") == (whole and caps.simd_within_work_item)
+    assert_close(_run(kernel, feeds), want)
+    for rows in plan.row_choices if plan is not None else ():
+        kernel = fused.emit("opencl", tuning="none", schedule="window", window_rows=rows)
+        assert_close(_run(kernel, feeds), want)
+
+
+def test_global_pool_keeps_its_schedule() -> None:
+    """A global pool reads no run of output columns: not a pooling window."""
     require("opencl")
     widths = backends.get("opencl").caps.vector_widths
     x = kg.tensor("x", (1, 3, 11, 13))
     rng = np.random.default_rng(2)
     feeds = {"x": rng.standard_normal((1, 3, 11, 13)).astype(np.float32)}
-    for op in (kg.average_pool(x, [3, 3], pads=[1, 1, 1, 1]), kg.global_pool("GlobalMaxPool", x)):
-        fused = kg.fuse(op)
-        assert opencl_window(fused.lower(), widths) is None
-        kernel = fused.emit("opencl", tuning="none")
-        assert kernel.metadata["schedule"] != "window"
-        assert_close(_run(kernel, feeds), evaluate_chain([op], feeds)[op.name])
+    op = kg.global_pool("GlobalMaxPool", x)
+    fused = kg.fuse(op)
+    assert opencl_window(fused.lower(), widths) is None
+    kernel = fused.emit("opencl", tuning="none")
+    assert kernel.metadata["schedule"] != "window"
+    assert_close(_run(kernel, feeds), evaluate_chain([op], feeds)[op.name])
 
 
 def test_channel_reductions_long_and_short() -> None:

@@ -239,16 +239,27 @@ def test_concat_assembled_in_place(backend: str, fusion: str, size: int) -> None
 def test_dnnfusion_keeps_expensive_operand_chains_out_of_contractions() -> None:
     """BERT's GELU (Div, Erf, Add, Mul, Mul) feeds the second feed-forward MatMul; fused in as
     its operand chain it was recomputed for every tile of output columns (the layer ran 4x
-    slower than TVM's plan). The Erf now ends the first MatMul's epilogue block, and the
-    refusal names the cost."""
+    slower than TVM's plan). The whole GELU is now the first MatMul's epilogue: its two Muls
+    read the bias Add and the Add after the Erf, elementwise operators between the MatMul and
+    them, and the Mul reading both waits until the Add after the Erf has joined. A chain with
+    no contraction before it (a graph input's) is refused by its cost."""
     graph = kg.import_onnx(bert_layer(), {"x": (2, 13, 64), "mask": (2, 13)})
     blocks = kg.graph.plan_dnnfusion(graph)
-    for block in blocks:
-        kinds = [op.kind for op in block.ops]
-        if "Erf" in kinds and "MatMul" in kinds:
-            assert kinds.index("Erf") > kinds.index("MatMul"), kinds  # an epilogue, not a prologue
-    assert any("would recompute its fused operand chain" in stop.rule
+    by_name = {op.name: [o.name for o in b.ops] for b in blocks for op in b.ops}
+    assert by_name["up_mm"] == ["up_mm", "up", "up_scaled", "up_erf", "erf1", "gelu_x", "gelu"]
+    assert by_name["down_mm"] == ["down_mm", "down", "res2"]
+    assert any(stop.producer == "gelu" and stop.consumer == "down_mm"
+               and "goes to its producer up_mm (MatMul) as its epilogue" in stop.rule
                for block in blocks for stop in block.stops)
+
+    x = kg.tensor("x", (4, 8))
+    gelu = kg.mul(kg.erf(x), x)
+    y = kg.matmul(gelu, kg.constant("w", np.ones((8, 5), np.float32)))
+    from kernelgen.graph import Graph
+    split = kg.graph.plan_dnnfusion(Graph.build([x], [y], "input_chain"))
+    assert [[op.kind for op in b.ops] for b in split] == [["Erf", "Mul"], ["MatMul"]]
+    assert any("would recompute its fused operand chain" in stop.rule
+               for block in split for stop in block.stops)
 
 
 def test_dnnfusion_gives_an_elementwise_chain_to_the_contraction_before_it() -> None:

@@ -106,10 +106,10 @@ def opencl_window(kernel: LoopKernel, widths: tuple[int, ...]) -> WindowPlan | N
 
 
 def pooling(kernel: LoopKernel) -> Contraction | None:
-    """A pooling window (MaxPool: one float32 max, min or sum over taps with no weights; not
-    AveragePool, whose divisor is a second reduction; at most ``POOL_MAX_TAPS`` taps) as a
-    row-less contraction whose left operand is the constant 1 and whose every output axis is a
-    column; None for anything else.
+    """A pooling window (one float32 max, min or sum over taps with no weights: a MaxPool, an
+    AveragePool whose every window counts all its taps; not one whose divisor is a second
+    reduction; at most ``POOL_MAX_TAPS`` taps) as a row-less contraction whose left operand
+    is the constant 1 and whose every output axis is a column; None for anything else.
     The 'window' schedule then combines each tap's vector into the sums with the reduction's
     own operator instead of an FMA."""
     if len(kernel.hoisted) != 1 or len(kernel.group) != len(kernel.domain):
