@@ -121,7 +121,8 @@ def main() -> int:
           f"{'copy':>7s} {'vs ORT':>7s} {'item/def':>8s}")
     rows = []
     for shape in POOLS:
-        if args.only and args.only not in (*shape[6:], "MaxPool" if len(shape) == 7 else ""):
+        model, op = (*shape[6:], "MaxPool")[:2]
+        if args.only and args.only not in (model, op):
             continue
         r = row(*shape, repeat=args.repeat, rng=rng)
         rows.append(r)

@@ -23,6 +23,10 @@ from ..mapping_types import (Colour, FusionRule, IndexMap, MappingType, fresh_re
                              fusion_rule, out_symbols, reshape_rule, simplify_index)
 from ..mapping_types.index_map import simplify_guard
 
+# the words of the refusal of a block that an operator outside it would cut in two (the DNNFusion
+# planner tries such a neighbour again once its block has grown)
+BETWEEN = "is outside the block but lies between fused operators"
+
 
 _MAX_NAME = 64
 
@@ -188,9 +192,8 @@ def _check_block(ops: Sequence[Op]) -> list[Op]:
         for v in op.inputs:
             if id(v) not in members and isinstance(v, Op) and _reaches(v, members):
                 raise FusionError(
-                    f"'{v.name}' ({v.kind}) is outside the block but lies between fused "
-                    f"operators (it feeds '{op.name}' and depends on the block); include it or "
-                    f"split the block")
+                    f"'{v.name}' ({v.kind}) {BETWEEN} (it feeds '{op.name}' and depends on "
+                    f"the block); include it or split the block")
     return order
 
 

@@ -47,6 +47,7 @@ from math import prod
 
 from ..errors import FusionError
 from ..fusion import FusedBlock, FusionVerdict, split_parts
+from ..fusion.fuse import BETWEEN
 from ..ir.expr import Call, walk
 from ..ir.node import Op
 from ..mapping_types import Colour, MappingType
@@ -54,8 +55,6 @@ from .blocks import CONTRACTIONS, IN_PLACE, Block, Stop, fusible, in_place_conca
 from .model import Graph
 
 
-# the words of fuse's refusal of a block that an operator outside it would cut in two
-BETWEEN = "is outside the block but lies between fused operators"
 # A yellow block's measured verdict, or None where nothing was measured.
 Decide = Callable[[FusedBlock], FusionVerdict | None]
 

@@ -238,8 +238,7 @@ def _pool(kind: str, x: Value, kernel_shape: Sequence[int], auto_pad: str, ceil_
         # open: its reference evaluator drops NaN, and onnxruntime 1.32 answers by position
         # (2x2 windows [1,NaN,3,4] -> 4, [1,3,4,NaN] -> NaN, [-inf,NaN,-inf,-inf] -> -3.4e38).
         body = reduce("max", select(valid, read, const(float("-inf"), x.dtype)), axes)
-    elif _whole_windows(x.shape[2:], out, kernel, strides_, dil, begin,
-                        end if count_include_pad else [0] * len(kernel), count_include_pad):
+    elif _whole_windows(x.shape[2:], out, kernel, strides_, dil, begin, end, count_include_pad):
         # every window counts all its taps: the divisor is a constant, and the pool one sum
         # (a pooling window on OpenCL's CPUs) instead of two
         body = call("div", reduce("sum", read, axes), const(float(prod(kernel)), x.dtype))
@@ -270,8 +269,9 @@ def _whole_windows(sizes: Sequence[int], out: Sequence[int], kernel: Sequence[in
     falls in the begin pad (unless pads count) or past the input's end (and end pad, when
     pads count), so the count is the kernel's size."""
     for n, o, k, s, d, lo, hi in zip(sizes, out, kernel, strides, dilations, begin, end):
-        first, last = -lo, (o - 1) * s + (k - 1) * d - lo
-        if (first < 0 and not count_include_pad) or last >= n + hi:
+        last = (o - 1) * s + (k - 1) * d - lo  # the last tap of the last window
+        counted_end = n + hi if count_include_pad else n  # taps from here on do not count
+        if last >= counted_end or (lo > 0 and not count_include_pad):
             return False
     return True
 
