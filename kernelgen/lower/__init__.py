@@ -1,8 +1,10 @@
 """From a fused block to the loop IR, through named passes:
 
-    flatten -> hoist -> stage_producers -> stage_shared_terms -> merge_axes
+    flatten -> merge_reductions -> hoist -> stage_producers -> stage_shared_terms
+    -> merge_axes
 
 ``flatten`` turns the block's ``Read`` leaves into ``Load``s of kernel buffers at flat offsets;
+``merge_reductions`` turns a reduction's axes that every load reads as one run into one axis;
 ``hoist`` lifts the reductions keyed by a few domain axes out of the per-element work;
 ``stage_producers`` computes a fused producer's row once per group point (AGO's attention
 pattern, ``staging.py``); ``stage_shared_terms`` does so for a costly term a row's reduction
@@ -18,10 +20,11 @@ from collections.abc import Callable
 
 from ..fusion import FusedBlock
 from ..ir.loop import LoopKernel
-from .passes import flatten, hoist, merge_axes
+from .passes import flatten, hoist, merge_axes, merge_reductions
 from .staging import stage_producers, stage_shared_terms
 
 PIPELINE: tuple[tuple[str, Callable[[LoopKernel], LoopKernel]], ...] = (
+    ("merge_reductions", merge_reductions),
     ("hoist", hoist),
     ("stage_producers", stage_producers),
     ("stage_shared_terms", stage_shared_terms),

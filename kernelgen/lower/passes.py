@@ -1,6 +1,7 @@
 """The lowering passes from a fused block to the loop IR:
 
-    flatten -> hoist -> stage_producers, stage_shared_terms (``staging.py``) -> merge_axes
+    flatten -> merge_reductions -> hoist -> stage_producers, stage_shared_terms (``staging.py``)
+    -> merge_axes
 """
 from __future__ import annotations
 
@@ -47,7 +48,43 @@ def flatten(fused: FusedBlock, name: str) -> LoopKernel:
     return LoopKernel(name, inputs, outputs, domain, stores, ranges=ranges)
 
 
-# --- pass 2: hoist reductions that depend only on the group axes -----------------------------
+# --- pass 2: merge a reduction's contiguous axes -----------------------------------------------
+
+MERGE_REDUCTIONS = True  # bench/global_pools.py switches it off to time the kernels before
+
+
+def merge_reductions(kernel: LoopKernel) -> LoopKernel:
+    """Merge adjacent axes of each reduction wherever every load under it reads them as one
+    contiguous run (a global pool's H and W; C, KH and KW of a GEMM over a patch matrix): one
+    loop, which the 'row' schedule reads as vectors and whose index needs no division. The
+    merged symbol is named after the pair, so equal copies of a reduction stay equal."""
+    if not MERGE_REDUCTIONS:
+        return kernel
+    ranges = dict(kernel.ranges)
+
+    def rewrite(node: Expr, recurse: Any) -> Expr | None:
+        if not isinstance(node, Reduce):
+            return None
+        body, axes = recurse(node.body), list(node.axes)
+        k = 0
+        while k < len(axes) - 1:
+            a, b = axes[k], axes[k + 1]
+            if not _mergeable([body], a, b):
+                k += 1
+                continue
+            q = sympy.Symbol(f"{a[0].name}_{b[0].name}", integer=True, nonnegative=True)
+            body = transform(body, _substitute_merge(a, b, q))
+            axes[k:k + 2] = [(q, a[1] * b[1])]
+            ranges[q] = a[1] * b[1]
+        if axes == list(node.axes):
+            return None
+        return Reduce(node.dtype, node.kind, body, tuple(axes))
+
+    stores = tuple(Store(st.buffer, transform(st.value, rewrite)) for st in kernel.stores)
+    return replace(kernel, stores=stores, ranges=ranges)
+
+
+# --- pass 3: hoist reductions that depend only on the group axes -----------------------------
 
 def hoist(kernel: LoopKernel) -> LoopKernel:
     """Find reductions whose free symbols are all domain axes; they key the group axes."""
@@ -63,11 +100,11 @@ def hoist(kernel: LoopKernel) -> LoopKernel:
     return replace(kernel, hoisted=tuple(hoisted), group=group)
 
 
-# --- pass 3: merge contiguous axes -------------------------------------------------------------
+# --- pass 4: merge contiguous axes -------------------------------------------------------------
 
-def _index_exprs(kernel: LoopKernel) -> Iterable[tuple[sympy.Basic, bool]]:
-    """(expression, is_offset) for every index expression in the kernel."""
-    for root in kernel.roots():
+def _index_exprs(roots: Iterable[Expr]) -> Iterable[tuple[sympy.Basic, bool]]:
+    """(expression, is_offset) for every index expression under ``roots``."""
+    for root in roots:
         for node in walk(root):
             if isinstance(node, Load):
                 yield node.offset, True
@@ -92,8 +129,10 @@ def _linear(expr: sympy.Expr, a: sympy.Symbol, b: sympy.Symbol) -> tuple[Any, An
     return ca, cb
 
 
-def _mergeable(kernel: LoopKernel, a: Axis, b: Axis) -> bool:
-    for expr, is_offset in _index_exprs(kernel):
+def _mergeable(roots: Iterable[Expr], a: Axis, b: Axis) -> bool:
+    """Whether ``a`` then ``b`` can be one axis under ``roots``: every load offset is linear in
+    both, ``a``'s stride ``b``'s extent times ``b``'s, and no guard or condition tests them."""
+    for expr, is_offset in _index_exprs(roots):
         if not (expr.has(a[0]) or expr.has(b[0])):
             continue
         coeffs = _linear(expr, a[0], b[0]) if is_offset else None
@@ -102,7 +141,7 @@ def _mergeable(kernel: LoopKernel, a: Axis, b: Axis) -> bool:
     return True
 
 
-def _substitute_merge(kernel: LoopKernel, a: Axis, b: Axis, q: sympy.Symbol) -> Callable:
+def _substitute_merge(a: Axis, b: Axis, q: sympy.Symbol) -> Callable:
     def fix(expr: sympy.Expr) -> sympy.Expr:
         coeffs = _linear(expr, a[0], b[0])
         if coeffs is None or coeffs == (0, 0):
@@ -127,7 +166,8 @@ def merge_axes(kernel: LoopKernel) -> LoopKernel:
     k = 0
     while k < len(kernel.domain) - 1:
         a, b = kernel.domain[k], kernel.domain[k + 1]
-        if (k in kernel.group) == (k + 1 in kernel.group) and _mergeable(kernel, a, b):
+        if (k in kernel.group) == (k + 1 in kernel.group) and \
+                _mergeable(kernel.roots(), a, b):
             kernel = _merge_pair(kernel, k)
             k = 0
         else:
@@ -139,7 +179,7 @@ def _merge_pair(kernel: LoopKernel, k: int) -> LoopKernel:
     """Replace domain axes ``k`` and ``k+1`` by one axis of their combined extent."""
     a, b = kernel.domain[k], kernel.domain[k + 1]
     q = fresh_reduce_symbol("m")
-    rewrite = _substitute_merge(kernel, a, b, q)
+    rewrite = _substitute_merge(a, b, q)
     stores = tuple(Store(st.buffer, transform(st.value, rewrite)) for st in kernel.stores)
     # rewriting is deterministic, so each hoisted reduction equals its copy inside the stores
     hoisted = tuple(transform(r, rewrite) for r in kernel.hoisted)

@@ -295,10 +295,14 @@ def average_pool(x: Value, kernel_shape: Sequence[int], auto_pad: str = "NOTSET"
 
 
 def global_pool(kind: str, x: Value) -> Op:
-    """ONNX GlobalAveragePool / GlobalMaxPool: reduce every spatial axis, keeping them as 1."""
+    """ONNX GlobalAveragePool / GlobalMaxPool (``kind``, the ONNX op type): reduce every
+    spatial axis, keeping them as 1."""
+    reductions = {"GlobalAveragePool": "ReduceMean", "GlobalMaxPool": "ReduceMax"}
+    if kind not in reductions:  # any other word would otherwise have pooled silently
+        raise AttributeError_("global_pool", "kind", "'GlobalAveragePool' or 'GlobalMaxPool'",
+                              kind)
     x = check_value(kind, x, "X")
-    op = reduce_op("ReduceMean" if kind == "GlobalAveragePool" else "ReduceMax", x,
-                   list(range(2, x.rank)), 1)
+    op = reduce_op(reductions[kind], x, list(range(2, x.rank)), 1)
     op.kind, op.attrs = kind, {}
     return op
 

@@ -53,6 +53,9 @@ CASES: list[Case] = [
          [(2, 3, 7, 5)]),
     Case("GlobalAveragePool", lambda x: kg.global_pool("GlobalAveragePool", x), [(2, 3, 5, 7)]),
     Case("GlobalMaxPool", lambda x: kg.global_pool("GlobalMaxPool", x), [(1, 4, 3, 11)]),
+    # H and W one reduction axis of 169: 'row' vectors with a tail of one on OpenCL
+    Case("GlobalAveragePool-13x13", lambda x: kg.global_pool("GlobalAveragePool", x),
+         [(1, 5, 13, 13)]),
     Case("BatchNormalization", kg.batch_normalization,
          [(2, 3, 5, 5), (3,), (3,), (3,), (3,)], kinds=("normal", "normal", "normal", "normal",
                                                          "pos")),

@@ -135,6 +135,9 @@ def test_bad_mode_attributes():
     assert err.op == "Pad" and err.attribute == "mode" and err.got == "reflect"
     err = _raises(kg.AttributeError_, kg.gelu, kg.tensor("x", (2,)), approximate="erf")
     assert err.op == "Gelu"
+    # a pool kind that is not an ONNX op type once pooled as a max, silently
+    err = _raises(kg.AttributeError_, kg.global_pool, "average", kg.tensor("x", (1, 2, 3, 3)))
+    assert err.attribute == "kind" and err.got == "average" and "GlobalAveragePool" in str(err)
 
 
 # --- fusion --------------------------------------------------------------------------------
