@@ -14,29 +14,21 @@ rounds, median ms).
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
 
 import numpy as np
 from onnx import helper
 
 import kernelgen as kg
-from kernelgen.compile import copy_kernel
-from kernelgen.graph.scheduling import whole_runs
 from kernelgen.lower import passes
-from kernelgen.measure import bench_interleaved
 
 sys.path.insert(0, os.path.dirname(__file__))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from conv import time_ort  # noqa: E402
-from models.model_zoo import light  # noqa: E402
 from patterns import Pattern, ort_runner  # noqa: E402
-
-T = TypeVar("T")
+from pooling import plans_with_and_without, time_with_copy_and_ort, write_rows  # noqa: E402
 
 # (channels, side, model)
 POOLS: tuple[tuple[int, int, str], ...] = (
@@ -45,11 +37,12 @@ POOLS: tuple[tuple[int, int, str], ...] = (
 )
 
 
-def _unmerged(build: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """``build(*args, **kwargs)`` with ``merge_reductions`` switched off."""
+@contextlib.contextmanager
+def _unmerged() -> Iterator[None]:
+    """``merge_reductions`` switched off: the kernels as they were lowered before it."""
     passes.MERGE_REDUCTIONS = False
     try:
-        return build(*args, **kwargs)
+        yield
     finally:
         passes.MERGE_REDUCTIONS = True
 
@@ -62,33 +55,19 @@ def row(c: int, side: int, model: str, *, repeat: int,
     ort_run, ref = ort_runner(Pattern("gap", "GlobalAveragePool", [helper.make_node(
         "GlobalAveragePool", ["x"], ["y"])], [pool], {"x": x}, "y"))
     fused = kg.fuse(pool)
-    kernels = {"default": fused.emit("opencl", tuning="none"),
-               "before": _unmerged(kg.fuse(pool).emit, "opencl", tuning="none"),
+    with _unmerged():
+        before = kg.fuse(pool).emit("opencl", tuning="none")
+    kernels = {"default": fused.emit("opencl", tuning="none"), "before": before,
                "item": fused.emit("opencl", tuning="none", schedule="item")}
     for kernel in kernels.values():
         np.testing.assert_allclose(kernel(x), ref, rtol=1e-5, atol=1e-6)
-    timed = {name: (kernel, [x]) for name, kernel in kernels.items()}
-    timed["copy of the input"] = (copy_kernel(shape, backend="opencl"), [x])
-    before = time_ort(ort_run, repeat)
-    times = {name: t.median_ms for name, t in bench_interleaved(timed, 3, repeat).items()}
-    ort_ms = float(np.median(before + time_ort(ort_run, repeat)))
+    times, ort_ms = time_with_copy_and_ort(kernels, x, ort_run, repeat)
     return {"pool": f"{c}x{side}x{side}", "model": model, "onnxruntime_ms": ort_ms, "ms": times,
             "schedule": kernels["default"].metadata["tunables"]["schedule"],
             "schedule_before": kernels["before"].metadata["tunables"]["schedule"],
             "default_vs_ort": ort_ms / times["default"],
             "before_over_default": times["before"] / times["default"],
             "copy_over_default": times["copy of the input"] / times["default"]}
-
-
-def models(names: list[str]) -> None:
-    """Each model's plan with and without merged reduction axes, whole runs round-robin."""
-    for name in names:
-        proto = light(name)
-        on = kg.compile_model(proto, backend="opencl", fusion="dnnfusion")
-        off = _unmerged(kg.compile_model, proto, backend="opencl", fusion="dnnfusion")
-        ms = whole_runs({"merged": on.model, "before": off.model}, rounds=15)
-        print(f"{name}: merged {ms['merged']:.3f} ms, before {ms['before']:.3f} ms: "
-              f"{ms['before'] / ms['merged']:.2f}x", flush=True)
 
 
 def main() -> int:
@@ -99,7 +78,7 @@ def main() -> int:
                     help="comma-separated light models (squeezenet, resnet50, densenet121)")
     args = ap.parse_args()
     if args.models:
-        models(args.models.split(","))
+        plans_with_and_without(args.models.split(","), ("merged", "before"), _unmerged)
         return 0
     rng = np.random.default_rng(0)
     print(f"{'pool':14s} {'model':15s} {'ORT ms':>7s} {'default':>8s} {'before':>7s} "
@@ -116,10 +95,7 @@ def main() -> int:
           for key in ("before_over_default", "default_vs_ort")}
     print(f"geometric mean, before / default: {gm['before_over_default']:.2f}x; default vs "
           f"onnxruntime: {gm['default_vs_ort']:.2f}x")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"command": "python " + " ".join(sys.argv),
-                                         "rows": rows}, indent=1) + "\n")
+    write_rows(args.json, rows)
     return 0
 
 

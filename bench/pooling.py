@@ -15,10 +15,13 @@ windows' recogniser switched off), then whole runs of both round-robin
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, ContextManager
 
 import numpy as np
 from onnx import helper
@@ -71,11 +74,7 @@ def row(c: int, side: int, k: int, stride: int, pad: int, ceil: int, model: str,
                                              window_rows=rows)
     for kernel in kernels.values():  # a max is exact; a mean's sums may round in another order
         np.testing.assert_allclose(kernel(x), ref, rtol=1e-6 if op == "MaxPool" else 1e-5)
-    timed = {name: (kernel, [x]) for name, kernel in kernels.items()}
-    timed["copy of the input"] = (copy_kernel(shape, backend="opencl"), [x])
-    before = time_ort(ort_run, repeat)
-    times = {name: t.median_ms for name, t in bench_interleaved(timed, 3, repeat).items()}
-    ort_ms = float(np.median(before + time_ort(ort_run, repeat)))
+    times, ort_ms = time_with_copy_and_ort(kernels, x, ort_run, repeat)
     default = kernels["default"].metadata["tunables"]
     return {"pool": f"{'' if op == 'MaxPool' else 'avg '}{k}x{k}/{stride} {c}x{side}x{side}"
             + (f" pad {pad}" if pad else "")
@@ -87,22 +86,52 @@ def row(c: int, side: int, k: int, stride: int, pad: int, ceil: int, model: str,
             "copy_over_default": times["copy of the input"] / times["default"]}
 
 
-def models(names: list[str]) -> None:
-    """Each model's plan with MaxPools as windows against the same plan with 'item' pools."""
+def time_with_copy_and_ort(kernels: dict[str, Any], x: np.ndarray, ort_run: Callable[[], None],
+                           repeat: int) -> tuple[dict[str, float], float]:
+    """Median ms of each OpenCL kernel of ``x`` and of a copy of ``x`` ('copy of the input'),
+    launched round-robin, and onnxruntime's median over runs right before and after them."""
+    timed = {name: (kernel, [x]) for name, kernel in kernels.items()}
+    timed["copy of the input"] = (copy_kernel(x.shape, backend="opencl"), [x])
+    before = time_ort(ort_run, repeat)
+    times = {name: t.median_ms for name, t in bench_interleaved(timed, 3, repeat).items()}
+    return times, float(np.median(before + time_ort(ort_run, repeat)))
+
+
+def plans_with_and_without(names: list[str], labels: tuple[str, str],
+                           switched_off: Callable[[], ContextManager[object]]) -> None:
+    """Each light model's DNNFusion plan compiled as it is (``labels[0]``) and inside
+    ``switched_off()`` (``labels[1]``) in one process, whole runs of both round-robin
+    (15 rounds, median ms)."""
+    on_label, off_label = labels
     for name in names:
         proto = light(name)
         on = kg.compile_model(proto, backend="opencl", fusion="dnnfusion")
-        recognise = window.pooling
-        window.pooling = lambda kernel: None  # type: ignore[assignment]
-        window.opencl_window.cache_clear()
-        try:
+        with switched_off():
             off = kg.compile_model(proto, backend="opencl", fusion="dnnfusion")
-        finally:
-            window.pooling = recognise
-            window.opencl_window.cache_clear()
-        ms = whole_runs({"windows": on.model, "item": off.model}, rounds=15)
-        print(f"{name}: MaxPools as windows {ms['windows']:.3f} ms, as 'item' "
-              f"{ms['item']:.3f} ms: {ms['item'] / ms['windows']:.2f}x", flush=True)
+        ms = whole_runs({on_label: on.model, off_label: off.model}, rounds=15)
+        print(f"{name}: {on_label} {ms[on_label]:.3f} ms, {off_label} {ms[off_label]:.3f} ms: "
+              f"{ms[off_label] / ms[on_label]:.2f}x", flush=True)
+
+
+def write_rows(path: Path | None, rows: list[dict[str, object]]) -> None:
+    """The table's rows and the command that measured them as JSON at ``path`` (if given)."""
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"command": "python " + " ".join(sys.argv), "rows": rows},
+                                   indent=1) + "\n")
+
+
+@contextlib.contextmanager
+def _item_pools() -> Iterator[None]:
+    """The pooling-window recogniser switched off: pools run as 'item' kernels."""
+    recognise = window.pooling
+    window.pooling = lambda kernel: None  # type: ignore[assignment]
+    window.opencl_window.cache_clear()
+    try:
+        yield
+    finally:
+        window.pooling = recognise
+        window.opencl_window.cache_clear()
 
 
 def main() -> int:
@@ -114,7 +143,8 @@ def main() -> int:
                     help="comma-separated light models (squeezenet, inception_v1, resnet50)")
     args = ap.parse_args()
     if args.models:
-        models(args.models.split(","))
+        plans_with_and_without(args.models.split(","), ("MaxPools as windows", "as 'item'"),
+                               _item_pools)
         return 0
     rng = np.random.default_rng(0)
     print(f"{'pool':28s} {'model':15s} {'ORT ms':>7s} {'default':>8s} {'item':>7s} "
@@ -136,10 +166,7 @@ def main() -> int:
     print(f"geometric mean, item / default: {float(np.exp(np.mean(np.log(ratios)))):.2f}x; "
           f"default vs onnxruntime: "
           f"{float(np.exp(np.mean(np.log([r['default_vs_ort'] for r in rows])))):.2f}x")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"command": "python " + " ".join(sys.argv),
-                                         "rows": rows}, indent=1) + "\n")
+    write_rows(args.json, rows)
     return 0
 
 

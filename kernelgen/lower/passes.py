@@ -48,59 +48,7 @@ def flatten(fused: FusedBlock, name: str) -> LoopKernel:
     return LoopKernel(name, inputs, outputs, domain, stores, ranges=ranges)
 
 
-# --- pass 2: merge a reduction's contiguous axes -----------------------------------------------
-
-MERGE_REDUCTIONS = True  # bench/global_pools.py switches it off to time the kernels before
-
-
-def merge_reductions(kernel: LoopKernel) -> LoopKernel:
-    """Merge adjacent axes of each reduction wherever every load under it reads them as one
-    contiguous run (a global pool's H and W; C, KH and KW of a GEMM over a patch matrix): one
-    loop, which the 'row' schedule reads as vectors and whose index needs no division. The
-    merged symbol is named after the pair, so equal copies of a reduction stay equal."""
-    if not MERGE_REDUCTIONS:
-        return kernel
-    ranges = dict(kernel.ranges)
-
-    def rewrite(node: Expr, recurse: Any) -> Expr | None:
-        if not isinstance(node, Reduce):
-            return None
-        body, axes = recurse(node.body), list(node.axes)
-        k = 0
-        while k < len(axes) - 1:
-            a, b = axes[k], axes[k + 1]
-            if not _mergeable([body], a, b):
-                k += 1
-                continue
-            q = sympy.Symbol(f"{a[0].name}_{b[0].name}", integer=True, nonnegative=True)
-            body = transform(body, _substitute_merge(a, b, q))
-            axes[k:k + 2] = [(q, a[1] * b[1])]
-            ranges[q] = a[1] * b[1]
-        if axes == list(node.axes):
-            return None
-        return Reduce(node.dtype, node.kind, body, tuple(axes))
-
-    stores = tuple(Store(st.buffer, transform(st.value, rewrite)) for st in kernel.stores)
-    return replace(kernel, stores=stores, ranges=ranges)
-
-
-# --- pass 3: hoist reductions that depend only on the group axes -----------------------------
-
-def hoist(kernel: LoopKernel) -> LoopKernel:
-    """Find reductions whose free symbols are all domain axes; they key the group axes."""
-    domain_syms = {s for s, _ in kernel.domain}
-    hoisted: list[Reduce] = []
-    for st in kernel.stores:
-        for node in walk(st.value):  # children first: inner reductions come before outer ones
-            if isinstance(node, Reduce) and free_index_symbols(node) <= domain_syms \
-                    and node not in hoisted:
-                hoisted.append(node)
-    keyed = set().union(*(free_index_symbols(r) for r in hoisted)) if hoisted else set()
-    group = tuple(k for k, (s, _) in enumerate(kernel.domain) if s in keyed)
-    return replace(kernel, hoisted=tuple(hoisted), group=group)
-
-
-# --- pass 4: merge contiguous axes -------------------------------------------------------------
+# --- two axes as one (passes 2 and 4) ---------------------------------------------------------
 
 def _index_exprs(roots: Iterable[Expr]) -> Iterable[tuple[sympy.Basic, bool]]:
     """(expression, is_offset) for every index expression under ``roots``."""
@@ -158,6 +106,60 @@ def _substitute_merge(a: Axis, b: Axis, q: sympy.Symbol) -> Callable:
 
     return rewrite
 
+
+# --- pass 2: merge a reduction's contiguous axes -----------------------------------------------
+
+MERGE_REDUCTIONS = True  # bench/global_pools.py switches it off to time the kernels before
+
+
+def merge_reductions(kernel: LoopKernel) -> LoopKernel:
+    """Merge adjacent axes of each reduction wherever every load under it reads them as one
+    contiguous run (a global pool's H and W; C, KH and KW of a GEMM over a patch matrix): one
+    loop, which the 'row' schedule reads as vectors and whose index needs no division. The
+    merged symbol is named after the pair, so equal copies of a reduction stay equal."""
+    if not MERGE_REDUCTIONS:
+        return kernel
+    ranges = dict(kernel.ranges)
+
+    def rewrite(node: Expr, recurse: Any) -> Expr | None:
+        if not isinstance(node, Reduce):
+            return None
+        body, axes = recurse(node.body), list(node.axes)
+        k = 0
+        while k < len(axes) - 1:
+            a, b = axes[k], axes[k + 1]
+            if not _mergeable([body], a, b):
+                k += 1
+                continue
+            q = sympy.Symbol(f"{a[0].name}_{b[0].name}", integer=True, nonnegative=True)
+            body = transform(body, _substitute_merge(a, b, q))
+            axes[k:k + 2] = [(q, a[1] * b[1])]
+            ranges[q] = a[1] * b[1]
+        if axes == list(node.axes):
+            return None
+        return Reduce(node.dtype, node.kind, body, tuple(axes))
+
+    stores = tuple(Store(st.buffer, transform(st.value, rewrite)) for st in kernel.stores)
+    return replace(kernel, stores=stores, ranges=ranges)
+
+
+# --- pass 3: hoist reductions that depend only on the group axes -----------------------------
+
+def hoist(kernel: LoopKernel) -> LoopKernel:
+    """Find reductions whose free symbols are all domain axes; they key the group axes."""
+    domain_syms = {s for s, _ in kernel.domain}
+    hoisted: list[Reduce] = []
+    for st in kernel.stores:
+        for node in walk(st.value):  # children first: inner reductions come before outer ones
+            if isinstance(node, Reduce) and free_index_symbols(node) <= domain_syms \
+                    and node not in hoisted:
+                hoisted.append(node)
+    keyed = set().union(*(free_index_symbols(r) for r in hoisted)) if hoisted else set()
+    group = tuple(k for k, (s, _) in enumerate(kernel.domain) if s in keyed)
+    return replace(kernel, hoisted=tuple(hoisted), group=group)
+
+
+# --- pass 4: merge contiguous axes -------------------------------------------------------------
 
 def merge_axes(kernel: LoopKernel) -> LoopKernel:
     """Merge adjacent domain axes of the same kind (group/element) wherever every load offset is
