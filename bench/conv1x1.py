@@ -5,26 +5,37 @@ a model compiled without tuning runs) against onnxruntime (2 threads) timed righ
 after. Round-robin beside the default: a few other register tiles (how far the default is
 from the best of them) and, where the reduction is short enough for the rule before it, the
 default tile with its reduction loop unrolled completely (``schedule.UNROLL_K_MAX_FMAS`` raised
-for that one emit). Each output is checked against onnxruntime's first.
+for that one emit) and, on a device with 16 SIMD registers (AVX2), the tiles AVX-512 takes
+(``_avx512_tiles``: the default before the tiles followed the register file). Each output
+is checked against onnxruntime's first.
 
     python bench/conv1x1.py [--repeat 200] [--only 16->96] [--json bench/results/conv1x1.json]
+
+With ``--models squeezenet,resnet50`` on such a device, instead: each light model's DNNFusion
+plan compiled with the device's register tiles and with AVX-512's, whole runs of both
+round-robin (``bench/pooling.py: plans_with_and_without``).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 import kernelgen as kg
+from kernelgen import backends
 from kernelgen.backends.opencl import schedule as opencl_schedule
 from kernelgen.measure import bench_interleaved
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conv import ort_session, time_ort  # noqa: E402
+from pooling import plans_with_and_without  # noqa: E402
 
 # (input channels, output channels, map side, stride, model)
 SHAPES = (
@@ -44,6 +55,7 @@ SHAPES = (
     (464, 464, 7, 1, "ShuffleNet v2"),
 )
 OTHER_TILES = ((8, 32), (4, 64), (6, 64))
+NARROW_OTHER_TILES = ((6, 16), (4, 24), (3, 32))  # with 16 registers, in 8-lane vectors
 UNROLLED = '_Pragma("unroll") for (int kg_k'  # the GEMM's reduction loop, unrolled
 
 
@@ -51,9 +63,14 @@ def variants(fused: kg.FusedOp, x: np.ndarray, ref: np.ndarray) -> dict[str, tup
     """The default emit, the other tiles and (where it differs) the unrolled reduction, each
     checked against ``ref``."""
     out = {"default": fused.emit("opencl")}
+    narrow = 0 < backends.get("opencl").caps.vector_registers < 32
+    if narrow:  # the default before the tiles followed the register file
+        with _avx512_tiles():
+            out["AVX-512 tiles"] = fused.emit("opencl")
     # a strided 1x1 convolution is a program (its gather, then the GEMM): one tile would not
     # fit both stages
-    for tile in OTHER_TILES if not hasattr(out["default"], "kernels") else ():
+    for tile in (NARROW_OTHER_TILES if narrow else OTHER_TILES) \
+            if not hasattr(out["default"], "kernels") else ():
         program = fused.emit("opencl", tile=tile)
         if _tile(program) != _tile(out["default"]):
             out[f"tile {tile[0]}x{tile[1]}"] = program
@@ -74,6 +91,17 @@ def _tile(program) -> list[int] | None:
     """The GEMM's register tile (a program's last kernel)."""
     kernel = program.kernels[-1] if hasattr(program, "kernels") else program
     return kernel.metadata["tunables"].get("tile")
+
+
+@contextlib.contextmanager
+def _avx512_tiles() -> Iterator[None]:
+    """Every contraction tiled as on a CPU with 32 registers of 16 lanes."""
+    own = opencl_schedule.register_tiles
+    opencl_schedule.register_tiles = lambda caps: own(replace(caps, vector_registers=32))
+    try:
+        yield
+    finally:
+        opencl_schedule.register_tiles = own
 
 
 def row(c: int, m: int, side: int, stride: int, model: str, repeat: int,
@@ -107,7 +135,13 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=200)
     ap.add_argument("--only", default=None, help="run the shapes whose name contains this")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--models", default=None,
+                    help="comma-separated light models: whole runs, these tiles and AVX-512's")
     args = ap.parse_args()
+    if args.models:
+        plans_with_and_without(args.models.split(","), ("own tiles", "AVX-512 tiles"),
+                               _avx512_tiles)
+        return 0
     rng = np.random.default_rng(0)
     rows = []
     print(f"{'conv':24s} {'ORT':>7s} {'default':>8s} {'vs ORT':>7s} {'GFLOP/s':>8s}  others")

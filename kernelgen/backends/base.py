@@ -39,6 +39,10 @@ class Capabilities:
     # the widths of explicit float vectors its compiler builds (contraction tiles, windows),
     # widest first
     vector_widths: tuple[int, ...] = ()
+    # a CPU's SIMD register file, which bounds a register tile: float32 lanes of one register
+    # and how many registers (0: unknown, or not a CPU; the tiles measured on AVX-512 apply)
+    register_lanes: int = 0
+    vector_registers: int = 0
     max_work_group: int | None = None  # work-items of one work-group, at most
     max_item_sizes: tuple[int, ...] | None = None  # work-items along each dimension, at most
     local_memory: int | None = None  # bytes of work-group local memory, at most

@@ -273,10 +273,10 @@ def test_stored_tiles_are_used_by_default(tmp_path, monkeypatch) -> None:
     """The templates take their tunables from the Fast-Run database without being asked."""
     require("opencl")
     monkeypatch.setenv("KERNELGEN_CACHE_DIR", str(tmp_path))
-    from kernelgen.backends.opencl.columns import VECTOR_TILE
+    from kernelgen.backends.opencl.columns import register_tiles
 
     fused = kg.fuse(kg.matmul(kg.tensor("a", (13, 17)), kg.tensor("b", (17, 19))))
-    default = VECTOR_TILE[0]
+    default = register_tiles(backends.get("opencl").caps).default[0]
     assert fused.emit("opencl").metadata["tunables"]["tile"][0] == default
     loop = fused.lower()
     tune(loop, "opencl", configs=[Config.of(tile=(2, 8))], repeat=2)

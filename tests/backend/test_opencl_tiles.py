@@ -1,8 +1,9 @@
 """The OpenCL vector contraction's default register tile and reduction unrolling: on a CPU, 4
 rows x 4 vectors where four-vector column tiles waste at most ``WIDE_MAX_WASTE`` of the
-columns, 8 rows x 2 vectors elsewhere; the reduction loop unrolled completely only while the
-unrolled body stays within ``UNROLL_K_MAX_FMAS`` vector FMAs. Each default is checked against
-NumPy on shapes that leave a partial (shifted) last row and column tile."""
+columns, 8 rows x 2 vectors elsewhere, and with 16 SIMD registers (AVX2) 4 x 3 and 6 x 2
+register-wide vectors; the reduction loop unrolled completely only while the unrolled body
+stays within ``UNROLL_K_MAX_FMAS`` vector FMAs. Each default is checked against NumPy on
+shapes that leave a partial (shifted) last row and column tile."""
 from __future__ import annotations
 
 import numpy as np
@@ -12,7 +13,7 @@ from conftest import assert_close, require
 import kernelgen as kg
 from kernelgen import backends
 from kernelgen.backends.opencl import schedule
-from kernelgen.backends.opencl.columns import VECTOR_TILE, WIDE_MAX_WASTE, WIDE_TILE
+from kernelgen.backends.opencl.columns import WIDE_MAX_WASTE, register_tiles
 
 rng = np.random.default_rng(41)
 UNROLLED = '_Pragma("unroll") for (int kg_k'
@@ -22,15 +23,17 @@ def _f32(*shape: int) -> np.ndarray:
     return rng.standard_normal(shape).astype(np.float32)
 
 
-def _expected_tile(m: int, n: int) -> tuple[int, int]:
-    """The tile the rule gives an (m x n) output, computed from the constants."""
-    caps = backends.get("opencl").caps
-    width = caps.vector_widths[0]
-    wide_n = WIDE_TILE[1] * width
+def _expected_tile(m: int, n: int, backend: object = None) -> tuple[int, int]:
+    """The tile the rule gives an (m x n) output on ``backend`` (the test device's by
+    default), computed from its register tiles."""
+    caps = (backend or backends.get("opencl")).caps  # type: ignore[attr-defined]
+    tiles = register_tiles(caps)
+    width = tiles.widths[0]
+    wide_n = tiles.wide[1] * width
     if caps.simd_within_work_item and n >= wide_n and \
             -(-n // wide_n) * wide_n <= WIDE_MAX_WASTE * n:
-        return min(WIDE_TILE[0], m), wide_n
-    return min(VECTOR_TILE[0], m), 2 * width
+        return min(tiles.wide[0], m), wide_n
+    return min(tiles.default[0], m), tiles.default[1] * width
 
 
 @pytest.mark.parametrize("m,k,n", [(97, 27, 1031), (5, 3, 784), (13, 64, 196), (64, 9, 49),
@@ -59,9 +62,32 @@ def test_pointwise_conv_takes_the_wide_tile_on_large_maps() -> None:
         conv = kg.conv(kg.tensor("x", x.shape), kg.tensor("w", w.shape))
         kernel = kg.fuse(conv).emit_kernel("opencl", tuning="none")
         assert kernel.metadata["tunables"]["tile"] == _expected_tile(24, side * side)
-        assert (kernel.metadata["tunables"]["tile"][0] == WIDE_TILE[0]) == wide
+        assert (kernel.metadata["tunables"]["tile"][0] == register_tiles(caps).wide[0]) == wide
         want = np.einsum("oc,nchw->nohw", w[:, :, 0, 0].astype(np.float64), x)
         assert_close(kernel(x, w), want, np.float32, scale=16)
+
+
+@pytest.mark.parametrize("device,side,tile,width", [
+    ("cpu-avx2", 56, (4, 24), 8), ("cpu-avx2", 14, (6, 16), 8), ("cpu-avx2", 7, (6, 16), 8),
+    ("cpu-avx512", 56, (4, 64), 16), ("cpu-avx512", 14, (8, 32), 16),
+    ("cpu-sse", 56, (4, 12), 4), ("cpu-sse", 7, (6, 8), 4)])
+def test_register_tiles_fit_the_devices_registers(device: str, side: int,
+                                                  tile: tuple[int, int], width: int) -> None:
+    """A 1x1 convolution + ReLU generated for a declared CPU: its sums fill at most 12 of AVX2's
+    and SSE's 16 registers (vectors one register wide), 16 of AVX-512's 32; run on the test
+    device against NumPy (29 output channels: a partial last row tile)."""
+    require("opencl")
+    if not backends.get("opencl").caps.vector_widths:
+        pytest.skip("the OpenCL device builds no float vectors (scalar template)")
+    be = backends.REGISTRY["opencl"].for_device(device)  # type: ignore[attr-defined]
+    x, w = _f32(1, 19, side, side), _f32(29, 19, 1, 1)
+    conv = kg.conv(kg.tensor("x", x.shape), kg.tensor("w", w.shape))
+    kernel = kg.fuse(conv, kg.relu(conv)).emit_kernel(be, tuning="none")
+    tunables = kernel.metadata["tunables"]
+    assert (tuple(tunables["tile"]), tunables["vector_width"]) == (tile, width)
+    assert tuple(tunables["tile"]) == _expected_tile(29, side * side, be)
+    want = np.einsum("oc,nchw->nohw", w[:, :, 0, 0].astype(np.float64), x)
+    assert_close(kernel(x, w), np.maximum(want, 0), np.float32, scale=19)
 
 
 @pytest.mark.parametrize("m,k,n,unrolled", [(64, 16, 1024, False), (64, 4, 1024, True),
@@ -74,10 +100,13 @@ def test_reduction_unrolls_within_the_fma_budget(m: int, k: int, n: int,
     require("opencl")
     caps = backends.get("opencl").caps
     if caps.vector_widths[:1] != (16,):
-        pytest.skip("the budget's cases are sized for 16-lane vectors (AVX-512 PoCL)")
+        pytest.skip("the budget's cases are sized for 16-lane vectors (AVX-512 PoCL), which "
+                    "the OpenCL device does not build")
     a, b = _f32(m, k), _f32(k, n)
+    # generated for AVX-512 (an AVX2 device's tile takes 8-lane vectors), run on this device
+    avx512 = backends.REGISTRY["opencl"].for_device("cpu-avx512")  # type: ignore[attr-defined]
     kernel = kg.fuse(kg.matmul(kg.tensor("a", (m, k)), kg.tensor("b", (k, n)))).emit_kernel(
-        "opencl", tuning="none", tile=(8, 32))
+        avx512, tuning="none", tile=(8, 32))
     tm, tn = kernel.metadata["tunables"]["tile"]
     fmas = tm * -(-tn // kernel.metadata["tunables"]["vector_width"]) * k
     assert (UNROLLED in kernel.source) == unrolled == (fmas <= schedule.UNROLL_K_MAX_FMAS)

@@ -13,6 +13,7 @@ from reference import evaluate_chain
 
 from kernelgen import backends
 from kernelgen.backends import Config
+from kernelgen.backends.opencl.columns import register_tiles
 from kernelgen.tune import tune
 import kernelgen as kg
 from kernelgen.fastrun import FastRunDB
@@ -48,16 +49,17 @@ def test_padded_windows_load_as_vectors(name: str, tile_n: int | None) -> None:
     kernel = kg.fuse(*ops).emit("opencl", tuning="none", algorithm="implicit_gemm"
                                 if name == "dense-3x3" else "direct", **options)
     assert kernel.metadata["schedule"] == "tiled"
-    assert f"vload{widest()}" in kernel.source and "an edge" in kernel.source
+    assert f"vload{tile_width()}" in kernel.source and "an edge" in kernel.source
     if WINDOWS[name][2].get("group", 1) > 1:  # no rows: every output axis is batch or column
         assert kernel.metadata["tunables"]["tile"][0] == 1
     assert_close(kernel(feeds["x"], feeds["w"]), want)
 
 
-def widest() -> int:
-    """The widest float vector this device's compiler builds (16 on Debian's PoCL and Intel, 8
-    on pip's PoCL for CPUs its LLVM does not know)."""
-    return backends.get("opencl").caps.vector_widths[0]
+def tile_width() -> int:
+    """The widest float vector this device's register tiles use: 16 with AVX-512's registers,
+    one register's lanes with 16 registers (8 on AVX2, 4 for pip's PoCL on CPUs its LLVM does
+    not know)."""
+    return register_tiles(backends.get("opencl").caps).widths[0]
 
 
 def _ago_block(width: int):
@@ -114,5 +116,5 @@ def test_wide_indices_build_lane_masks_lane_by_lane() -> None:
                    pads=[1, 1, 1, 1], group=2)
     kernel = kg.fuse(pre, conv).emit("opencl", tuning="none")
     assert kernel.metadata["tunables"]["index_type"] == "long"
-    assert f"vload{widest()}" in kernel.source and "? -1 : 0;" in kernel.source
+    assert f"vload{tile_width()}" in kernel.source and "? -1 : 0;" in kernel.source
     cl.Program(device().context, kernel.source).build()

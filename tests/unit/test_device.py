@@ -86,10 +86,13 @@ def test_a_small_local_memory_shrinks_the_group() -> None:
     assert kernel.metadata["launch"]["local_size"][0] * 4 <= 256
 
 
-def test_without_float16_the_tiles_take_float8() -> None:
+def test_sse_tiles_take_vectors_one_register_wide() -> None:
+    """The SSE profile builds float8 but has 16 registers of 4 lanes: 4 rows x 3 float4 sums
+    (131 columns: eleven 12-wide tiles)."""
     kernel = _blocks()["matmul"].emit(OPENCL.for_device("cpu-sse"), tuning="none")
-    assert "float16" not in kernel.source and "float8" in kernel.source
-    assert tuple(kernel.metadata["tunables"]["tile"]) == (8, 16)
+    assert "float16" not in kernel.source and "float8" not in kernel.source
+    assert "float4" in kernel.source
+    assert tuple(kernel.metadata["tunables"]["tile"]) == (4, 12)
 
 
 def test_a_device_without_fp64_refuses_double_kernels() -> None:

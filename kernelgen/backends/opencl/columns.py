@@ -14,6 +14,7 @@ from ...ir.loop import Buffer, LoopKernel
 from ...ir.substitute import flatten_axes, flatten_offset
 from ...lower.contraction import Contraction, contraction, operand_has_reduction
 from ...shapes import prod
+from ..base import Capabilities
 from ..c.vector import vectorizable
 from .language import vector_syntax
 
@@ -34,6 +35,15 @@ VECTOR_TILE = (8, 32)
 # 5 of 7 (up to 1.2x).
 WIDE_TILE = (4, 4)  # rows, vectors
 WIDE_MAX_WASTE = 1.1
+# Both tiles hold 16 vectors of sums: AVX-512's 32 registers have room for them and for the
+# step's loads, AVX2's 16 do not (PoCL splits a float16 into two 8-lane registers, so 4 x 64
+# floats are 32 registers of sums). With 16 registers the tiles keep 12 sums in vectors as wide
+# as a register: 4 rows x 3 vectors (3 loads and a broadcast fill the other 4) and 6 rows x 2
+# where 3 vectors would waste columns. Timed round-robin with the AVX-512 tiles on PoCL, AMD
+# EPYC (Zen 3, AVX2), bench/conv1x1.py (docs/benchmarks.md): 1x1 convolutions over 56x56 maps
+# 1.08-1.77x faster, over 7x7 maps 0.98-1.25x.
+NARROW_TILE = (6, 2)  # rows, vectors: the default with 16 registers
+NARROW_WIDE_TILE = (4, 3)
 
 
 @dataclass(frozen=True)
@@ -56,20 +66,44 @@ def vector_tile(widths: tuple[int, ...]) -> tuple[int, int]:
     return VECTOR_TILE[0], 2 * widths[0] if widths else VECTOR_TILE[1]
 
 
-def wide_plan(k: LoopKernel, c: Contraction, plan: VectorPlan, widths: tuple[int, ...]
+@dataclass(frozen=True)
+class RegisterTiles:
+    """A device's default register tiles for the vector template, as (rows, vectors), and the
+    vector widths its columns may use (widest first)."""
+
+    widths: tuple[int, ...]
+    default: tuple[int, int]
+    wide: tuple[int, int]  # where its column tiles waste at most ``WIDE_MAX_WASTE``
+
+    def default_tile(self) -> tuple[int, int]:
+        """``default`` as (rows, columns)."""
+        return self.default[0], self.default[1] * self.widths[0]
+
+
+def register_tiles(caps: Capabilities) -> RegisterTiles:
+    """``NARROW_TILE`` and ``NARROW_WIDE_TILE`` in register-wide vectors on a CPU with 16 SIMD
+    registers (AVX2, SSE), else the tiles measured on AVX-512 in the widest vectors."""
+    widths = caps.vector_widths
+    if 0 < caps.vector_registers < 32:
+        narrow = tuple(w for w in widths if w <= caps.register_lanes) or widths[-1:]
+        return RegisterTiles(narrow, NARROW_TILE, NARROW_WIDE_TILE)
+    return RegisterTiles(widths, (VECTOR_TILE[0], 2), WIDE_TILE)
+
+
+def wide_plan(k: LoopKernel, c: Contraction, plan: VectorPlan, tiles: RegisterTiles
               ) -> VectorPlan | None:
-    """``WIDE_TILE``'s columns in place of the default ``plan`` (its tile takes
-    ``WIDE_TILE``'s rows) where the right operand loads as vectors and four vectors tile its
-    run with little waste, else None (a row-less contraction's tile has one row: nothing to
-    trade)."""
+    """``tiles.wide``'s columns in place of the default ``plan`` (its tile takes its rows)
+    where the right operand loads as vectors and that many vectors tile its run with little
+    waste, else None (a row-less contraction's tile has one row: nothing to trade)."""
     if not c.rows:
         return None
     n_run = prod(k.domain[i][1] for i in plan.run)
-    tile_n = WIDE_TILE[1] * plan.width
+    rows, vectors = tiles.wide
+    tile_n = vectors * plan.width
     if plan.right is None or n_run < tile_n or \
             -(-n_run // tile_n) * tile_n > WIDE_MAX_WASTE * n_run:
         return None
-    wide = vector_plan(k, c, (WIDE_TILE[0], tile_n), False, widths)
+    wide = vector_plan(k, c, (rows, tile_n), False, tiles.widths)
     return wide if wide is not None and wide.right is not None else None
 
 

@@ -71,6 +71,8 @@ def capabilities(info: DeviceInfo) -> Capabilities:
         # A CPU device runs a work-group on one core: rows reduce fastest as one work-item with
         # explicit vector loops (measured 2.4 ms vs 13 ms for a 1024x4096 softmax on PoCL);
         # a GPU spreads a row over a work-group's items.
+        register_lanes=info.native_width if cpu else 0,
+        vector_registers=(32 if info.native_width >= 16 else 16) if cpu else 0,
         simd_within_work_item=cpu and bool(widths), pads_aliased_rows=cpu,
         direct_schedule="item", pointwise_conv_in_place=True, winograd_4x4=cpu,
         split_small_convs=cpu, im2col_max_channels=32 if cpu else 0)
@@ -86,9 +88,12 @@ def _profile(name: str, kind: str, units: int, group: int, items: tuple[int, ...
 
 
 PROFILES: dict[str, DeviceInfo] = {p.name.removeprefix("profile:"): p for p in (
-    # what these CPUs' PoCL reports: AVX-512 (16 float lanes) and a generic x86-64 build
-    # (SSE: pip's PoCL on a CPU its LLVM does not know, whose float16 code aborts)
+    # what these CPUs' PoCL reports: AVX-512 (16 float lanes), AVX2 (8 lanes; float16 builds
+    # as two registers) and a generic x86-64 build (SSE: pip's PoCL on a CPU its LLVM does not
+    # know, whose float16 code aborts)
     _profile("cpu-avx512", "cpu", 2, 4096, (4096, 4096, 4096), 1024, 16, (16, 8, 4),
+             False, True, True),
+    _profile("cpu-avx2", "cpu", 2, 4096, (4096, 4096, 4096), 512, 8, (16, 8, 4),
              False, True, True),
     _profile("cpu-sse", "cpu", 2, 4096, (4096, 4096, 4096), 1024, 4, (8, 4), False, True,
              True),

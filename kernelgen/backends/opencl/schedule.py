@@ -47,7 +47,7 @@ from ..base import (PRIVATE, Capabilities, Schedule, check_derived, check_option
 from ..c.contraction import FLAT_K, flat_reduction
 from ..c.vector import vector_reduction_ok
 from . import transposed
-from .columns import (WIDE_TILE, VectorPlan, opencl_contraction, vector_plan, vector_tile,
+from .columns import (VectorPlan, opencl_contraction, register_tiles, vector_plan,
                       wide_plan)
 from .language import VECTOR
 from .window import WINDOW_LOCAL, WINDOW_MAX_RUN, WindowPlan, is_pooling, opencl_window
@@ -321,31 +321,33 @@ def _tiled(base: OpenCLSchedule, requested: tuple[int, ...] | None, local: int |
     # sums in vectors (float32 outputs, on a device that builds float vectors)
     vector_columns = bool(widths) and all(b.dtype is DType.float32 for b in k.outputs)
     explicit = requested is not None
+    registers = register_tiles(caps) if vector_columns else None
     tile = tuple(requested) if requested is not None else \
-        vector_tile(widths) if vector_columns else SCALAR_TILE
+        registers.default_tile() if registers is not None else SCALAR_TILE
     # AGO: with a producer reduction inside the left operand and no explicit tile, one column
     # tile covers every column so no producer element is computed twice
     full_columns = not explicit and operand_has_reduction(c.left) and \
         prod(k.domain[i][1] for i in c.cols) <= AGO_MAX_COLUMNS
     rows: int | None = None
     plan = None
-    if vector_columns:
+    if registers is not None:
+        # AGO's producer-as-vector tiles keep the widest vectors (measured on AVX-512 only)
         ago = _ago_vector_plan(k, c, tile, explicit, widths)
         if ago is not None:
             c, plan, rows = ago
         else:
-            plan = vector_plan(k, c, tile, full_columns, widths)
+            plan = vector_plan(k, c, tile, full_columns, registers.widths)
             if (plan is None or plan.right is None) and not operand_has_reduction(c.left):
                 # the sum is symmetric: vectorise the left operand's run if it has one
                 # (a 1x1 conv reads pixels contiguously but output channels strided)
                 swapped = c.swapped()
-                other = vector_plan(k, swapped, tile, False, widths)
+                other = vector_plan(k, swapped, tile, False, registers.widths)
                 if other is not None and other.right is not None:
                     plan, c = other, swapped
             wide = None if explicit or full_columns or plan is None or \
-                not caps.simd_within_work_item else wide_plan(k, c, plan, widths)
+                not caps.simd_within_work_item else wide_plan(k, c, plan, registers)
             if wide is not None:
-                tile, plan = (WIDE_TILE[0], wide.tile_n), wide
+                tile, plan = (registers.wide[0], wide.tile_n), wide
     if plan is None:  # the scalar template
         tm = min(tile[0], _rows(k, c))
         tn = _cols(k, c) if full_columns else min(tile[1], _cols(k, c))

@@ -34,9 +34,12 @@ def search_space(loop: LoopKernel, caps: Capabilities) -> list[Config]:
         return [Config.of(), *windows, *tiles]
     if c is not None:  # register tiles of the contraction templates
         # rows x columns; columns in float16 vectors (8 or 4 lanes on short runs)
-        # (6x64: 293 GFLOP/s on im2col's 64x576x3136 GEMM, against 222 for 8x32)
-        tiles = [Config.of(tile=t) for t in ((8, 32), (8, 48), (6, 64), (4, 64), (12, 32),
-                                             (6, 32), (8, 16), (4, 16), (4, 4))]
+        # (6x64: 293 GFLOP/s on im2col's 64x576x3136 GEMM, against 222 for 8x32); with 16
+        # registers (AVX2) in float8, the sums within 12 registers first (columns.py)
+        shapes = ((6, 16), (4, 24), (4, 16), (5, 16), (3, 32), (2, 32), (6, 24), (8, 16),
+                  (4, 8)) if 0 < caps.vector_registers < 32 else \
+            ((8, 32), (8, 48), (6, 64), (4, 64), (12, 32), (6, 32), (8, 16), (4, 16), (4, 4))
+        tiles = [Config.of(tile=t) for t in shapes]
         # AGO: the default tile spans the producer once; most others recompute it
         if operand_has_reduction(c.left) or operand_has_reduction(c.right):
             return [Config.of(), *tiles]
