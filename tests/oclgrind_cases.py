@@ -330,7 +330,8 @@ CASES: dict[str, Case] = {c.name: c for c in (
     Case("item-softmax", softmax(5, 13), ("item",), {"schedule": "item"}, ci=True),
     Case("item-layernorm", layer_norm, ("item",), {"schedule": "item"}),
     Case("item-max-pool", max_pool, ("item",), {"schedule": "item"}, ci=True),
-    Case("item-average-pool", average_pool, ("item",)),
+    Case("item-average-pool", average_pool, ("item",), {"schedule": "item"}),
+    Case("window-average-pool", average_pool, ("window",), {"schedule": "window"}),
     Case("item-global-average-pool", global_average_pool, ("item",), {"schedule": "item"}),
     # contractions
     Case("tiled-matmul", matmul(7, 13, 37), ("tiled",), ci=True),
