@@ -31,6 +31,7 @@ import numpy as np
 import kernelgen as kg
 from kernelgen import backends
 from kernelgen.backends.opencl import schedule as opencl_schedule
+from kernelgen.backends.opencl.columns import few_registers
 from kernelgen.measure import bench_interleaved
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -63,7 +64,7 @@ def variants(fused: kg.FusedOp, x: np.ndarray, ref: np.ndarray) -> dict[str, tup
     """The default emit, the other tiles and (where it differs) the unrolled reduction, each
     checked against ``ref``."""
     out = {"default": fused.emit("opencl")}
-    narrow = 0 < backends.get("opencl").caps.vector_registers < 32
+    narrow = few_registers(backends.get("opencl").caps)
     if narrow:  # the default before the tiles followed the register file
         with _avx512_tiles():
             out["AVX-512 tiles"] = fused.emit("opencl")

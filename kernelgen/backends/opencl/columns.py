@@ -80,11 +80,16 @@ class RegisterTiles:
         return self.default[0], self.default[1] * self.widths[0]
 
 
+def few_registers(caps: Capabilities) -> bool:
+    """Whether ``caps`` is a CPU with 16 SIMD registers (AVX2, SSE), whose tiles are narrow."""
+    return 0 < caps.vector_registers < 32
+
+
 def register_tiles(caps: Capabilities) -> RegisterTiles:
     """``NARROW_TILE`` and ``NARROW_WIDE_TILE`` in register-wide vectors on a CPU with 16 SIMD
     registers (AVX2, SSE), else the tiles measured on AVX-512 in the widest vectors."""
     widths = caps.vector_widths
-    if 0 < caps.vector_registers < 32:
+    if few_registers(caps):
         narrow = tuple(w for w in widths if w <= caps.register_lanes) or widths[-1:]
         return RegisterTiles(narrow, NARROW_TILE, NARROW_WIDE_TILE)
     return RegisterTiles(widths, (VECTOR_TILE[0], 2), WIDE_TILE)

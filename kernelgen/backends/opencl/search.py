@@ -6,7 +6,7 @@ from ...ir.loop import LoopKernel
 from ...lower import unroll
 from ...lower.contraction import operand_has_reduction
 from ..base import Capabilities, Config
-from .columns import opencl_contraction
+from .columns import few_registers, opencl_contraction
 from .schedule import row_vectorizable
 from .transposed import tile_plan
 from .window import is_pooling, opencl_window
@@ -37,7 +37,7 @@ def search_space(loop: LoopKernel, caps: Capabilities) -> list[Config]:
         # (6x64: 293 GFLOP/s on im2col's 64x576x3136 GEMM, against 222 for 8x32); with 16
         # registers (AVX2) in float8, the sums within 12 registers first (columns.py)
         shapes = ((6, 16), (4, 24), (4, 16), (5, 16), (3, 32), (2, 32), (6, 24), (8, 16),
-                  (4, 8)) if 0 < caps.vector_registers < 32 else \
+                  (4, 8)) if few_registers(caps) else \
             ((8, 32), (8, 48), (6, 64), (4, 64), (12, 32), (6, 32), (8, 16), (4, 16), (4, 4))
         tiles = [Config.of(tile=t) for t in shapes]
         # AGO: the default tile spans the producer once; most others recompute it
