@@ -55,6 +55,23 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["KERNELGEN_OPENCL_DEVICE"] = name
 
 
+# a test's ``record_property(SUMMARY, text)``: printed at the end of the run (from the
+# reports, so that it also reaches the log from pytest-xdist's workers)
+SUMMARY = "kernelgen-summary"
+_summaries: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call":
+        _summaries.extend(str(v) for k, v in report.user_properties if k == SUMMARY)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for text in _summaries:
+        terminalreporter.write_sep("-", "summary")
+        terminalreporter.write_line(text)
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     """Which OpenCL device the run uses, and what kernels are generated for."""
     if backend_problem("opencl"):

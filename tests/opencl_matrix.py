@@ -1,6 +1,6 @@
 """The OpenCL tests on every OpenCL implementation besides the default one: each runs
-``pytest -k opencl tests/backend`` with ``--opencl-device`` naming it, in its own process (the
-device is chosen once per process).
+``pytest -k opencl tests/backend`` with ``--opencl-device`` naming it, in its own processes (the
+device is chosen once per process; pytest-xdist, one worker per core).
 
     python tests/opencl_matrix.py [NAME ...]     # default: every one installed
 
@@ -39,7 +39,8 @@ def main(names: list[str]) -> int:
             continue
         print(f"opencl matrix: the OpenCL tests on '{name}'", flush=True)
         start = time.time()
-        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-k", "opencl",
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "auto",
+                               "--dist", "worksteal", "-k", "opencl",
                                "tests/backend", f"--opencl-device={name}",
                                "-W", "ignore::pyopencl.CompilerWarning"], cwd=ROOT)
         print(f"opencl matrix: '{name}' {'passed' if done.returncode == 0 else 'FAILED'} in "

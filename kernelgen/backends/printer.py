@@ -51,6 +51,12 @@ class Emitter:
     # index arithmetic syntax; {a}, {b} are operands, {t} the index type
     ix_div = "{a} / {b}"            # floor division, numerator proven non-negative
     ix_mod = "{a} % {b}"
+    # the same by a power of two (None: ix_div, ix_mod). A C compiler cannot tell that our
+    # numerator is non-negative, so it emits signed division's sign fix-ups; and PoCL's LLVM
+    # spent 44 s building one unrolled 3x3 convolution whose channel shuffle read '% 4'
+    # (0.07 s with '& 3')
+    ix_shift: str | None = "({a} >> {k})"
+    ix_mask: str | None = "({a} & {m})"
     ix_floordiv = "KG_FLOORDIV({a}, {b})"
     ix_floormod = "KG_FLOORMOD({a}, {b})"
     ix_max = "max(({t})({a}), ({t})({b}))"
@@ -111,8 +117,7 @@ class Emitter:
         if isinstance(e, (FloorDiv, FloorMod)):
             a, d = e.args
             if is_provably_nonnegative(a, self.ranges):
-                fmt = self.ix_div if isinstance(e, FloorDiv) else self.ix_mod
-                return fmt.format(a=self._atom(a), b=self.index(d))
+                return self.nonnegative_divmod(isinstance(e, FloorDiv), self._atom(a), d)
             fmt = self.ix_floordiv if isinstance(e, FloorDiv) else self.ix_floormod
             return fmt.format(a=self.index(a), b=self.index(d))
         if isinstance(e, (sympy.Max, sympy.Min)):
@@ -137,6 +142,26 @@ class Emitter:
             return f"{self.index(lhs)} {ops[type(e)]} {self.index(rhs)}"
         raise TypeError(f"cannot print index expression {e}")
 
+    def _pow2(self, div: bool, d: sympy.Expr | int) -> int:
+        """``d`` when ``a // d`` (``div``) or ``a % d`` prints as a shift or a mask, else 0."""
+        k = int(d) if isinstance(d, int) or d.is_Integer else 0
+        return k if (self.ix_shift if div else self.ix_mask) and k > 1 and k & (k - 1) == 0 else 0
+
+    def _bracketed(self, e: sympy.Basic) -> bool:
+        """Whether ``index(e)`` prints in brackets of its own (a shift or a mask)."""
+        return (isinstance(e, (FloorDiv, FloorMod))
+                and bool(self._pow2(isinstance(e, FloorDiv), e.args[1]))
+                and is_provably_nonnegative(e.args[0], self.ranges))
+
+    def nonnegative_divmod(self, div: bool, a: str, d: sympy.Expr | int) -> str:
+        """``a // d`` (``div``) or ``a % d`` for a non-negative ``a`` (printed as an atom)."""
+        k = self._pow2(div, d)
+        pow2 = self.ix_shift if div else self.ix_mask
+        if k and pow2:
+            return pow2.format(a=a, k=k.bit_length() - 1, m=k - 1)
+        fmt = self.ix_div if div else self.ix_mod
+        return fmt.format(a=a, b=d if isinstance(d, int) else self.index(d))
+
     def index_and(self, parts: list[str]) -> str:
         return self.ix_and.join(parts)
 
@@ -146,7 +171,7 @@ class Emitter:
     def _atom(self, e: sympy.Basic) -> str:
         text = self.index(e)
         simple = e.is_Symbol or (e.is_Integer and int(e) >= 0) or \
-            isinstance(e, (sympy.Max, sympy.Min))
+            isinstance(e, (sympy.Max, sympy.Min)) or self._bracketed(e)
         return text if simple else f"({text})"
 
     def int_literal(self, v: int) -> str:
@@ -337,9 +362,10 @@ class Emitter:
         strides.reverse()
         for k, ((s, n), st) in enumerate(zip(axes, strides)):
             name = self.symbol_names.setdefault(s, self.fresh("r"))
-            value = flat if st == 1 else self.ix_div.format(a=flat, b=st)
+            value = flat if st == 1 else self.nonnegative_divmod(True, flat, st)
             if k > 0:
-                value = self.ix_mod.format(a=f"({value})" if st != 1 else flat, b=n)
+                value = self.nonnegative_divmod(
+                    False, f"({value})" if st != 1 and not value.startswith("(") else value, n)
             self.declare_index(scope, name, value)
 
 

@@ -4,11 +4,12 @@ models compiled at run time for the shapes and values they are given)."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
 import numpy as np
 import onnx
 import pytest
-from conftest import require
+from conftest import SUMMARY, require
 from onnx import TensorProto, helper
 from onnx_conformance import claimed_cases, run_case, table
 from onnx_graphs import init, io, model, onnxruntime_run
@@ -27,13 +28,12 @@ def opencl() -> str:
     return "opencl"
 
 
-def test_onnx_node_cases(opencl: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_onnx_node_cases(opencl: str, record_property: Callable[[str, object], None]) -> None:
     """Every claimed case either passes or is refused by a kernelgen error naming the node;
     none gives a wrong value or crashes, and every claimed op passes at least one case. The
-    table (pass / refused / failed per op type) is printed into the test log."""
+    table (pass / refused / failed per op type) is printed at the end of the test log."""
     outcomes = [run_case(case, opencl) for case in claimed_cases()]
-    with capsys.disabled():
-        print("\nONNX node test cases on OpenCL\n" + table(outcomes))
+    record_property(SUMMARY, "ONNX node test cases on OpenCL\n" + table(outcomes))
     failed = [f"{o.case} ({o.status}): {o.detail[:300]}" for o in outcomes
               if o.status in ("wrong", "crash")]
     assert not failed, "\n".join(failed)

@@ -18,14 +18,14 @@
 // fused_winogradinput
 //   in0: input 'x' float32[1, 4, 8, 8]
 //   out0: output 'winogradinput_#0' float32[4, 4, 4, 1, 4, 4]
-void kg_fused_winogradinput_e0fdfafaf919(const float* restrict in0,
+void kg_fused_winogradinput_1877569202a5(const float* restrict in0,
         float* restrict out0)
 {
     for (int g1 = 0; g1 < 256; ++g1) {
-        const int o0 = g1 / 64;
-        const int o1 = (g1 / 16) % 4;
-        const int o2 = (g1 / 4) % 4;
-        const int o3 = g1 % 4;
+        const int o0 = (g1 >> 6);
+        const int o1 = ((g1 >> 4) & 3);
+        const int o2 = ((g1 >> 2) & 3);
+        const int o3 = (g1 & 3);
         for (int o4 = 0; o4 < 4; ++o4) {
             const bool t6 = o0 % 3 == 0;
             const bool t7 = o0 == 2;
@@ -168,42 +168,42 @@ void kg_fused_winogradgemm_656554a4a2a4(const float* restrict in0,
 // fused_conv_relu
 //   in0: input 'winogradgemm_#2' float32[4, 4, 6, 1, 4, 4]
 //   out0: output 'y' float32[1, 6, 8, 8]
-void kg_fused_conv_relu_c8c7b5e1a547(const float* restrict in0,
+void kg_fused_conv_relu_6c92ff139165(const float* restrict in0,
         float* restrict out0)
 {
     for (int g1 = 0; g1 < 48; ++g1) {
-        const int o0 = g1 / 8;
-        const int o1 = g1 % 8;
+        const int o0 = (g1 >> 3);
+        const int o1 = (g1 & 7);
         for (int o2 = 0; o2 < 8; ++o2) {
-            const bool t4 = o1 % 2 == 1;
-            const bool t5 = o2 % 2 == 1;
-            const float t6 = in0[16 * o0 + 384 * (o1 % 2) + 4 * (o1 / 2) + 96 * (o2 % 2) + o2 / 2];
-            const float t7 = in0[16 * o0 + 384 * (o1 % 2) + 4 * (o1 / 2) + 96 * (o2 % 2) + o2 / 2 + 96];
+            const bool t4 = (o1 & 1) == 1;
+            const bool t5 = (o2 & 1) == 1;
+            const float t6 = in0[16 * o0 + 384 * (o1 & 1) + 4 * (o1 >> 1) + 96 * (o2 & 1) + (o2 >> 1)];
+            const float t7 = in0[16 * o0 + 384 * (o1 & 1) + 4 * (o1 >> 1) + 96 * (o2 & 1) + (o2 >> 1) + 96];
             const float t8 = t6 - t7;
             const float t9 = t6 + t7;
             const float t10 = t5 ? t8 : t9;
-            const float t11 = in0[16 * o0 + 384 * (o1 % 2) + 4 * (o1 / 2) + 96 * (o2 % 2) + o2 / 2 + 192];
+            const float t11 = in0[16 * o0 + 384 * (o1 & 1) + 4 * (o1 >> 1) + 96 * (o2 & 1) + (o2 >> 1) + 192];
             const float t12 = t10 - t11;
             const float t13 = t10 + t11;
             const float t14 = t5 ? t12 : t13;
-            const float t15 = in0[16 * o0 + 384 * (o1 % 2) + 4 * (o1 / 2) + 96 * (o2 % 2) + o2 / 2 + 384];
-            const float t16 = in0[16 * o0 + 384 * (o1 % 2) + 4 * (o1 / 2) + 96 * (o2 % 2) + o2 / 2 + 480];
+            const float t15 = in0[16 * o0 + 384 * (o1 & 1) + 4 * (o1 >> 1) + 96 * (o2 & 1) + (o2 >> 1) + 384];
+            const float t16 = in0[16 * o0 + 384 * (o1 & 1) + 4 * (o1 >> 1) + 96 * (o2 & 1) + (o2 >> 1) + 480];
             const float t17 = t15 - t16;
             const float t18 = t15 + t16;
             const float t19 = t5 ? t17 : t18;
-            const float t20 = in0[16 * o0 + 384 * (o1 % 2) + 4 * (o1 / 2) + 96 * (o2 % 2) + o2 / 2 + 576];
+            const float t20 = in0[16 * o0 + 384 * (o1 & 1) + 4 * (o1 >> 1) + 96 * (o2 & 1) + (o2 >> 1) + 576];
             const float t21 = t19 - t20;
             const float t22 = t19 + t20;
             const float t23 = t5 ? t21 : t22;
             const float t24 = t14 - t23;
             const float t25 = t14 + t23;
             const float t26 = t4 ? t24 : t25;
-            const float t27 = in0[16 * o0 + 384 * (o1 % 2) + 4 * (o1 / 2) + 96 * (o2 % 2) + o2 / 2 + 768];
-            const float t28 = in0[16 * o0 + 384 * (o1 % 2) + 4 * (o1 / 2) + 96 * (o2 % 2) + o2 / 2 + 864];
+            const float t27 = in0[16 * o0 + 384 * (o1 & 1) + 4 * (o1 >> 1) + 96 * (o2 & 1) + (o2 >> 1) + 768];
+            const float t28 = in0[16 * o0 + 384 * (o1 & 1) + 4 * (o1 >> 1) + 96 * (o2 & 1) + (o2 >> 1) + 864];
             const float t29 = t27 - t28;
             const float t30 = t27 + t28;
             const float t31 = t5 ? t29 : t30;
-            const float t32 = in0[16 * o0 + 384 * (o1 % 2) + 4 * (o1 / 2) + 96 * (o2 % 2) + o2 / 2 + 960];
+            const float t32 = in0[16 * o0 + 384 * (o1 & 1) + 4 * (o1 >> 1) + 96 * (o2 & 1) + (o2 >> 1) + 960];
             const float t33 = t31 - t32;
             const float t34 = t31 + t32;
             const float t35 = t5 ? t33 : t34;

@@ -9,14 +9,14 @@ import triton.language as tl
 #   in0: input 'x' float32[1, 4, 8, 8]
 #   out0: output 'winogradinput_#0' float32[4, 4, 4, 1, 4, 4]
 @triton.jit
-def kg_fused_winogradinput_831131101014(in0, out0, BLOCK: tl.constexpr):
+def kg_fused_winogradinput_c1f696520614(in0, out0, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     live = offs < 1024
-    o0 = offs // 256
-    o1 = (offs // 64) % 4
-    o2 = (offs // 16) % 4
-    o3 = (offs // 4) % 4
-    o4 = offs % 4
+    o0 = (offs >> 8)
+    o1 = ((offs >> 6) & 3)
+    o2 = ((offs >> 4) & 3)
+    o3 = ((offs >> 2) & 3)
+    o4 = (offs & 3)
     t6 = o0 % 3 == 0
     t7 = o0 == 2
     t8 = o1 % 3 == 0
@@ -111,41 +111,41 @@ def kg_max(a, b):
 #   in0: input 'winogradgemm_#2' float32[4, 4, 6, 1, 4, 4]
 #   out0: output 'y' float32[1, 6, 8, 8]
 @triton.jit
-def kg_fused_conv_relu_4722febe00e1(in0, out0, BLOCK: tl.constexpr):
+def kg_fused_conv_relu_c07d7f6bfec7(in0, out0, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     live = offs < 384
-    o0 = offs // 64
-    o1 = (offs // 8) % 8
-    o2 = offs % 8
-    t4 = o1 % 2 == 1
-    t5 = o2 % 2 == 1
-    t6 = tl.load(in0 + (16 * o0 + 384 * (o1 % 2) + 4 * (o1 // 2) + 96 * (o2 % 2) + o2 // 2), mask=live, other=0)
-    t7 = tl.load(in0 + (16 * o0 + 384 * (o1 % 2) + 4 * (o1 // 2) + 96 * (o2 % 2) + o2 // 2 + 96), mask=live, other=0)
+    o0 = (offs >> 6)
+    o1 = ((offs >> 3) & 7)
+    o2 = (offs & 7)
+    t4 = (o1 & 1) == 1
+    t5 = (o2 & 1) == 1
+    t6 = tl.load(in0 + (16 * o0 + 384 * (o1 & 1) + 4 * (o1 >> 1) + 96 * (o2 & 1) + (o2 >> 1)), mask=live, other=0)
+    t7 = tl.load(in0 + (16 * o0 + 384 * (o1 & 1) + 4 * (o1 >> 1) + 96 * (o2 & 1) + (o2 >> 1) + 96), mask=live, other=0)
     t8 = (t6 - t7)
     t9 = (t6 + t7)
     t10 = tl.where(t5, t8, t9)
-    t11 = tl.load(in0 + (16 * o0 + 384 * (o1 % 2) + 4 * (o1 // 2) + 96 * (o2 % 2) + o2 // 2 + 192), mask=live, other=0)
+    t11 = tl.load(in0 + (16 * o0 + 384 * (o1 & 1) + 4 * (o1 >> 1) + 96 * (o2 & 1) + (o2 >> 1) + 192), mask=live, other=0)
     t12 = (t10 - t11)
     t13 = (t10 + t11)
     t14 = tl.where(t5, t12, t13)
-    t15 = tl.load(in0 + (16 * o0 + 384 * (o1 % 2) + 4 * (o1 // 2) + 96 * (o2 % 2) + o2 // 2 + 384), mask=live, other=0)
-    t16 = tl.load(in0 + (16 * o0 + 384 * (o1 % 2) + 4 * (o1 // 2) + 96 * (o2 % 2) + o2 // 2 + 480), mask=live, other=0)
+    t15 = tl.load(in0 + (16 * o0 + 384 * (o1 & 1) + 4 * (o1 >> 1) + 96 * (o2 & 1) + (o2 >> 1) + 384), mask=live, other=0)
+    t16 = tl.load(in0 + (16 * o0 + 384 * (o1 & 1) + 4 * (o1 >> 1) + 96 * (o2 & 1) + (o2 >> 1) + 480), mask=live, other=0)
     t17 = (t15 - t16)
     t18 = (t15 + t16)
     t19 = tl.where(t5, t17, t18)
-    t20 = tl.load(in0 + (16 * o0 + 384 * (o1 % 2) + 4 * (o1 // 2) + 96 * (o2 % 2) + o2 // 2 + 576), mask=live, other=0)
+    t20 = tl.load(in0 + (16 * o0 + 384 * (o1 & 1) + 4 * (o1 >> 1) + 96 * (o2 & 1) + (o2 >> 1) + 576), mask=live, other=0)
     t21 = (t19 - t20)
     t22 = (t19 + t20)
     t23 = tl.where(t5, t21, t22)
     t24 = (t14 - t23)
     t25 = (t14 + t23)
     t26 = tl.where(t4, t24, t25)
-    t27 = tl.load(in0 + (16 * o0 + 384 * (o1 % 2) + 4 * (o1 // 2) + 96 * (o2 % 2) + o2 // 2 + 768), mask=live, other=0)
-    t28 = tl.load(in0 + (16 * o0 + 384 * (o1 % 2) + 4 * (o1 // 2) + 96 * (o2 % 2) + o2 // 2 + 864), mask=live, other=0)
+    t27 = tl.load(in0 + (16 * o0 + 384 * (o1 & 1) + 4 * (o1 >> 1) + 96 * (o2 & 1) + (o2 >> 1) + 768), mask=live, other=0)
+    t28 = tl.load(in0 + (16 * o0 + 384 * (o1 & 1) + 4 * (o1 >> 1) + 96 * (o2 & 1) + (o2 >> 1) + 864), mask=live, other=0)
     t29 = (t27 - t28)
     t30 = (t27 + t28)
     t31 = tl.where(t5, t29, t30)
-    t32 = tl.load(in0 + (16 * o0 + 384 * (o1 % 2) + 4 * (o1 // 2) + 96 * (o2 % 2) + o2 // 2 + 960), mask=live, other=0)
+    t32 = tl.load(in0 + (16 * o0 + 384 * (o1 & 1) + 4 * (o1 >> 1) + 96 * (o2 & 1) + (o2 >> 1) + 960), mask=live, other=0)
     t33 = (t31 - t32)
     t34 = (t31 + t32)
     t35 = tl.where(t5, t33, t34)

@@ -22,10 +22,10 @@ def kg_max(a, b):
 #   in1: input 'w' float32[4, 1, 3, 3]
 #   out0: output 'y' float32[1, 4, 13, 16]
 @triton.jit
-def kg_fused_relu_conv_sigmoid_c5cecd1123df(in0, in1, out0, BLOCK_R: tl.constexpr, BLOCK_E: tl.constexpr):
+def kg_fused_relu_conv_sigmoid_a49fda81cd7c(in0, in1, out0, BLOCK_R: tl.constexpr, BLOCK_E: tl.constexpr):
     o0 = tl.program_id(0) // 208
-    o1 = (tl.program_id(0) // 16) % 13
-    o2 = tl.program_id(0) % 16
+    o1 = (tl.program_id(0) >> 4) % 13
+    o2 = (tl.program_id(0) & 15)
     vacc4 = tl.full([BLOCK_R], 0.0, tl.float32)
     for base5 in range(0, 9, BLOCK_R):
         p6 = base5 + tl.arange(0, BLOCK_R)
