@@ -408,6 +408,10 @@ CASES: dict[str, Case] = {c.name: c for c in (
     Case("window-channel-multiplier", depthwise((1, 6, 5, 19), (12, 2, 3, 3),
                                                 pads=[0, 2, 1, 1], group=3), ("window",),
          {"algorithm": "direct"}),
+    # a group's input channels as a loop around the unrolled taps (window.tap_loop)
+    Case("window-grouped-channel-loop", depthwise((1, 32, 6, 13), (32, 16, 3, 3),
+                                                  pads=[1, 1, 1, 1], group=2), ("window",),
+         {"algorithm": "direct"}, ci=True),
     # AGO and attention
     Case("ago-conv-1x1", ago_conv_1x1(7), ("tiled",), ci=True),
     Case("ago-conv-1x1-prime-channels", ago_conv_1x1(11), ("tiled",)),

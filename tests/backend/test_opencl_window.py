@@ -19,6 +19,7 @@ import kernelgen as kg
 from kernelgen.fastrun import FastRunDB
 from kernelgen.backends.opencl import window
 from kernelgen.backends.opencl.window import opencl_window
+from kernelgen.ir.expr import extent
 
 BLOCKS = {  # name: (x shape, w shape, conv attributes)
     "3x3-37-wide": ((2, 6, 9, 37), (6, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 6}),
@@ -41,7 +42,12 @@ BLOCKS = {  # name: (x shape, w shape, conv attributes)
                                                             "strides": [2, 2]}),
     # the last vector's read ends one element past the input: read lane by lane there
     "3x3-stride2-buffer-end": ((1, 2, 3, 17), (2, 1, 3, 3), {"group": 2, "strides": [2, 2]}),
+    # grouped convs with at least WINDOW_LOOP_MIN input channels a group: a loop over them
+    "grouped-1x1-17-channels": ((1, 34, 5, 19), (34, 17, 1, 1), {"group": 2}),
+    "grouped-3x3-16-channels": ((1, 32, 6, 13), (32, 16, 3, 3), {"pads": [1, 1, 1, 1],
+                                                                 "group": 2}),
 }
+LOOPED = {"grouped-1x1-17-channels": 17, "grouped-3x3-16-channels": 16}
 STRIDED = [name for name in BLOCKS if "stride2" in name]
 
 
@@ -92,8 +98,9 @@ def test_window_is_the_default_and_matches_onnx(name: str, epilogue: str) -> Non
     else:
         assert name in ("narrow-row-wide-pads", "pads-wider-than-a-vector", *STRIDED)
     assert (".even" in source) == (name in STRIDED)
-    # the widest vectors the device builds of which two fit in a row (16 columns: two float8)
-    width = ops[-1].shape[-1]
+    # the widest vectors the device builds of which two fit in a row (16 columns: two float8);
+    # an unpadded 1x1 conv's run is its whole plane
+    width = ops[-1].shape[-1] * (ops[-1].shape[-2] if BLOCKS[name][1][2:] == (1, 1) else 1)
     widths = [w for w in backends.get("opencl").caps.vector_widths if w >= 4] or [4]
     lanes = next((w for w in widths if 2 * w <= width), widths[-1])
     assert f"float{lanes} kg_acc0_0" in source
@@ -109,7 +116,7 @@ def _out_height(name: str) -> int:
 
 @pytest.mark.parametrize("name", ["3x3-37-wide", "3x3-16-wide-prime-height", "7x7",
                                   "3x3-stride2-31-wide", "3x3-stride2-asym",
-                                  "channel-multiplier"])
+                                  "channel-multiplier", "grouped-3x3-16-channels"])
 def test_every_rows_choice_and_group_size(name: str) -> None:
     require("opencl")
     ops, feeds = _block(name, "sigmoid")
@@ -118,7 +125,10 @@ def test_every_rows_choice_and_group_size(name: str) -> None:
     assert plan is not None
     height = _out_height(name)
     choices = plan.row_choices
-    assert choices == tuple(r for r in range(1, min(height, 8) + 1) if height % r == 0)
+    # divisors of the height up to 8 whose straight-line code stays within the budget
+    per_row = extent(plan.contraction.reduce) * len(plan.starts)
+    assert choices == tuple(r for r in range(1, min(height, 8) + 1)
+                            if height % r == 0 and r * per_row <= window.WINDOW_MAX_FMAS)
     for rows in choices:
         for local in (1, 8, 64):
             kernel = fused.emit("opencl", tuning="none", algorithm="direct", window_rows=rows,
@@ -128,6 +138,25 @@ def test_every_rows_choice_and_group_size(name: str) -> None:
                 pads = BLOCKS[name][2].get("pads", [0] * 4)
                 assert kernel.source.count("if (") <= 1 + pads[0] + pads[2]
             _check(kernel, ops, feeds)
+
+
+@pytest.mark.parametrize("name", [*LOOPED, "3x3-37-wide", "channel-multiplier", "7x7"])
+def test_long_channel_groups_run_as_a_loop(name: str) -> None:
+    """A grouped conv's input channels (no two read one vector) run as a loop around the
+    unrolled taps once a group has ``WINDOW_LOOP_MIN`` of them; unrolled whole, ShuffleNet's
+    136 took PoCL over a minute to compile. A depthwise window's taps, which padding tests and
+    rows share, stay unrolled."""
+    require("opencl")
+    ops, feeds = _block(name, "residual")
+    fused = kg.fuse(*ops)
+    plan = opencl_window(fused.lower(), backends.get("opencl").caps.vector_widths)
+    assert plan is not None
+    assert (plan.loop[1] if plan.loop else None) == LOOPED.get(name)
+    kernel = fused.emit("opencl", tuning="none", algorithm="direct")
+    assert kernel.metadata["schedule"] == "window"
+    loop = f"< {LOOPED[name]}; ++" if name in LOOPED else None
+    assert (loop in kernel.source) if loop else "for (" not in kernel.source
+    _check(kernel, ops, feeds)
 
 
 @pytest.mark.parametrize("stride", [1, 2])

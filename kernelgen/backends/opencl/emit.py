@@ -486,10 +486,20 @@ class OpenCLPrinter(ContractionEmitter):
         lanes = {k.domain[i][0] for i in cols.run}
         parallel = [axis for axis in unrolled.parallel if axis[0] not in lanes]
         self.ranges[cols.flat] = prod(k.domain[i][1] for i in cols.run)  # bounds edge reads
+        sums, outside, stores = Scope([], 1), Scope([], 1), Scope([], 1)
+        taps = outside
+        looped = win.loop[0] if win.loop is not None else None
+        if win.loop is not None:  # one axis's taps (they share no reads) around the rest
+            sym, n = win.loop
+            r = self.symbol_names[sym] = self.fresh("r")
+            self.ranges[sym] = n
+            outside.add(f"{self.comment} its taps along one axis (an input channel each) in a "
+                        f"loop, the others unrolled")
+            outside.add(f"for ({self.index_t} {r} = 0; {r} < {n}; ++{r}) {{")
+            taps = outside.child()
         ranges = dict(self.ranges)
         index = Scope([], 1)
         launch = self.ndrange(parallel, index, explicit_vectors=True)
-        sums, taps, stores = Scope([], 1), Scope([], 1), Scope([], 1)
         acc = [[f"kg_acc{i}_{j}" for j in range(len(win.starts))] for i in range(len(copies))]
         init = syntax.broadcast.format(self.reduce_init(c.reduce))
         for name in (a for row in acc for a in row):
@@ -497,9 +507,10 @@ class OpenCLPrinter(ContractionEmitter):
         pool = is_pooling(c)  # each tap's vector combined by the reduction's operator
         # the copies of the right operand, each with the sums it goes into, in first-use order
         users: dict[Expr, list[tuple[int, Expr]]] = {}
-        axes = [s for s, _ in c.reduce.axes]
+        unrolled_axes = [axis for axis in c.reduce.axes if axis[0] != looped]
+        axes = [s for s, _ in unrolled_axes]
         for i, copy in enumerate(copies):
-            for point in itertools.product(*(range(n) for _, n in c.reduce.axes)):
+            for point in itertools.product(*(range(m) for _, m in unrolled_axes)):
                 at = {**copy, **dict(zip(axes, map(sympy.Integer, point)))}
                 right = specialise(cols.right, at, ranges)
                 users.setdefault(right, []).append((i, specialise(c.left, at, ranges)))
@@ -531,6 +542,8 @@ class OpenCLPrinter(ContractionEmitter):
                             taps.add(f"{a} = " + (
                                 syntax.combine[c.reduce.kind].format(a=a, b=vector) if pool
                                 else f"fma({reader.expr(left)}, {vector}, {a})") + ";")
+        if looped is not None:
+            outside.add("}")
         for i, copy in enumerate(copies):
             for j, start in enumerate(win.starts):
                 writer = VectorPrinter(self, cols.flat, start, stores, syntax,
@@ -543,7 +556,7 @@ class OpenCLPrinter(ContractionEmitter):
         src = templates.render("opencl", "window.cl", name=k.name, params=self.params(),
                                rows=str(len(copies)), nv=str(len(win.starts)),
                                width=str(cols.width), index="\n".join(index.lines),
-                               sums="\n".join(sums.lines), taps="\n".join(taps.lines),
+                               sums="\n".join(sums.lines), taps="\n".join(outside.lines),
                                stores="\n".join(stores.lines))
         return src, launch
 

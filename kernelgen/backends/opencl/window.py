@@ -10,7 +10,7 @@ from functools import lru_cache
 import sympy
 
 from ...dtypes import DType
-from ...ir.expr import Call, Const, Expr, Load, extent, walk
+from ...ir.expr import Call, Const, Expr, IndexCond, Load, extent, walk
 from ...ir.loop import Buffer, LoopKernel
 from ...lower import unroll
 from ...lower.contraction import Contraction, operand_has_reduction
@@ -36,6 +36,11 @@ WINDOW_ROWS = 4
 WINDOW_MAX_READS = 108
 WINDOW_MAX_FMAS = 2048  # straight-line code: rows x taps x vectors at most
 WINDOW_LOCAL = 32
+# A reduction axis of at least this many taps that no two taps share a read along (a grouped
+# conv's input channels) runs as a loop around the unrolled rest: ShuffleNet's grouped 1x1 conv
+# (136 channels a group, 7x7) unrolled whole took PoCL 64-74 s to compile at its first launch
+# and ran in 0.284 ms; as a loop, 2 s and 0.256 ms (68 channels unrolled: 11 s).
+WINDOW_LOOP_MIN = 16
 # Taps a pooling window may have: its straight-line code is measured on 4-9 tap MaxPools
 # (bench/pooling.py); a longer max or sum with no weights (a reduction over channels) keeps
 # the 'item' schedule's loop.
@@ -59,6 +64,7 @@ class WindowPlan:
     # taps stay within the straight-line code budget
     row_choices: tuple[int, ...]
     read_budget_rows: int  # the most rows within ``WINDOW_MAX_READS`` distinct vector reads
+    loop: tuple[sympy.Symbol, int] | None = None  # ``tap_loop``: a reduction axis as a loop
 
     def default_rows(self, caps: Capabilities) -> int:
         """``read_budget_rows`` on a CPU-like device (one work-item a SIMD thread); one row on
@@ -102,7 +108,35 @@ def opencl_window(kernel: LoopKernel, widths: tuple[int, ...]) -> WindowPlan | N
     default = next((r for r in reversed(rows) if r <= least or
                     len(starts) * distinct_reads(kernel, c, plan, block, r) <= WINDOW_MAX_READS),
                    least)
-    return WindowPlan(c, plan, tuple(starts), block, tuple(epilogue), rows, default)
+    return WindowPlan(c, plan, tuple(starts), block, tuple(epilogue), rows, default,
+                      tap_loop(c, plan))
+
+
+def tap_loop(c: Contraction, columns: VectorPlan) -> tuple[sympy.Symbol, int] | None:
+    """The longest reduction axis of at least ``WINDOW_LOOP_MIN`` taps that every read of
+    both operands takes as a term of its own (``stride * axis``, in no guard, no gathered
+    index): unrolled, its taps would share no read unless another axis made up the difference
+    (a grouped conv's input channels; not a padded window's rows or columns). None if there
+    is none."""
+    assert columns.right is not None
+    nodes = [n for operand in (c.left, columns.right) for n in walk(operand)]
+    for s, n in sorted(c.reduce.axes, key=lambda axis: -axis[1]):
+        if n < WINDOW_LOOP_MIN:
+            return None
+        if all(_term_of_its_own(node, s) for node in nodes):
+            return s, n
+    return None
+
+
+def _term_of_its_own(node: Expr, s: sympy.Symbol) -> bool:
+    if isinstance(node, IndexCond):
+        return s not in node.cond.free_symbols
+    if not isinstance(node, Load):
+        return True  # index symbols appear in loads and index conditions only
+    offset = sympy.expand(node.offset)
+    stride = offset.coeff(s)
+    return (not node.data and s not in node.guard.free_symbols and stride.is_Integer
+            and s not in (offset - stride * s).free_symbols)
 
 
 def pooling(kernel: LoopKernel) -> Contraction | None:
