@@ -472,9 +472,10 @@ class OpenCLPrinter(ContractionEmitter):
 
     def _window(self) -> tuple[str, Launch]:
         """Each work-item owns ``window_rows`` points of the axis outside the run and every
-        column of the run; the taps and the rows are unrolled, each copy specialised to its
-        constants (``ir.substitute.specialise``), so equal reads of different taps and rows compare
-        equal: each is read once and added into every sum that uses it."""
+        column of the run; the taps (but ``WindowPlan.loop``'s, a loop around them) and the
+        rows are unrolled, each copy specialised to its constants (``ir.substitute.specialise``),
+        so equal reads of different taps and rows compare equal: each is read once and added
+        into every sum that uses it."""
         k, win = self.kernel, self.sched.plan
         assert isinstance(win, WindowPlan) and self.sched.window_rows is not None
         c, cols = win.contraction, win.columns
@@ -493,8 +494,8 @@ class OpenCLPrinter(ContractionEmitter):
             sym, n = win.loop
             r = self.symbol_names[sym] = self.fresh("r")
             self.ranges[sym] = n
-            outside.add(f"{self.comment} its taps along one axis (an input channel each) in a "
-                        f"loop, the others unrolled")
+            outside.add(f"{self.comment} the taps along one axis (no two read one vector: a "
+                        f"group's input channels) in a loop, the rest unrolled")
             outside.add(f"for ({self.index_t} {r} = 0; {r} < {n}; ++{r}) {{")
             taps = outside.child()
         ranges = dict(self.ranges)
