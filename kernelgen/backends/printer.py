@@ -142,22 +142,11 @@ class Emitter:
             return f"{self.index(lhs)} {ops[type(e)]} {self.index(rhs)}"
         raise TypeError(f"cannot print index expression {e}")
 
-    def _pow2(self, div: bool, d: sympy.Expr | int) -> int:
-        """``d`` when ``a // d`` (``div``) or ``a % d`` prints as a shift or a mask, else 0."""
-        k = int(d) if isinstance(d, int) or d.is_Integer else 0
-        return k if (self.ix_shift if div else self.ix_mask) and k > 1 and k & (k - 1) == 0 else 0
-
-    def _bracketed(self, e: sympy.Basic) -> bool:
-        """Whether ``index(e)`` prints in brackets of its own (a shift or a mask)."""
-        return (isinstance(e, (FloorDiv, FloorMod))
-                and bool(self._pow2(isinstance(e, FloorDiv), e.args[1]))
-                and is_provably_nonnegative(e.args[0], self.ranges))
-
     def nonnegative_divmod(self, div: bool, a: str, d: sympy.Expr | int) -> str:
         """``a // d`` (``div``) or ``a % d`` for a non-negative ``a`` (printed as an atom)."""
-        k = self._pow2(div, d)
+        k = int(d) if isinstance(d, int) or d.is_Integer else 0
         pow2 = self.ix_shift if div else self.ix_mask
-        if k and pow2:
+        if pow2 and k > 1 and k & (k - 1) == 0:
             return pow2.format(a=a, k=k.bit_length() - 1, m=k - 1)
         fmt = self.ix_div if div else self.ix_mod
         return fmt.format(a=a, b=d if isinstance(d, int) else self.index(d))
@@ -171,8 +160,8 @@ class Emitter:
     def _atom(self, e: sympy.Basic) -> str:
         text = self.index(e)
         simple = e.is_Symbol or (e.is_Integer and int(e) >= 0) or \
-            isinstance(e, (sympy.Max, sympy.Min)) or self._bracketed(e)
-        return text if simple else f"({text})"
+            isinstance(e, (sympy.Max, sympy.Min))
+        return text if simple or enclosed(text) else f"({text})"
 
     def int_literal(self, v: int) -> str:
         return str(v)
@@ -365,8 +354,18 @@ class Emitter:
             value = flat if st == 1 else self.nonnegative_divmod(True, flat, st)
             if k > 0:
                 value = self.nonnegative_divmod(
-                    False, f"({value})" if st != 1 and not value.startswith("(") else value, n)
+                    False, value if st == 1 or enclosed(value) else f"({value})", n)
             self.declare_index(scope, name, value)
+
+
+def enclosed(text: str) -> bool:
+    """Whether ``text`` is one bracketed whole, ``(a & 3)``, not ``(a) / (b)``."""
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth == 0 and i < len(text) - 1:
+            return False
+    return text.startswith("(") and depth == 0
 
 
 def shape_of(node: Reduce) -> tuple[str, tuple[int, ...], frozenset[str]]:

@@ -489,11 +489,11 @@ class OpenCLPrinter(ContractionEmitter):
         self.ranges[cols.flat] = prod(k.domain[i][1] for i in cols.run)  # bounds edge reads
         sums, outside, stores = Scope([], 1), Scope([], 1), Scope([], 1)
         taps = outside
-        looped = win.loop[0] if win.loop is not None else None
+        looped = None
         if win.loop is not None:  # one axis's taps (they share no reads) around the rest
-            sym, n = win.loop
-            r = self.symbol_names[sym] = self.fresh("r")
-            self.ranges[sym] = n
+            looped, n = win.loop
+            r = self.symbol_names[looped] = self.fresh("r")
+            self.ranges[looped] = n
             outside.add(f"{self.comment} the taps along one axis (no two read one vector: a "
                         f"group's input channels) in a loop, the rest unrolled")
             outside.add(f"for ({self.index_t} {r} = 0; {r} < {n}; ++{r}) {{")
