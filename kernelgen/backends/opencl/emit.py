@@ -3,28 +3,27 @@ launches. It decides nothing: every choice is a field of the ``OpenCLSchedule`` 
 The skeletons are in ``templates/``; the schedules are described in ``schedule.py``."""
 from __future__ import annotations
 
-import itertools
 
 import sympy
 
 from ...dtypes import DType
-from ...ir.expr import Axis, Expr, Load, Reduce, extent, walk
+from ...ir.expr import Axis, Expr, Reduce, extent
 from ...ir.loop import Buffer
-from ...ir.substitute import specialise, specialise_index
+from ...ir.substitute import specialise
 from ...lower import unroll
 from ...shapes import prod
 from ...version import __version__
 from .. import templates
 from ..base import Capabilities
 from ..c.contraction import FLAT_K, ContractionEmitter
-from ..c.vector import VectorPrinter, read_together, split_guard
+from ..c.vector import VectorPrinter
 from ..printer import Scope, recomputed_inside
-from . import transposed
+from . import transposed, window
 from .columns import vector_epilogue
 from .language import (BARRIER, BUFFER_TYPES, FLOAT, INT, RESERVED_NAMES, RESERVED_PREFIXES,
                        SCALAR_TYPES, VECTOR, Launch, OpenCLSource, vector_syntax)
 from .schedule import PACK_LOCAL, UNROLLED_LANES, OpenCLSchedule, TilePlan, TransposedReads
-from .window import WindowPlan, is_pooling
+from .window import WindowPlan
 
 
 def render(schedule: OpenCLSchedule, caps: Capabilities) -> OpenCLSource:
@@ -471,95 +470,12 @@ class OpenCLPrinter(ContractionEmitter):
     # --- 'window': sliding-window contraction (templates/window.cl.tmpl) -------------------
 
     def _window(self) -> tuple[str, Launch]:
-        """Each work-item owns ``window_rows`` points of the axis outside the run and every
-        column of the run; the taps (but ``WindowPlan.loop``'s, a loop around them) and the
-        rows are unrolled, each copy specialised to its constants (``ir.substitute.specialise``),
-        so equal reads of different taps and rows compare equal: each is read once and added
-        into every sum that uses it."""
-        k, win = self.kernel, self.sched.plan
-        assert isinstance(win, WindowPlan) and self.sched.window_rows is not None
-        c, cols = win.contraction, win.columns
-        syntax = vector_syntax(cols.width, stride2=True)
-        # the block axis split by the rows each work-item owns; the run's axes are vector lanes
-        unrolled = self._split(tuple(self.sched.window_rows if pos == win.block else 1
-                                     for pos in range(len(k.domain))))
-        copies = unrolled.copies
-        lanes = {k.domain[i][0] for i in cols.run}
-        parallel = [axis for axis in unrolled.parallel if axis[0] not in lanes]
-        self.ranges[cols.flat] = prod(k.domain[i][1] for i in cols.run)  # bounds edge reads
-        sums, outside, stores = Scope([], 1), Scope([], 1), Scope([], 1)
-        taps = outside
-        looped = None
-        if win.loop is not None:  # one axis's taps (they share no reads) around the rest
-            looped, n = win.loop
-            r = self.symbol_names[looped] = self.fresh("r")
-            self.ranges[looped] = n
-            outside.add(f"{self.comment} the taps along one axis (no two read one vector: a "
-                        f"group's input channels) in a loop, the rest unrolled")
-            outside.add(f"for ({self.index_t} {r} = 0; {r} < {n}; ++{r}) {{")
-            taps = outside.child()
-        ranges = dict(self.ranges)
-        index = Scope([], 1)
-        launch = self.ndrange(parallel, index, explicit_vectors=True)
-        acc = [[f"kg_acc{i}_{j}" for j in range(len(win.starts))] for i in range(len(copies))]
-        init = syntax.broadcast.format(self.reduce_init(c.reduce))
-        for name in (a for row in acc for a in row):
-            sums.add(f"{syntax.vtype} {name} = {init};")
-        pool = is_pooling(c)  # each tap's vector combined by the reduction's operator
-        # the copies of the right operand, each with the sums it goes into, in first-use order
-        users: dict[Expr, list[tuple[int, Expr]]] = {}
-        unrolled_axes = [axis for axis in c.reduce.axes if axis[0] != looped]
-        axes = [s for s, _ in unrolled_axes]
-        for i, copy in enumerate(copies):
-            for point in itertools.product(*(range(m) for _, m in unrolled_axes)):
-                at = {**copy, **dict(zip(axes, map(sympy.Integer, point)))}
-                right = specialise(cols.right, at, ranges)
-                users.setdefault(right, []).append((i, specialise(c.left, at, ranges)))
-        for left in dict.fromkeys(left for uses in users.values() for _, left in uses):
-            self.expr(left, taps)  # the weights, read once up front (a pool's 1 prints nothing)
-        readers = [VectorPrinter(self, cols.flat, start, taps, syntax) for start in win.starts]
-
-        def row_test(right: Expr) -> frozenset[sympy.Basic]:
-            """The lane-free guard parts of ``right``'s loads (a padded window's row test)."""
-            tests = (split_guard(n.guard, cols.flat) for n in walk(right)
-                     if isinstance(n, Load) and n.guard is not sympy.true)
-            return frozenset(t[0] for t in tests if t is not None) - {sympy.true}
-
-        groups: dict[frozenset[sympy.Basic], list[Expr]] = {}
-        for right in users:  # by row test, in the order each test is first met
-            groups.setdefault(row_test(right), []).append(right)
-        for test, group in groups.items():
-            # copies under one row test read under one 'if' (one branch, not one per vector or
-            # per input channel of a group); untested ones read just before their use, to keep
-            # few vectors live
-            for batch in [group] if test else [[right] for right in group]:
-                loads = [n for right in batch for n in walk(right) if isinstance(n, Load)]
-                read_together(readers, loads)
-                for right in batch:
-                    for j, reader in enumerate(readers):
-                        vector = reader.expr(right)
-                        for i, left in users[right]:
-                            a = acc[i][j]
-                            taps.add(f"{a} = " + (
-                                syntax.combine[c.reduce.kind].format(a=a, b=vector) if pool
-                                else f"fma({reader.expr(left)}, {vector}, {a})") + ";")
-        if looped is not None:
-            outside.add("}")
-        for i, copy in enumerate(copies):
-            for j, start in enumerate(win.starts):
-                writer = VectorPrinter(self, cols.flat, start, stores, syntax,
-                                       lanes={c.reduce: acc[i][j]})
-                for buf, offset, value in win.epilogue:
-                    text = writer.expr(specialise(value, copy, ranges, keep={c.reduce}))
-                    off = specialise_index(offset, {**copy, cols.flat: start}, ranges)
-                    stores.add(syntax.store.format(v=text, ptr=self.arg_names[buf.name],
-                                                   off=self.index(off)))
-        src = templates.render("opencl", "window.cl", name=k.name, params=self.params(),
-                               rows=str(len(copies)), nv=str(len(win.starts)),
-                               width=str(cols.width), index="\n".join(index.lines),
-                               sums="\n".join(sums.lines), taps="\n".join(outside.lines),
-                               stores="\n".join(stores.lines))
-        return src, launch
+        win, rows = self.sched.plan, self.sched.window_rows
+        assert isinstance(win, WindowPlan) and rows is not None
+        # the block axis split by the rows each work-item owns
+        unrolled = self._split(tuple(rows if pos == win.block else 1
+                                     for pos in range(len(self.kernel.domain))))
+        return window.print_kernel(self, win, unrolled, self.ndrange)
 
     # --- 'row': one work-item per group point, explicit vector loops ---------------------------
 

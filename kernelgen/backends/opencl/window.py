@@ -1,9 +1,11 @@
-"""The 'window' schedule's plan (window.cl.tmpl): a sliding-window contraction with no rows
-(a depthwise or grouped conv) or a pooling window (MaxPool) whose work-items each own a few
-output rows and the whole row as vectors."""
+"""The 'window' schedule (window.cl.tmpl): a sliding-window contraction with no rows (a
+depthwise or grouped conv) or a pooling window (MaxPool) whose work-items each own a few
+output rows and the whole row as vectors. When it applies and with which rows
+(``opencl_window``), and how it is printed (``print_kernel``)."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -12,11 +14,17 @@ import sympy
 from ...dtypes import DType
 from ...ir.expr import Call, Const, Expr, IndexCond, Load, extent, walk
 from ...ir.loop import Buffer, LoopKernel
+from ...ir.substitute import specialise, specialise_index
 from ...lower import unroll
 from ...lower.contraction import Contraction, operand_has_reduction
 from ...shapes import prod
+from .. import templates
 from ..base import Capabilities
+from ..c.emitter import CEmitter
+from ..c.vector import VectorPrinter, read_together, split_guard
+from ..printer import Scope
 from .columns import VectorPlan, opencl_contraction, vector_epilogue, vector_plan
+from .language import Launch, vector_syntax
 
 # 'window' (window.cl.tmpl), measured on PoCL for a depthwise 3x3 over 128x56x56: 0.078-0.087
 # ms against 0.19 for the vector-column tiles; groups of 8 to 128 items within 10% of each other.
@@ -176,3 +184,104 @@ def distinct_reads(kernel: LoopKernel, c: Contraction, columns: VectorPlan, bloc
             for at in itertools.product(*(range(n) for _, n in c.reduce.axes))]
     return len({tuple(offset.xreplace({**copy, **tap}) for offset in loads)
                 for copy in copies for tap in taps})
+
+
+def print_kernel(em: CEmitter, win: WindowPlan, unrolled: unroll.Unrolled,
+                 ndrange: Callable[..., Launch]) -> tuple[str, Launch]:
+    """The 'window' kernel of ``win``: each work-item owns the points of ``unrolled``'s
+    copies (rows of the block axis) and every column of the run; the taps (but
+    ``WindowPlan.loop``'s, a loop around them) and the rows are unrolled, each copy specialised
+    to its constants (``ir.substitute.specialise``), so equal reads of different taps and rows
+    compare equal: each is read once and added into every sum that uses it. ``ndrange`` is
+    the printer's."""
+    k = em.kernel
+    c, cols = win.contraction, win.columns
+    syntax = vector_syntax(cols.width, stride2=True)
+    copies = unrolled.copies
+    lanes = {k.domain[i][0] for i in cols.run}  # the run's axes are vector lanes
+    parallel = [axis for axis in unrolled.parallel if axis[0] not in lanes]
+    em.ranges[cols.flat] = prod(k.domain[i][1] for i in cols.run)  # bounds edge reads
+    sums, outside, stores = Scope([], 1), Scope([], 1), Scope([], 1)
+    taps = outside
+    if win.loop is not None:  # one axis's taps (they share no reads) around the rest
+        looped, n = win.loop
+        r = em.symbol_names[looped] = em.fresh("r")
+        em.ranges[looped] = n
+        outside.add(f"{em.comment} the taps along one axis (no two read one vector: a "
+                    f"group's input channels) in a loop, the rest unrolled")
+        outside.add(f"for ({em.index_t} {r} = 0; {r} < {n}; ++{r}) {{")
+        taps = outside.child()
+    ranges = dict(em.ranges)
+    index = Scope([], 1)
+    launch = ndrange(parallel, index, explicit_vectors=True)
+    acc = [[f"kg_acc{i}_{j}" for j in range(len(win.starts))] for i in range(len(copies))]
+    init = syntax.broadcast.format(em.reduce_init(c.reduce))
+    for name in (a for row in acc for a in row):
+        sums.add(f"{syntax.vtype} {name} = {init};")
+    _print_taps(em, win, copies, ranges, acc, taps)
+    if win.loop is not None:
+        outside.add("}")
+    for i, copy in enumerate(copies):
+        for j, start in enumerate(win.starts):
+            writer = VectorPrinter(em, cols.flat, start, stores, syntax,
+                                   lanes={c.reduce: acc[i][j]})
+            for buf, offset, value in win.epilogue:
+                text = writer.expr(specialise(value, copy, ranges, keep={c.reduce}))
+                off = specialise_index(offset, {**copy, cols.flat: start}, ranges)
+                stores.add(syntax.store.format(v=text, ptr=em.arg_names[buf.name],
+                                               off=em.index(off)))
+    src = templates.render("opencl", "window.cl", name=k.name, params=em.params(),
+                           rows=str(len(copies)), nv=str(len(win.starts)),
+                           width=str(cols.width), index="\n".join(index.lines),
+                           sums="\n".join(sums.lines), taps="\n".join(outside.lines),
+                           stores="\n".join(stores.lines))
+    return src, launch
+
+
+def _print_taps(em: CEmitter, win: WindowPlan,
+                copies: tuple[dict[sympy.Symbol, sympy.Expr], ...],
+                ranges: dict[sympy.Symbol, int], acc: list[list[str]], taps: Scope) -> None:
+    """Every unrolled tap of every copy into ``taps``, each distinct input vector read once
+    and added into the sums ``acc[copy][vector]`` that use it."""
+    c, cols = win.contraction, win.columns
+    assert cols.right is not None
+    syntax = vector_syntax(cols.width, stride2=True)
+    pool = is_pooling(c)  # each tap's vector combined by the reduction's operator
+    # the copies of the right operand, each with the sums it goes into, in first-use order
+    users: dict[Expr, list[tuple[int, Expr]]] = {}
+    looped = win.loop[0] if win.loop is not None else None
+    unrolled_axes = [axis for axis in c.reduce.axes if axis[0] != looped]
+    axes = [s for s, _ in unrolled_axes]
+    for i, copy in enumerate(copies):
+        for point in itertools.product(*(range(m) for _, m in unrolled_axes)):
+            at = {**copy, **dict(zip(axes, map(sympy.Integer, point)))}
+            right = specialise(cols.right, at, ranges)
+            users.setdefault(right, []).append((i, specialise(c.left, at, ranges)))
+    for left in dict.fromkeys(left for uses in users.values() for _, left in uses):
+        em.expr(left, taps)  # the weights, read once up front (a pool's 1 prints nothing)
+    readers = [VectorPrinter(em, cols.flat, start, taps, syntax) for start in win.starts]
+
+    def row_test(right: Expr) -> frozenset[sympy.Basic]:
+        """The lane-free guard parts of ``right``'s loads (a padded window's row test)."""
+        tests = (split_guard(n.guard, cols.flat) for n in walk(right)
+                 if isinstance(n, Load) and n.guard is not sympy.true)
+        return frozenset(t[0] for t in tests if t is not None) - {sympy.true}
+
+    groups: dict[frozenset[sympy.Basic], list[Expr]] = {}
+    for right in users:  # by row test, in the order each test is first met
+        groups.setdefault(row_test(right), []).append(right)
+    for test, group in groups.items():
+        # copies under one row test read under one 'if' (one branch, not one per vector or
+        # per input channel of a group); untested ones read just before their use, to keep
+        # few vectors live
+        for batch in [group] if test else [[right] for right in group]:
+            loads = [n for right in batch for n in walk(right) if isinstance(n, Load)]
+            read_together(readers, loads)
+            for right in batch:
+                for j, reader in enumerate(readers):
+                    vector = reader.expr(right)
+                    for i, left in users[right]:
+                        a = acc[i][j]
+                        taps.add(f"{a} = " + (
+                            syntax.combine[c.reduce.kind].format(a=a, b=vector) if pool
+                            else f"fma({reader.expr(left)}, {vector}, {a})") + ";")
