@@ -6,14 +6,17 @@ after. Round-robin beside the default: a few other register tiles (how far the d
 from the best of them) and, where the reduction is short enough for the rule before it, the
 default tile with its reduction loop unrolled completely (``schedule.UNROLL_K_MAX_FMAS`` raised
 for that one emit) and, on a device with 16 SIMD registers (AVX2), the tiles AVX-512 takes
-(``_avx512_tiles``: the default before the tiles followed the register file). Each output
-is checked against onnxruntime's first.
+(``_avx512_tiles``: the default before the tiles followed the register file) and, where the
+default's work-groups hold column tiles (``group_columns``), the same kernel in groups of row
+tiles. Each output is checked against onnxruntime's first.
 
     python bench/conv1x1.py [--repeat 200] [--only 16->96] [--json bench/results/conv1x1.json]
 
 With ``--models squeezenet,resnet50`` on such a device, instead: each light model's DNNFusion
 plan compiled with the device's register tiles and with AVX-512's, whole runs of both
-round-robin (``bench/pooling.py: plans_with_and_without``).
+round-robin (``bench/pooling.py: plans_with_and_without``); with ``--models ... --switch
+row-groups``, compiled as it is and with every contraction in work-groups of row tiles (no
+``group_columns`` by default).
 """
 from __future__ import annotations
 
@@ -75,6 +78,8 @@ def variants(fused: kg.FusedOp, x: np.ndarray, ref: np.ndarray) -> dict[str, tup
         program = fused.emit("opencl", tile=tile)
         if _tile(program) != _tile(out["default"]):
             out[f"tile {tile[0]}x{tile[1]}"] = program
+    if out["default"].metadata["tunables"].get("group_columns"):  # as before that rule
+        out["groups of row tiles"] = fused.emit("opencl", group_columns=False)
     before = opencl_schedule.UNROLL_K_MAX_FMAS
     opencl_schedule.UNROLL_K_MAX_FMAS = 1 << 30
     try:
@@ -92,6 +97,17 @@ def _tile(program) -> list[int] | None:
     """The GEMM's register tile (a program's last kernel)."""
     kernel = program.kernels[-1] if hasattr(program, "kernels") else program
     return kernel.metadata["tunables"].get("tile")
+
+
+@contextlib.contextmanager
+def _row_groups() -> Iterator[None]:
+    """Every contraction's work-groups of row tiles, as before ``group_columns``."""
+    before = opencl_schedule.GROUP_COLUMNS_MIN_RATIO
+    opencl_schedule.GROUP_COLUMNS_MIN_RATIO = 1 << 62
+    try:
+        yield
+    finally:
+        opencl_schedule.GROUP_COLUMNS_MIN_RATIO = before
 
 
 @contextlib.contextmanager
@@ -138,10 +154,16 @@ def main() -> int:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--models", default=None,
                     help="comma-separated light models: whole runs, these tiles and AVX-512's")
+    ap.add_argument("--switch", choices=("avx512", "row-groups"), default="avx512",
+                    help="with --models: what the second compile switches off")
     args = ap.parse_args()
     if args.models:
-        plans_with_and_without(args.models.split(","), ("own tiles", "AVX-512 tiles"),
-                               _avx512_tiles)
+        if args.switch == "avx512":
+            plans_with_and_without(args.models.split(","), ("own tiles", "AVX-512 tiles"),
+                                   _avx512_tiles)
+        else:
+            plans_with_and_without(args.models.split(","),
+                                   ("column-tile groups", "row-tile groups"), _row_groups)
         return 0
     rng = np.random.default_rng(0)
     rows = []

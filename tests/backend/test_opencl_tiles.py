@@ -127,3 +127,50 @@ def test_a_depthwise_window_unrolls_its_taps() -> None:
     want = sum(w[None, :, 0, i, j, None, None] * padded[:, :, i:i + 11, j:j + 37]
                for i in range(3) for j in range(3))
     assert_close(kernel(x, w), want, np.float32, scale=9)
+
+
+@pytest.mark.parametrize("c,m,side,grouped", [(512, 521, 5, True), (263, 1009, 7, True),
+                                              (700, 400, 13, False), (37, 131, 5, False),
+                                              (3, 17, 2, False)])
+def test_work_groups_hold_column_tiles_where_the_left_operand_is_larger(
+        c: int, m: int, side: int, grouped: bool) -> None:
+    """A 1x1 convolution whose weights (the left operand) are 4 times its input or more and
+    1 MiB or more runs work-groups of one row tile's column tiles on a CPU (they share its
+    weight rows); else of row tiles (700->400: weights 2.4 times the input; 37->131: 19 KiB
+    of weights). Both orders, forced, agree with NumPy on the same awkward shapes (prime
+    channel counts, a partial last row and column tile)."""
+    require("opencl")
+    caps = backends.get("opencl").caps
+    if not caps.simd_within_work_item or not caps.vector_widths:
+        pytest.skip("column-tile groups are a CPU default (the OpenCL device is not a CPU)")
+    x, w = _f32(1, c, side, side), _f32(m, c, 1, 1)
+    conv = kg.conv(kg.tensor("x", x.shape), kg.tensor("w", w.shape))
+    fused = kg.fuse(conv, kg.relu(conv))
+    want = np.maximum(np.einsum("oc,nchw->nohw", w[:, :, 0, 0].astype(np.float64), x), 0)
+    default = fused.emit_kernel("opencl", tuning="none")
+    assert bool(default.metadata["tunables"].get("group_columns")) == grouped
+    for order in (True, False):
+        kernel = fused.emit_kernel("opencl", tuning="none", group_columns=order)
+        local = kernel.metadata["launch"]["local_size"]
+        tiles_c = kernel.metadata["launch"]["global_size"][1]
+        if order:  # the group fills the column tiles before the row tiles
+            assert local[1] == min(tiles_c, kernel.metadata["tunables"]["local_size"])
+        assert_close(kernel(x, w), want, np.float32, scale=c)
+
+
+def test_column_tile_groups_are_refused_where_they_do_not_apply() -> None:
+    """group_columns with a packed right operand, on the scalar template (no run as wide as a
+    vector) or on another schedule is refused, naming the kernel and what it needs."""
+    require("opencl")
+    if not backends.get("opencl").caps.vector_widths:
+        pytest.skip("the OpenCL device builds no float vectors (scalar template)")
+    mm = kg.matmul(kg.tensor("a", (64, 32)), kg.tensor("b", (32, 40)))
+    with pytest.raises(ValueError, match=r"group_columns applies .* in place.*pack=False"):
+        kg.fuse(mm).emit_kernel("opencl", tuning="none", pack=True, group_columns=True)
+    narrow = kg.matmul(kg.tensor("a", (2, 7, 13)), kg.tensor("b", (13, 3)))  # no vector run
+    with pytest.raises(ValueError, match=r"'fused_matmul'.*group_columns applies to the "
+                                         r"vector template"):
+        kg.fuse(narrow).emit_kernel("opencl", tuning="none", group_columns=False)
+    x = kg.tensor("x", (8, 300))
+    with pytest.raises(ValueError, match=r"group_columns applies to the 'tiled' schedule"):
+        kg.fuse(kg.reduce_sum(x, axes=[1])).emit_kernel("opencl", group_columns=True)

@@ -322,8 +322,19 @@ class OpenCLPrinter(ContractionEmitter):
             return self._packed(holes, tile, k_scope, b, store, sizes)
         src = templates.render("opencl", "contraction_vec.cl", params=self.params(),
                                store="\n".join(store.lines), **holes)
-        local = _local_shape(sizes, self.local, self.caps.max_item_sizes)
+        local = self._tile_group(sizes)
         return src, Launch(_covering(sizes, local), local)
+
+    def _tile_group(self, sizes: list[int]) -> tuple[int, ...]:
+        """The work-group over (row tiles, column tiles, batches): filled from the row tiles
+        outward, or with ``group_columns`` from the column tiles (dimension 1)."""
+        limits = self.caps.max_item_sizes
+        if not self.sched.group_columns:
+            return _local_shape(sizes, self.local, limits)
+        swap = (1, 0, 2)  # its own inverse
+        local = _local_shape([sizes[d] for d in swap], self.local,
+                             tuple(limits[d] for d in swap) if limits else None)
+        return tuple(local[d] for d in swap)
 
     def _column_tile(self, plan: TilePlan, outer: list[Axis], tiles_run: int) -> Scope:
         """The tile's batch and column binding: ``kg_own``, the first column the work-item

@@ -20,7 +20,8 @@ set them.
 - ``tiled``: a contraction (GEMM, implicit-GEMM conv, Winograd's batched GEMM, AGO's fused
   pairs) as register tiles of rows x float16 column vectors (contraction*.cl.tmpl), its right
   operand read in place or packed into panels first (``pack``; ``pack_in_tile``: by each column
-  tile's own work-item).
+  tile's own work-item); read in place, in work-groups of row tiles or, where the left operand
+  is the large one, of one row tile's column tiles (``group_columns``).
 - ``window``: a sliding-window contraction with no rows (a depthwise or grouped conv): each
   work-item owns a few output rows (``window_rows``) and the whole row as vectors, reading each
   input row once for all of them (window.cl.tmpl).
@@ -105,6 +106,14 @@ PACK_MIN_BYTES = 1 << 20
 PACK_TILE_MIN_ITEMS = 16
 PACK_TILE_MAX_BYTES = 1 << 20
 PACK_TILE_LOCAL = 2
+# A work-group of column tiles (``group_columns``), measured on PoCL (AMD EPYC, AVX2, 512 KiB of
+# L2 a core), 1x1 convs + ReLU with 6x16 tiles in 4-item groups, against groups of row tiles in
+# the same process: with weights of 1-4 MiB over 7x7 and 14x14 maps (512->2048, 2048->512,
+# 320->1280, 256->1024) 1.07-1.66x faster in pairs round-robin, 0.99-1.12x among five
+# variants (bench/conv1x1.py); under 1 MiB (464->464, 160->960 at 7x7) within 2 %; 1024->256
+# at 14x14, whose operands are about equal, 1.1-1.5x slower (docs/benchmarks.md).
+GROUP_COLUMNS_MIN_RATIO = 4  # the left operand this many times the right one, at least
+GROUP_COLUMNS_MIN_BYTES = 1 << 20  # and this large (beyond a core's L2)
 
 
 @dataclass(frozen=True)
@@ -127,6 +136,9 @@ class TilePlan:
 @dataclass(frozen=True)
 class OpenCLSchedule(Schedule):
     pack_in_tile: bool | None = None  # each column tile's work-item packs its own panel
+    # 'tiled' in place: a work-group holds column tiles of one row tile (they share its rows of
+    # the left operand) instead of row tiles of one column tile (sharing a right panel)
+    group_columns: bool | None = None
     unroll: tuple[int, ...] | None = None  # 'elementwise': domain points a work-item computes
     window_rows: int | None = None  # 'window': rows of the outer axis a work-item owns
     plan: TilePlan | WindowPlan | TransposedReads | None = field(
@@ -194,7 +206,7 @@ def choose(loop: LoopKernel, options: Mapping[str, Any], caps: Capabilities) -> 
             sched = replace(sched, vector_width=staged if loop.staged else caps.vector_width)
     elif kind == "tiled":
         sched = _tiled(base, tile, local, options.get("pack"), options.get("pack_in_tile"),
-                       caps)
+                       caps, options.get("group_columns"))
     elif kind == "group":
         sched = replace(base, local_size=group_local(loop, base.local_size, caps))
     else:
@@ -281,6 +293,9 @@ def _check_applies(loop: LoopKernel, kind: str, options: Mapping[str, Any]) -> N
     if options.get("window_rows") is not None and kind != "window":
         raise ValueError(f"window_rows applies to the 'window' schedule; kernel "
                          f"'{loop.name}' runs '{kind}'")
+    if options.get("group_columns") is not None and kind != "tiled":
+        raise ValueError(f"group_columns applies to the 'tiled' schedule; kernel "
+                         f"'{loop.name}' runs '{kind}'")
     if options.get("group_rows") not in (None, 1) and kind not in STAGED_KINDS:
         raise ValueError(f"group_rows applies to the {STAGED_KINDS} schedules; kernel "
                          f"'{loop.name}' runs '{kind}'")
@@ -312,7 +327,8 @@ def _window(base: OpenCLSchedule, rows: int | None, local: int | None,
 # --- 'tiled' ----------------------------------------------------------------------------------
 
 def _tiled(base: OpenCLSchedule, requested: tuple[int, ...] | None, local: int | None,
-           pack: bool | None, pack_in_tile: bool | None, caps: Capabilities) -> OpenCLSchedule:
+           pack: bool | None, pack_in_tile: bool | None, caps: Capabilities,
+           group_columns: bool | None = None) -> OpenCLSchedule:
     """The contraction's template, operand order, tile, packing and work-group."""
     k = base.loop
     widths = caps.vector_widths
@@ -349,6 +365,10 @@ def _tiled(base: OpenCLSchedule, requested: tuple[int, ...] | None, local: int |
             if wide is not None:
                 tile, plan = (registers.wide[0], wide.tile_n), wide
     if plan is None:  # the scalar template
+        if group_columns is not None:
+            raise ValueError(f"kernel '{k.name}': group_columns applies to the vector "
+                             f"template (float32 outputs on a device that builds float "
+                             f"vectors); this kernel runs the scalar one")
         tm = min(tile[0], _rows(k, c))
         tn = _cols(k, c) if full_columns else min(tile[1], _cols(k, c))
         # the template's holes read the operands themselves (``contraction_holes``)
@@ -368,11 +388,31 @@ def _tiled(base: OpenCLSchedule, requested: tuple[int, ...] | None, local: int |
                           panels >= PACK_TILE_MIN_ITEMS and 4 * panel <= PACK_TILE_MAX_BYTES)
     left = flat_reduction(c, c.left, _ranges(k))
     right = None if plan.right is None else flat_reduction(c, plan.right, _ranges(k))
+    if group_columns and packed:
+        raise ValueError(f"kernel '{k.name}': group_columns applies to a contraction reading "
+                         f"its right operand in place; this one packs it (pack=False to read "
+                         f"it in place)")
+    if group_columns is None and not packed and caps.simd_within_work_item:
+        group_columns = _groups_columns(k, c, tiles_r, panels)
     return replace(base, tile=(tm, plan.tile_n), pack=packed,
                    pack_in_tile=in_tile if packed else None, vector_width=plan.width,
+                   group_columns=group_columns if not packed else None,
                    local_size=local or (PACK_TILE_LOCAL if in_tile else VECTOR_LOCAL),
                    plan=TilePlan(c, plan, left, right, _producer_group(c, left, right),
                                  unroll_k=_unrolls(c, tm, plan)))
+
+
+def _groups_columns(k: LoopKernel, c: Contraction, tiles_r: int, tiles_c: int) -> bool:
+    """Whether a work-group holds column tiles of one row tile by default on a CPU (one core
+    runs a work-group's items one after another): where the left operand is
+    ``GROUP_COLUMNS_MIN_RATIO`` times the right one or more and ``GROUP_COLUMNS_MIN_BYTES`` at
+    least (a 1x1 conv's weights over a small map), each row tile's rows of it are then read
+    from memory once for all its column tiles, not once per column tile. Not measured on a
+    GPU, which keeps row tiles."""
+    k_extent = prod(n for _, n in c.reduce.axes)
+    left, right = _rows(k, c) * k_extent, _cols(k, c) * k_extent
+    return tiles_r > 1 and tiles_c > 1 and left >= GROUP_COLUMNS_MIN_RATIO * right and \
+        4 * left >= GROUP_COLUMNS_MIN_BYTES
 
 
 def _unrolls(c: Contraction, tile_rows: int, columns: VectorPlan) -> bool:

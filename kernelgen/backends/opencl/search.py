@@ -43,11 +43,11 @@ def search_space(loop: LoopKernel, caps: Capabilities) -> list[Config]:
         # AGO: the default tile spans the producer once; most others recompute it
         if operand_has_reduction(c.left) or operand_has_reduction(c.right):
             return [Config.of(), *tiles]
-        # the right operand read in place, packed by each column tile's item, or packed
-        # by a first kernel: each way for the five likeliest tiles first, so a short
-        # budget still measures every one
-        ways = ({"pack": False}, {"pack": True, "pack_in_tile": True},
-                {"pack": True, "pack_in_tile": False})
+        # the right operand read in place (work-groups of row tiles or of column tiles),
+        # packed by each column tile's item, or packed by a first kernel: each way for the
+        # five likeliest tiles first, so a short budget still measures every one
+        ways = ({"pack": False, "group_columns": False}, {"pack": False, "group_columns": True},
+                {"pack": True, "pack_in_tile": True}, {"pack": True, "pack_in_tile": False})
         return [*(Config.of(**t.as_options(), **way) for t in tiles[:5] for way in ways),
                 *(Config.of(**t.as_options(), pack=False) for t in tiles[5:])]
     if loop.staged:  # a staged row is one work-item's array; queries a work-item share loads

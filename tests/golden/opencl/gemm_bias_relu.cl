@@ -6,8 +6,10 @@
 // Register-tiled contraction with vector columns: each work-item owns 8 rows x 1 vectors of
 // 8 columns (the right operand's contiguous run of output axes) and keeps the sums in
 // float8 registers; each left-operand element is broadcast across the lanes. NDRange dimension 0
-// walks rows, so neighbouring work-items share the right operand's panel in cache; dimension 2
-// holds batch axes both operands depend on. PoCL keeps the arrays in registers only because every
+// walks row tiles, 1 column tiles: a work-group holds row tiles of one column tile, which share
+// the right operand's panel in cache, or (where the left operand is the larger) column tiles of
+// one row tile, which share its rows of the left operand; dimension 2 holds batch axes both
+// operands depend on. PoCL keeps the arrays in registers only because every
 // loop over them is unrolled. A partial last tile shifts up (left) to stay whole and stores
 // only its own rows (columns): rows clamped one by one instead ran a 2048^3 GEMM 1.7x slower
 // on PoCL (194 against 328 GFLOP/s, side by side). Prologues are inlined into the loads, the
