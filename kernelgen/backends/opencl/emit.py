@@ -3,7 +3,6 @@ launches. It decides nothing: every choice is a field of the ``OpenCLSchedule`` 
 The skeletons are in ``templates/``; the schedules are described in ``schedule.py``."""
 from __future__ import annotations
 
-
 import sympy
 
 from ...dtypes import DType
