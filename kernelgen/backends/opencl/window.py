@@ -23,7 +23,8 @@ from ..base import Capabilities
 from ..c.emitter import CEmitter
 from ..c.vector import VectorPrinter, read_together, split_guard
 from ..printer import Scope
-from .columns import VectorPlan, opencl_contraction, vector_epilogue, vector_plan
+from .columns import (VectorPlan, few_registers, opencl_contraction, vector_epilogue,
+                      vector_plan)
 from .language import Launch, vector_syntax
 
 # 'window' (window.cl.tmpl), measured on PoCL for a depthwise 3x3 over 128x56x56: 0.078-0.087
@@ -44,6 +45,13 @@ WINDOW_ROWS = 4
 WINDOW_MAX_READS = 108
 WINDOW_MAX_FMAS = 2048  # straight-line code: rows x taps x vectors at most
 WINDOW_LOCAL = 32
+# On a CPU with 16 registers (AVX2) a stride-2 window's read budget counts register-wide
+# pieces (a float16 read at stride 2 spans 32 lanes: four AVX2 registers), with no floor of
+# WINDOW_ROWS. Measured there (AMD EPYC, bench/window_rows.py, MobileNetV2's depthwise 3x3 at
+# stride 2): 96x112x112 (four float16 a row) 0.68 ms with 1 row against 1.39 with 4;
+# 144x56x56 (four float8) 0.301 with 1 against 0.368 with 4; 192x28x28 (four float4) kept 2
+# rows (0.182 against 0.224 with 1). Stride-1 windows keep the rule above (there 1-8 rows ran
+# within the noise but for 1 row, 1.2x slower on 32x112x112).
 # A reduction axis of at least this many taps that no two taps share a read along (a grouped
 # conv's input channels) runs as a loop around the unrolled rest: ShuffleNet's grouped 1x1 conv
 # (136 channels a group, 7x7) unrolled whole took PoCL 64-74 s to compile at its first launch
@@ -73,12 +81,24 @@ class WindowPlan:
     row_choices: tuple[int, ...]
     read_budget_rows: int  # the most rows within ``WINDOW_MAX_READS`` distinct vector reads
     loop: tuple[sympy.Symbol, int] | None = None  # ``tap_loop``: a reduction axis as a loop
+    # the input lanes one output lane spans (2: a stride-2 window, which reads every second
+    # lane) and, for such a window, the distinct vector reads of each of ``row_choices``
+    reads: tuple[int, ...] = ()
+    stride: int = 1
 
     def default_rows(self, caps: Capabilities) -> int:
-        """``read_budget_rows`` on a CPU-like device (one work-item a SIMD thread); one row on
-        a GPU, which wants the work-items (NVIDIA H200, bench/window_rows.py, 144x56x56: 0.021
-        ms with 1 row, 0.022 with 2, 0.025 with 4, 0.033 with 7, 0.045 with 8)."""
-        return self.read_budget_rows if caps.simd_within_work_item else 1
+        """``read_budget_rows`` on a CPU-like device (one work-item a SIMD thread), but for a
+        stride-2 window on one with 16 registers (AVX2): the most rows whose reads, counted
+        in register-wide pieces, fit ``WINDOW_MAX_READS``, else one. One row on a GPU, which
+        wants the work-items (NVIDIA H200, bench/window_rows.py, 144x56x56: 0.021 ms with 1
+        row, 0.022 with 2, 0.025 with 4, 0.033 with 7, 0.045 with 8)."""
+        if not caps.simd_within_work_item:
+            return 1
+        if self.stride == 1 or not few_registers(caps):
+            return self.read_budget_rows
+        pieces = -(-self.columns.width * self.stride // caps.register_lanes)
+        return max([1, *(r for r, n in zip(self.row_choices, self.reads)
+                         if n * pieces <= WINDOW_MAX_READS)])
 
 
 @lru_cache(maxsize=256)
@@ -113,11 +133,23 @@ def opencl_window(kernel: LoopKernel, widths: tuple[int, ...]) -> WindowPlan | N
     rows = tuple(r for r in range(1, min(n, 8) + 1)
                  if n % r == 0 and r * per_row <= WINDOW_MAX_FMAS)
     least = max(r for r in rows if r <= WINDOW_ROWS)
-    default = next((r for r in reversed(rows) if r <= least or
-                    len(starts) * distinct_reads(kernel, c, plan, block, r) <= WINDOW_MAX_READS),
+
+    def reads(r: int) -> int:
+        return len(starts) * distinct_reads(kernel, c, plan, block, r)
+    default = next((r for r in reversed(rows) if r <= least or reads(r) <= WINDOW_MAX_READS),
                    least)
+    stride = _lanes_spanned(plan)  # every choice's reads, for a stride-2 window's AVX2 rows
     return WindowPlan(c, plan, tuple(starts), block, tuple(epilogue), rows, default,
-                      tap_loop(c, plan))
+                      tap_loop(c, plan), tuple(map(reads, rows)) if stride > 1 else (), stride)
+
+
+def _lanes_spanned(columns: VectorPlan) -> int:
+    """Input lanes one output lane of the run spans: the largest stride along the run of the
+    vector operand's loads (2 for a stride-2 window)."""
+    assert columns.right is not None
+    strides = [sympy.expand(n.offset).coeff(columns.flat) for n in walk(columns.right)
+               if isinstance(n, Load)]
+    return max([1, *(int(s) for s in strides if s.is_Integer)])
 
 
 def tap_loop(c: Contraction, columns: VectorPlan) -> tuple[sympy.Symbol, int] | None:
