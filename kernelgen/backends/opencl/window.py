@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import cache, lru_cache
 
 import sympy
 
@@ -21,7 +21,7 @@ from ...shapes import prod
 from .. import templates
 from ..base import Capabilities
 from ..c.emitter import CEmitter
-from ..c.vector import VectorPrinter, read_together, split_guard
+from ..c.vector import VectorPrinter, VectorSyntax, read_together, split_guard
 from ..printer import Scope
 from .columns import (VectorPlan, few_registers, opencl_contraction, vector_epilogue,
                       vector_plan)
@@ -45,13 +45,6 @@ WINDOW_ROWS = 4
 WINDOW_MAX_READS = 108
 WINDOW_MAX_FMAS = 2048  # straight-line code: rows x taps x vectors at most
 WINDOW_LOCAL = 32
-# On a CPU with 16 registers (AVX2) a stride-2 window's read budget counts register-wide
-# pieces (a float16 read at stride 2 spans 32 lanes: four AVX2 registers), with no floor of
-# WINDOW_ROWS. Measured there (AMD EPYC, bench/window_rows.py, MobileNetV2's depthwise 3x3 at
-# stride 2): 96x112x112 (four float16 a row) 0.68 ms with 1 row against 1.39 with 4;
-# 144x56x56 (four float8) 0.301 with 1 against 0.368 with 4; 192x28x28 (four float4) kept 2
-# rows (0.182 against 0.224 with 1). Stride-1 windows keep the rule above (there 1-8 rows ran
-# within the noise but for 1 row, 1.2x slower on 32x112x112).
 # A reduction axis of at least this many taps that no two taps share a read along (a grouped
 # conv's input channels) runs as a loop around the unrolled rest: ShuffleNet's grouped 1x1 conv
 # (136 channels a group, 7x7) unrolled whole took PoCL 64-74 s to compile at its first launch
@@ -96,6 +89,12 @@ class WindowPlan:
             return 1
         if self.stride == 1 or not few_registers(caps):
             return self.read_budget_rows
+        # a float16 read at stride 2 spans 32 lanes, four AVX2 registers. Measured there (AMD
+        # EPYC, bench/window_rows.py, MobileNetV2's depthwise 3x3 at stride 2): 96x112x112
+        # (four float16 a row) 0.68 ms with 1 row against 1.39 with 4; 144x56x56 (four float8)
+        # 0.301 with 1 against 0.368 with 4; 192x28x28 (four float4) kept 2 rows (0.182
+        # against 0.224 with 1). Stride-1 windows keep the budget and its floor (1-8 rows ran
+        # within the noise there but for 1 row, 1.2x slower on 32x112x112).
         pieces = -(-self.columns.width * self.stride // caps.register_lanes)
         return max([1, *(r for r, n in zip(self.row_choices, self.reads)
                          if n * pieces <= WINDOW_MAX_READS)])
@@ -134,6 +133,7 @@ def opencl_window(kernel: LoopKernel, widths: tuple[int, ...]) -> WindowPlan | N
                  if n % r == 0 and r * per_row <= WINDOW_MAX_FMAS)
     least = max(r for r in rows if r <= WINDOW_ROWS)
 
+    @cache  # a stride-2 window asks every choice again below
     def reads(r: int) -> int:
         return len(starts) * distinct_reads(kernel, c, plan, block, r)
     default = next((r for r in reversed(rows) if r <= least or reads(r) <= WINDOW_MAX_READS),
@@ -250,7 +250,7 @@ def print_kernel(em: CEmitter, win: WindowPlan, unrolled: unroll.Unrolled,
     init = syntax.broadcast.format(em.reduce_init(c.reduce))
     for name in (a for row in acc for a in row):
         sums.add(f"{syntax.vtype} {name} = {init};")
-    _print_taps(em, win, copies, ranges, acc, taps)
+    _print_taps(em, win, syntax, copies, ranges, acc, taps)
     if win.loop is not None:
         outside.add("}")
     for i, copy in enumerate(copies):
@@ -270,14 +270,13 @@ def print_kernel(em: CEmitter, win: WindowPlan, unrolled: unroll.Unrolled,
     return src, launch
 
 
-def _print_taps(em: CEmitter, win: WindowPlan,
+def _print_taps(em: CEmitter, win: WindowPlan, syntax: VectorSyntax,
                 copies: tuple[dict[sympy.Symbol, sympy.Expr], ...],
                 ranges: dict[sympy.Symbol, int], acc: list[list[str]], taps: Scope) -> None:
-    """Every unrolled tap of every copy into ``taps``, each distinct input vector read once
-    and added into the sums ``acc[copy][vector]`` that use it."""
+    """Every unrolled tap of every copy into ``taps`` in ``syntax``'s vectors, each distinct
+    input vector read once and added into the sums ``acc[copy][vector]`` that use it."""
     c, cols = win.contraction, win.columns
     assert cols.right is not None
-    syntax = vector_syntax(cols.width, stride2=True)
     pool = is_pooling(c)  # each tap's vector combined by the reduction's operator
     # the copies of the right operand, each with the sums it goes into, in first-use order
     users: dict[Expr, list[tuple[int, Expr]]] = {}
