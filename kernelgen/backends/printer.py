@@ -4,7 +4,7 @@ The C family (``backends/c``) and the Triton printer build on it."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import sympy
@@ -42,6 +42,23 @@ class Scope:
 
     def add(self, line: str) -> None:
         self.lines.append(INDENT * self.depth + line)
+
+
+def interleave(blocks: Sequence[Sequence[str]]) -> list[str]:
+    """Independent blocks of one-line statements, statement by statement in turn: the first
+    statement of every block, then the second, ... Where each block is a long dependency chain
+    (an epilogue's erf, one chain a column vector) the chains then overlap in the listing, which
+    a C compiler's scheduler mostly keeps. Blocks of different lengths, or holding anything but
+    statements at one depth (a nested block), follow one another unchanged."""
+    def statement(line: str, indent: str) -> bool:
+        code = line.split("//", 1)[0].rstrip()
+        return code.endswith(";") and line.startswith(indent) and not line[len(indent)].isspace()
+
+    if len({len(b) for b in blocks}) == 1 and blocks[0]:
+        indent = blocks[0][0][:len(blocks[0][0]) - len(blocks[0][0].lstrip())]
+        if all(statement(line, indent) for b in blocks for line in b):
+            return [line for step in zip(*blocks) for line in step]
+    return [line for b in blocks for line in b]
 
 
 class Emitter:

@@ -2,9 +2,12 @@
 rows x 4 vectors where four-vector column tiles waste at most ``WIDE_MAX_WASTE`` of the
 columns, 8 rows x 2 vectors elsewhere, and with 16 SIMD registers (AVX2) 4 x 3 and 6 x 2
 register-wide vectors; the reduction loop unrolled completely only while the unrolled body
-stays within ``UNROLL_K_MAX_FMAS`` vector FMAs. Each default is checked against NumPy on
+stays within ``UNROLL_K_MAX_FMAS`` vector FMAs; a tile's column vectors computing their
+epilogue statement by statement in turn. Each default is checked against NumPy on
 shapes that leave a partial (shifted) last row and column tile."""
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
@@ -174,3 +177,40 @@ def test_column_tile_groups_are_refused_where_they_do_not_apply() -> None:
     x = kg.tensor("x", (8, 300))
     with pytest.raises(ValueError, match=r"group_columns applies to the 'tiled' schedule"):
         kg.fuse(kg.reduce_sum(x, axes=[1])).emit_kernel("opencl", group_columns=True)
+
+
+@pytest.mark.parametrize("device,m,k,n", [("cpu-avx2", 37, 29, 61), ("cpu-avx2", 29, 31, 3001),
+                                          ("cpu-avx512", 13, 7, 131)])
+def test_a_tiles_epilogue_interleaves_its_column_vectors(device: str, m: int, k: int,
+                                                          n: int) -> None:
+    """MatMul + bias + GELU (erf) generated for a declared CPU: a whole tile's column vectors
+    compute their epilogue statement by statement in turn, so their erf chains overlap (the
+    bias loads on consecutive lines, the stores last, one after another). Run on the test
+    device against ``math.erf``, with a shifted last column tile printed lane by lane and a
+    partial last row tile."""
+    require("opencl")
+    if not backends.get("opencl").caps.vector_widths:
+        pytest.skip("the OpenCL device builds no float vectors (scalar template)")
+    be = backends.REGISTRY["opencl"].for_device(device)  # type: ignore[attr-defined]
+    a, w, bias = _f32(m, k), _f32(k, n), _f32(n)
+    mm = kg.matmul(kg.tensor("a", (m, k)), kg.tensor("w", (k, n)))
+    ops = [mm, kg.add(mm, kg.tensor("bias", (n,)))]
+    ops.append(kg.div(ops[-1], kg.constant("sqrt2", np.array(math.sqrt(2), np.float32))))
+    ops.append(kg.erf(ops[-1]))
+    ops.append(kg.add(ops[-1], kg.constant("one", np.array(1, np.float32))))
+    ops.append(kg.mul(ops[1], ops[-1]))
+    ops.append(kg.mul(ops[-1], kg.constant("half", np.array(0.5, np.float32))))
+    kernel = kg.fuse(*ops).emit_kernel(be, tuning="none")
+    tunables = kernel.metadata["tunables"]
+    vectors = tunables["tile"][1] // tunables["vector_width"]
+    assert tunables["schedule"] == "tiled" and vectors >= 2
+    lines = kernel.source.splitlines()
+    start = next(i for i, line in enumerate(lines) if "a whole tile" in line)
+    end = next(i for i in range(start, len(lines)) if "the shifted last tile" in lines[i])
+    loads = [i for i in range(start, end) if "vload" in lines[i] and "bias" in lines[i]]
+    stores = [i for i in range(start, end) if "vstore" in lines[i]]
+    assert loads == list(range(loads[0], loads[0] + vectors))
+    assert stores == list(range(end - vectors, end))
+    hd = a.astype(np.float64) @ w + bias
+    want = 0.5 * hd * (1 + np.vectorize(math.erf)(hd / math.sqrt(2)))
+    assert_close(kernel(a, w, bias), want, np.float32, scale=k)

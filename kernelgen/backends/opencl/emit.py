@@ -16,7 +16,7 @@ from .. import templates
 from ..base import Capabilities
 from ..c.contraction import FLAT_K, ContractionEmitter
 from ..c.vector import VectorPrinter
-from ..printer import Scope, recomputed_inside
+from ..printer import Scope, interleave, recomputed_inside
 from . import transposed, window
 from .columns import vector_epilogue
 from .language import (BARRIER, BUFFER_TYPES, FLOAT, INT, RESERVED_NAMES, RESERVED_PREFIXES,
@@ -450,17 +450,22 @@ class OpenCLPrinter(ContractionEmitter):
         if vectors is not None:
             syntax = vector_syntax(w)
             scope.add("if (kg_c0 == kg_own) {  // a whole tile: one vector store a column block")
-            whole = scope.child()
-            whole.add(f"_Pragma(\"unroll\") for (int kg_v = 0; kg_v < {tn // w}; ++kg_v) {{")
-            lane = whole.child()
-            lane.add(f"const {t} kg_col = kg_c0 + kg_v * {w};")
-            printer = VectorPrinter(self, plan.flat, "kg_col", lane, syntax,
-                                     lanes={c.reduce: "kg_acc[kg_i][kg_v]"})
-            for buf, offset, value in vectors:
-                text = printer.expr(value)
-                off = self.index(offset.xreplace({plan.flat: sympy.Symbol("kg_col")}))
-                lane.add(syntax.store.format(v=text, ptr=self.arg_names[buf.name], off=off))
-            whole.add("}")
+            # each column vector's epilogue printed on its own, then listed statement by
+            # statement in turn (``interleave``): GELU after 128x256x1024, 4 x 24 tiles,
+            # 0.74 ms against 0.83-0.93 with one vector's erf after the other's (ReLU: 0.60)
+            whole, blocks = scope.child(), []
+            for j in range(tn // w):
+                lane = Scope([], whole.depth, parent=whole)
+                col = f"kg_col{j}"
+                lane.add(f"const {t} {col} = kg_c0{f' + {j * w}' if j else ''};")
+                printer = VectorPrinter(self, plan.flat, col, lane, syntax,
+                                         lanes={c.reduce: f"kg_acc[kg_i][{j}]"})
+                for buf, offset, value in vectors:
+                    text = printer.expr(value)
+                    off = self.index(offset.xreplace({plan.flat: sympy.Symbol(col)}))
+                    lane.add(syntax.store.format(v=text, ptr=self.arg_names[buf.name], off=off))
+                blocks.append(lane.lines)
+            whole.lines.extend(interleave(blocks))
             scope.add("} else {  // the shifted last tile: only the columns from kg_own on")
             lanes = scope.child()
         lanes.add(f"float kg_sums[{tn}];")

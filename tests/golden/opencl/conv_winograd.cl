@@ -153,10 +153,8 @@ __kernel void fused_winogradgemm(__global const float* restrict winogradfilter_#
         if (kg_row < kg_tr * 6) continue;  // the shifted last row tile stores its own
         const int o1 = kg_row;
         if (kg_c0 == kg_own) {  // a whole tile: one vector store a column block
-            _Pragma("unroll") for (int kg_v = 0; kg_v < 1; ++kg_v) {
-                const int kg_col = kg_c0 + kg_v * 16;
-                vstore16(kg_acc[kg_i][kg_v], 0, winogradgemm_#2 + 16 * o1 + 96 * o0 + kg_col);
-            }
+            const int kg_col0 = kg_c0;
+            vstore16(kg_acc[kg_i][0], 0, winogradgemm_#2 + 16 * o1 + 96 * o0 + kg_col0);
         } else {  // the shifted last tile: only the columns from kg_own on
             float kg_sums[16];
             _Pragma("unroll") for (int kg_v = 0; kg_v < 1; ++kg_v)

@@ -82,13 +82,11 @@ __kernel void fused_gemm_relu(__global const float* restrict a,
         if (kg_row < kg_tr * 8) continue;  // the shifted last row tile stores its own
         const int o0 = kg_row;
         if (kg_c0 == kg_own) {  // a whole tile: one vector store a column block
-            _Pragma("unroll") for (int kg_v = 0; kg_v < 1; ++kg_v) {
-                const int kg_col = kg_c0 + kg_v * 8;
-                const float8 v6 = vload8(0, c + kg_col);
-                const float8 v7 = kg_acc[kg_i][kg_v] + v6;
-                const float8 v8 = (((v7 > ((float8)(0.0f))) | (v7 != v7)) ? v7 : ((float8)(0.0f)));
-                vstore8(v8, 0, y + 9 * o0 + kg_col);
-            }
+            const int kg_col0 = kg_c0;
+            const float8 v6 = vload8(0, c + kg_col0);
+            const float8 v7 = kg_acc[kg_i][0] + v6;
+            const float8 v8 = (((v7 > ((float8)(0.0f))) | (v7 != v7)) ? v7 : ((float8)(0.0f)));
+            vstore8(v8, 0, y + 9 * o0 + kg_col0);
         } else {  // the shifted last tile: only the columns from kg_own on
             float kg_sums[8];
             _Pragma("unroll") for (int kg_v = 0; kg_v < 1; ++kg_v)
