@@ -71,6 +71,9 @@ class LoopKernel:
     # root -> (function, arguments) of the call it computes, which the printers name in a comment
     origins: dict[Expr, tuple[str, tuple[Expr, ...]]] = field(default_factory=dict,
                                                               compare=False)
+    # the inputs whose values are fixed when the kernel is built (``kg.constant``, a model's
+    # initializers): a schedule may lay them out once for every launch (a packed operand)
+    constants: frozenset[str] = frozenset()
 
     @property
     def numel(self) -> int:

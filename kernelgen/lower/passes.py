@@ -14,6 +14,7 @@ import sympy
 from ..fusion import FusedBlock
 from ..ir.expr import Expr, IndexCond, Load, Read, Reduce, free_index_symbols, transform, walk
 from ..ir.loop import Axis, Buffer, LoopKernel, Store
+from ..ir.node import Constant
 from ..mapping_types import fresh_reduce_symbol, out_symbols, simplify_index
 from ..mapping_types.index_map import simplify_guard
 from ..shapes import row_major_strides
@@ -45,7 +46,8 @@ def flatten(fused: FusedBlock, name: str) -> LoopKernel:
         return None
 
     stores = tuple(Store(o.name, transform(o.body, rewrite)) for o in fused.outputs)
-    return LoopKernel(name, inputs, outputs, domain, stores, ranges=ranges)
+    constants = frozenset(v.name for v in fused.inputs if isinstance(v, Constant))
+    return LoopKernel(name, inputs, outputs, domain, stores, ranges=ranges, constants=constants)
 
 
 # --- two axes as one (passes 2 and 4) ---------------------------------------------------------

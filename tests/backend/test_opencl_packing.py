@@ -5,8 +5,11 @@ shapes that leave a
 partial last row tile and a partial last column tile (both shifted to stay whole), with a
 prologue on the packed operand, a transposed operand, broadcast batches and an epilogue; a
 conv whose pack is its im2col, including a stride whose patches load lane by lane; the
-launch metadata; and an AGO block, whose producer a pack would materialise, refused."""
+launch metadata; an AGO block, whose producer a pack would materialise, refused; and
+constant operands (weights) packed at the first launch only."""
 from __future__ import annotations
+
+import collections
 
 import numpy as np
 import pytest
@@ -135,3 +138,51 @@ def test_ago_block_refuses_pack() -> None:
     fused = kg.fuse(c1, r, c2, force=True)
     with pytest.raises(ValueError, match="pack needs a contraction of plain operands"):
         fused.emit_kernel("opencl", tuning="none", pack=True)
+
+
+def _count_launches(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[str]:
+    """Every OpenCL launch from here on, counted by entry point."""
+    import pyopencl as cl
+    counts: collections.Counter[str] = collections.Counter()
+    enqueue = cl.enqueue_nd_range_kernel
+
+    def counted(queue: object, kernel: object, *args: object, **kwargs: object) -> object:
+        counts[kernel.function_name] += 1  # type: ignore[attr-defined]
+        return enqueue(queue, kernel, *args, **kwargs)
+    monkeypatch.setattr(cl, "enqueue_nd_range_kernel", counted)
+    return counts
+
+
+@pytest.mark.parametrize("m,k,n", [(37, 301, 1031), (128, 256, 1024), (41, 1031, 263)])
+def test_constant_weights_are_packed_once(monkeypatch: pytest.MonkeyPatch, m: int, k: int,
+                                          n: int) -> None:
+    """A MatMul by constant weights, packed, packs them in a first kernel at the first launch
+    and reads the same panels at every later one: three calls on fresh inputs, one pack, each
+    result NumPy's. Weights passed as an input are packed at every launch, and new values
+    give new results."""
+    require("opencl")
+    w, bias = _f32(k, n) / np.float32(np.sqrt(k)), _f32(n)
+    mm = kg.matmul(kg.tensor("x", (m, k)), kg.constant("w", w))
+    add = kg.add(mm, kg.constant("bias", bias))
+    kernel = kg.fuse(mm, add, kg.relu(add)).emit_kernel("opencl", tuning="none", pack=True)
+    if kernel.metadata["schedule"] != "tiled":
+        pytest.skip("the OpenCL device builds no float vectors (no packing template)")
+    assert kernel.metadata["packed_once"] and not kernel.metadata["tunables"]["pack_in_tile"]
+    pack = kernel.metadata["launch"]["pack"]
+    assert pack["once"] and pack["reads_inputs"] == [1]
+    counts = _count_launches(monkeypatch)
+    for _ in range(3):
+        x = _f32(m, k)
+        assert_close(kernel(x), np.maximum(x.astype(np.float64) @ w + bias, 0), np.float32,
+                     scale=4)
+    assert counts[f"{kernel.name}_pack"] == 1 and counts[kernel.name] == 3
+
+    mm = kg.matmul(kg.tensor("x", (m, k)), kg.tensor("w", (k, n)))
+    variable = kg.fuse(mm).emit_kernel("opencl", tuning="none", pack=True)
+    assert not variable.metadata["packed_once"]
+    counts.clear()
+    for _ in range(3):
+        x, w = _f32(m, k), _f32(k, n)
+        assert_close(variable(x, w), x.astype(np.float64) @ w, np.float32, scale=k)
+    in_tile = variable.metadata["tunables"]["pack_in_tile"]
+    assert counts[f"{variable.name}_pack"] == (0 if in_tile else 3)

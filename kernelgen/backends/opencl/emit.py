@@ -10,6 +10,7 @@ from ...ir.expr import Axis, Expr, Reduce, extent
 from ...ir.loop import Buffer
 from ...ir.substitute import specialise
 from ...lower import unroll
+from ...lower.contraction import operand_buffers
 from ...shapes import prod
 from ...version import __version__
 from .. import templates
@@ -434,8 +435,13 @@ class OpenCLPrinter(ContractionEmitter):
             params=self.params() + ",\n        __global const float* restrict kg_packed",
             store="\n".join(store.lines))
         local = _local_shape(sizes, self.local, self.caps.max_item_sizes)
+        once: tuple[int, ...] = ()
+        if self.sched.pack_once:  # the constants it packs key the panels
+            assert isinstance(self.sched.plan, TilePlan)
+            reads = operand_buffers(self.sched.plan.contraction.right)
+            once = tuple(i for i, b in enumerate(self.kernel.inputs) if b.name in reads)
         return pack_src + "\n" + src, Launch(_covering(sizes, local), local, pack,
-                                              sizes[1] * sizes[2] * panel)
+                                              sizes[1] * sizes[2] * panel, once)
 
     def _tile_stores(self, tile: TilePlan, scope: Scope) -> None:
         """Row ``kg_i``'s epilogue and stores: whole tiles store vectors when every output is

@@ -164,12 +164,16 @@ class Launch:
     """NDRange of the kernel. ``scratch`` > 0: a buffer of that many float32 elements the kernel
     takes after its outputs (panels of a packed operand). ``pack``, when set, is a packing
     kernel launched first (entry point ``<name>_pack`` in the same source; arguments: the
-    inputs, then the scratch buffer); without it, the kernel packs its panels itself."""
+    inputs, then the scratch buffer); without it, the kernel packs its panels itself.
+    ``pack_once``: the positions of the inputs the packing kernel reads, all constants (a
+    model's weights); it then runs at the first launch and again only when a launch passes
+    other buffers for them."""
 
     global_size: tuple[int, ...]
     local_size: tuple[int, ...] | None
     pack: Launch | None = None
     scratch: int = 0
+    pack_once: tuple[int, ...] = ()
 
     def metadata(self, name: str) -> dict[str, Any]:
         """What a host program needs to launch kernel ``name`` (JSON)."""
@@ -184,6 +188,9 @@ class Launch:
                            "global_size": list(self.pack.global_size),
                            "local_size": list(self.pack.local_size or ()),
                            "args": "the inputs, then the scratch buffer"}
+            if self.pack_once:  # constants: the panels stay valid from launch to launch
+                out["pack"]["once"] = True
+                out["pack"]["reads_inputs"] = list(self.pack_once)
         return out
 
 

@@ -269,6 +269,7 @@ class OpenCLRuntime:
         self._scratch: Any = None
         self._lock = threading.Lock()
         self._kept: dict[int, tuple[np.ndarray, Any]] = {}  # input index -> (array, buffer)
+        self._packed_from: tuple[Any, ...] = ()  # the constants' buffers the panels hold
 
     def _compiled(self) -> Any:
         """The kernel (and its packing kernel and scratch), built once; call with the lock."""
@@ -331,10 +332,14 @@ class OpenCLRuntime:
         queue = queue or device().queue
         with self._lock:
             kernel = self._compiled()
-            if self._pack is not None:
+            # constant panels (``Launch.pack_once``) are packed again only from other buffers:
+            # a constant's buffer is never written, so the same buffer holds the same value
+            keys = tuple(handles[i] for i in self.geometry.pack_once)
+            if self._pack is not None and not (keys and _same(keys, self._packed_from)):
                 pack = self.geometry.pack
                 self._pack.set_args(*handles[:self.n_inputs], self._scratch)
                 cl.enqueue_nd_range_kernel(queue, self._pack, pack.global_size, pack.local_size)
+                self._packed_from = keys
             if self._scratch is not None:
                 handles = [*handles, self._scratch]
             kernel.set_args(*handles)
@@ -415,3 +420,8 @@ class OpenCLRuntime:
         if mapped.ctypes.data != out.ctypes.data:  # an implementation that copied after all
             np.copyto(out, mapped)
         mapped.base.release(queue)
+
+
+def _same(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    """Whether two sequences hold the same objects (buffers compare by identity)."""
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))

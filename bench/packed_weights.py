@@ -1,0 +1,119 @@
+"""Constant right operands packed once, one process: a contraction whose packed operand reads
+only constants (a MatMul's weights, a model's initializers) packs its panels in a first kernel
+at the first launch and not again (``schedule.PACK_CONSTANTS_ONCE``, ``Launch.pack_once``);
+before, the same block packed at every launch, in the tile (``pack_in_tile``) or in a first
+kernel. Each block emitted both ways (the second with the rule switched off), checked against
+NumPy on fresh inputs, timed round-robin (``bench_interleaved``, medians); with ``--models``,
+the BERT layer's DNNFusion plan compiled both ways and whole runs of both round-robin
+(``scheduling.whole_runs``).
+
+    python bench/packed_weights.py [--repeat 100] [--models bert_layer] [--json FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from models.model_zoo import bert_layer  # noqa: E402
+
+import kernelgen as kg  # noqa: E402
+from kernelgen.backends.opencl import schedule  # noqa: E402
+from kernelgen.graph.scheduling import whole_runs  # noqa: E402
+from kernelgen.measure import bench_interleaved  # noqa: E402
+
+# (rows, reduction, columns, where the shape comes from): x W + b, then ReLU
+BLOCKS = ((128, 256, 1024, "BERT layer of the model tests: FFN up"),
+          (128, 1024, 256, "BERT layer of the model tests: FFN down"),
+          (128, 768, 3072, "BERT-base FFN up"),
+          (128, 3072, 768, "BERT-base FFN down"),
+          (384, 1024, 1024, "BERT-large projections, 384 tokens"),
+          (37, 301, 1031, "awkward: primes"))
+
+
+@contextlib.contextmanager
+def _packed_every_launch() -> Iterator[None]:
+    """Constant operands packed at every launch, as before the rule."""
+    schedule.PACK_CONSTANTS_ONCE = False
+    try:
+        yield
+    finally:
+        schedule.PACK_CONSTANTS_ONCE = True
+
+
+def _tunables(program: object) -> dict[str, object]:
+    kernel = program.kernels[-1] if hasattr(program, "kernels") else program
+    return kernel.metadata["tunables"]  # type: ignore[attr-defined,no-any-return]
+
+
+def block_row(m: int, k: int, n: int, source: str, repeat: int, rng: np.random.Generator
+              ) -> dict[str, object]:
+    w = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    mm = kg.matmul(kg.tensor("x", (m, k)), kg.constant("w", w))
+    add = kg.add(mm, kg.constant("b", b))
+    fused = kg.fuse(mm, add, kg.relu(add))
+    now = fused.emit("opencl")
+    with _packed_every_launch():
+        before = fused.emit("opencl")
+    for _ in range(2):  # fresh inputs, the weights packed once
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        want = np.maximum(x.astype(np.float64) @ w + b, 0)
+        for program in (now, before):
+            np.testing.assert_allclose(program(x), want, rtol=1e-3, atol=1e-3)
+    ms = {name: t.median_ms for name, t in bench_interleaved(
+        {"packed once": (now, [x]), "every launch": (before, [x])}, 3, repeat).items()}
+    return {"block": f"relu(x W + b), {m}x{k}x{n}", "from": source, "ms": ms,
+            "now": _tunables(now), "before": _tunables(before),
+            "gain": ms["every launch"] / ms["packed once"]}
+
+
+def model_row(rounds: int) -> dict[str, object]:
+    proto, shapes = bert_layer(hidden=256, heads=4), {"x": (1, 128, 256), "mask": (1, 128)}
+    now = kg.compile_model(proto, backend="opencl", fusion="dnnfusion", input_shapes=shapes)
+    with _packed_every_launch():
+        before = kg.compile_model(proto, backend="opencl", fusion="dnnfusion",
+                                  input_shapes=shapes)
+    ms = whole_runs({"packed once": now.model, "every launch": before.model}, rounds=rounds)
+    return {"model": "bert_layer", "ms": ms, "gain": ms["every launch"] / ms["packed once"]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeat", type=int, default=100)
+    ap.add_argument("--models", default="", help="bert_layer: its whole runs too")
+    ap.add_argument("--rounds", type=int, default=40, help="whole runs of the model")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    rng = np.random.default_rng(0)
+    rows: list[dict[str, object]] = []
+    for m, k, n, source in BLOCKS:
+        row = block_row(m, k, n, source, args.repeat, rng)
+        ms = row["ms"]
+        assert isinstance(ms, dict)
+        print(f"{row['block']:30s} packed once {ms['packed once']:.3f} ms, every launch "
+              f"{ms['every launch']:.3f} ms: {row['gain']:.2f}x", flush=True)
+        rows.append(row)
+    if "bert_layer" in args.models.split(","):
+        row = model_row(args.rounds)
+        ms = row["ms"]
+        assert isinstance(ms, dict)
+        print(f"bert_layer (DNNFusion plan, whole runs): packed once {ms['packed once']:.3f} "
+              f"ms, every launch {ms['every launch']:.3f} ms: {row['gain']:.2f}x", flush=True)
+        rows.append(row)
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"command": "python " + " ".join(sys.argv),
+                                         "rows": rows}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
