@@ -222,8 +222,9 @@ def _decode(kind: Any, data: Any) -> Any:
         return {k: _decode(args[1], v) for k, v in data.items()}
     if isinstance(kind, type) and dataclasses.is_dataclass(kind):
         hints = typing.get_type_hints(kind)
+        # a field added since the save (with its default) is absent from it
         return kind(**{f.name: _decode(hints[f.name], data[f.name])
-                       for f in dataclasses.fields(kind) if f.init})
+                       for f in dataclasses.fields(kind) if f.init and f.name in data})
     return data
 
 

@@ -67,6 +67,17 @@ def attention_shapes() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     return m, {"x": randn(3, 5, 6)}
 
 
+def feed_forward() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """relu(x W + b) with W an initializer of 1.1 MiB over 37 rows: a contraction whose
+    constant operand OpenCL packs once (``Launch.pack_once``)."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]),
+             helper.make_node("Add", ["m", "b"], ["a"]),
+             helper.make_node("Relu", ["a"], ["y"])]
+    inits = [init("w", randn(269, 1031, scale=0.06)), init("b", randn(1031))]
+    m = model(nodes, [io("x", (37, 269))], [io("y", (37, 1031))], inits)
+    return m, {"x": randn(37, 269)}
+
+
 def value_inputs() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """Attributes ONNX passes as tensors: Slice's starts/ends/axes/steps, Pad's pads, Clip's
     bounds, ReduceMean's axes (opset 18), Split's sizes into two outputs, Resize's scales."""

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import require
-from onnx_graphs import attention_shapes, conv_relu_add
+from onnx_graphs import attention_shapes, conv_relu_add, feed_forward
 
 import kernelgen as kg
 from kernelgen import backends
@@ -21,9 +21,10 @@ from kernelgen.graph import executor, saved, session
 
 DRIVER = importlib.import_module("kernelgen.compile")  # kg.compile is the function
 # a Conv run as a Winograd program (stages, folded filters) beside plain kernels and a fused
-# block, and a graph of reshapes, a MatMul and a Softmax
+# block, a graph of reshapes, a MatMul and a Softmax, and a MatMul by weights it packs once
 CASES = {"winograd": (conv_relu_add, {"fusion": "tvm", "algorithm": "winograd"}),
-         "attention": (attention_shapes, {"fusion": "none"})}
+         "attention": (attention_shapes, {"fusion": "none"}),
+         "weights packed once": (feed_forward, {"fusion": "dnnfusion"})}
 
 
 @pytest.fixture(scope="module", params=("opencl", "neon"))
@@ -171,3 +172,11 @@ def test_save_is_all_or_nothing(compiled: dict[str, Any], tmp_path: Path,
     (tmp_path / "data").mkdir()
     with pytest.raises(FileExistsError, match="not a saved model"):
         original.save(tmp_path / "data")
+
+
+def test_a_field_added_since_the_save_takes_its_default() -> None:
+    """A launch saved before ``pack_once`` existed loads with its default (packed at every
+    launch), not a KeyError."""
+    from kernelgen.backends.opencl.language import Launch
+    data = {"global_size": [4, 2], "local_size": None, "pack": None, "scratch": 0}
+    assert saved._decode(Launch, data) == Launch((4, 2), None)
