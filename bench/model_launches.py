@@ -32,6 +32,7 @@ MODELS = {  # name: (model, input shapes)
                                                              "mask": (1, 128)}),
     "squeezenet": (lambda: light("squeezenet"), None),
     "inception_v1": (lambda: light("inception_v1"), None),
+    "shufflenet": (lambda: light("shufflenet"), None),
 }
 
 

@@ -208,7 +208,11 @@ def _simplify(expr: sympy.Expr, ranges: Mapping[sympy.Symbol, int]) -> sympy.Exp
         in_range = b is not None and 0 <= b[0] and b[1] < d
         if isinstance(expr, FloorDiv):
             if q != 0:  # floor((d*q + r)/d) == q + floor(r/d) for any integer q
-                return sympy.expand(q + (0 if in_range else FloorDiv(rest, d)))
+                # floor(r/d) simplified in turn: a batch axis's multiple of d split off, the
+                # rest may still factor (a channel split after it: ShuffleNet's Reshape kept
+                # FloorDiv(3136*c + 56*h + w, 12544), a division at every tap, for c // 4)
+                return sympy.expand(q + (0 if in_range else _simplify(FloorDiv(rest, d),
+                                                                      ranges)))
             if in_range:
                 return sympy.Integer(0)
         elif in_range:

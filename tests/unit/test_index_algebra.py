@@ -99,6 +99,24 @@ def test_a_merged_axis_split_again_folds_back(dims):
     np.testing.assert_array_equal(evaluate(offset, {o1: np.arange(n)}), np.arange(n))
 
 
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_channel_split_behind_a_batch_axis_factors(batch):
+    """A Reshape splitting channels (1, 112, 56, 56) -> (1, 28, 4, 56, 56), as ShuffleNet's
+    channel shuffle has: the batch axis's multiple of the divisor splits off, and the rest
+    still factors to ``c // 4`` (it had stayed a division of the whole offset by 12544,
+    which a conv reading through it then computed at every tap)."""
+    n, c, h, w = out_symbols(4)
+    ranges = {n: batch, c: 112, h: 56, w: 56}
+    flat = 351232 * n + 3136 * c + 56 * h + w
+    assert simplify_index(FloorMod(FloorDiv(flat, 12544), 28), ranges) == FloorDiv(c, 4)
+    got = simplify_index(FloorDiv(flat, 12544), ranges)
+    assert got == 28 * n + FloorDiv(c, 4)
+    grid = np.indices((batch, 112, 56, 56)).reshape(4, -1)
+    np.testing.assert_array_equal(evaluate(got, dict(zip((n, c, h, w), grid))),
+                                  (351232 * grid[0] + 3136 * grid[1] + 56 * grid[2] + grid[3])
+                                  // 12544)
+
+
 def test_nested_floordiv_merges():
     o0 = O[0]
     ranges = {o0: 1000}
