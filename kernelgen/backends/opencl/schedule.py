@@ -104,13 +104,13 @@ PACK_MIN_BYTES = 1 << 20
 # GEMM 2048^3 (6x64, 512 KiB panels) 345 against 339 GFLOP/s, 1024^3 and 512^3 within the noise.
 # It needs enough column tiles to keep every core busy, and panels that fit a core's L2.
 PACK_TILE_MIN_ITEMS = 16
+PACK_TILE_MAX_BYTES = 1 << 20
+PACK_TILE_LOCAL = 2
 # A right operand of constants only (a MatMul's weights) is packed by the first kernel at the
 # first launch and not again while later launches pass the same buffers (``Launch.pack_once``):
 # MatMul + bias + ReLU on BERT's and prime shapes 1.10-1.35x faster than packing at every
 # launch, in the tile or in a first kernel (AMD EPYC, PoCL; bench/packed_weights.py)
 PACK_CONSTANTS_ONCE = True
-PACK_TILE_MAX_BYTES = 1 << 20
-PACK_TILE_LOCAL = 2
 # A work-group of column tiles (``group_columns``), measured on PoCL (AMD EPYC, AVX2, 512 KiB of
 # L2 a core), 1x1 convs + ReLU with 6x16 tiles in 4-item groups, against groups of row tiles in
 # the same process: with weights of 1-4 MiB over 7x7 and 14x14 maps (512->2048, 2048->512,
