@@ -17,6 +17,7 @@ from ..errors import AttributeError_, ShapeError
 from ..ir.expr import Expr, IndexCond, Read, call, cast, const, reduce, select
 from ..ir.node import Op, Value
 from ..mapping_types import FloorDiv, fresh_reduce_symbol, out_symbols
+from ..mapping_types.index_map import simplify_guard
 from ..shapes import prod
 from .common import (broadcast_exprs, broadcast_read, broadcast_shape, check_value, int_attr,
                      int_list, make_op, normalize_axis, require_dtype, same_dtype)
@@ -244,22 +245,56 @@ def _pool(kind: str, x: Value, kernel_shape: Sequence[int], auto_pad: str, ceil_
         body = call("div", reduce("sum", read, axes), const(float(prod(kernel)), x.dtype))
     else:
         total = reduce("sum", read, axes)
-        if count_include_pad:
-            # the padded window, clipped to the pads (the taps of a ceil_mode window past the
-            # end pad do not count, as in onnxruntime and PyTorch)
-            ends = [x.shape[2 + a] + end[a] for a in range(len(kernel))]
-            in_pads = sympy.And(*(sympy.And(e >= -p, e < end)
-                                  for e, p, end in zip(spatial, begin, ends)))
-            counted = IndexCond(DType.bool, in_pads)
-        else:
-            counted = valid
-        count = reduce("sum", cast(counted, x.dtype), axes)
-        body = call("div", total, count)
+        # the taps that count: inside the input, or (count_include_pad) inside the padded
+        # window, clipped to the pads (the taps of a ceil_mode window past the end pad do not
+        # count, as in onnxruntime and PyTorch)
+        lows = [-p for p in begin] if count_include_pad else [0] * len(kernel)
+        highs = [n + e if count_include_pad else n for n, e in zip(x.shape[2:], end)]
+        body = call("div", total, _window_count(spatial, rk, kernel, lows, highs,
+                                                dict(zip(o, shape)), x.dtype))
     attrs = {"kernel_shape": kernel, "strides": strides_, "dilations": dil, "pads": pads_,
              "ceil_mode": ceil_mode}
     if kind == "AveragePool":
         attrs["count_include_pad"] = count_include_pad
     return make_op(kind, [x], shape, x.dtype, body, attrs)
+
+
+# A window count of at most this many taps along its axes together is written out tap by tap;
+# beyond, it is a reduction of its own
+COUNT_UNROLLED_TAPS = 32
+
+
+def _window_count(spatial: Sequence[sympy.Expr], taps: Sequence[sympy.Symbol],
+                  kernel: Sequence[int], lows: Sequence[int], highs: Sequence[int],
+                  ranges: dict[sympy.Symbol, int], dtype: DType) -> Expr:
+    """How many taps of each output's window have their index ``spatial`` in ``[low,
+    high)`` on every axis. The condition is one per axis, so the count is the product over
+    the axes of each axis's count, a sum of tap conditions on the output index alone: no
+    second reduction beside the window's sum (an AveragePool whose padded windows count fewer
+    taps then keeps OpenCL's pooling window). A tap that counts for every output is a
+    constant; longer windows sum their taps in a reduction."""
+    inside = sympy.And(*(sympy.And(e >= lo, e < hi) for e, lo, hi in zip(spatial, lows, highs)))
+    if sum(kernel) > COUNT_UNROLLED_TAPS:
+        return reduce("sum", cast(IndexCond(DType.bool, inside), dtype),
+                      tuple(zip(taps, kernel)))
+    count: Expr | None = None
+    for e, tap, k, lo, hi in zip(spatial, taps, kernel, lows, highs):
+        always, terms = 0, list[Expr]()
+        for t in range(k):
+            at = e.subs(tap, t)
+            cond = simplify_guard(sympy.And(at >= lo, at < hi), ranges)
+            if cond is sympy.true:
+                always += 1
+            elif cond is not sympy.false:
+                terms.append(select(IndexCond(DType.bool, cond), const(1.0, dtype),
+                                    const(0.0, dtype)))
+        parts = [const(float(always), dtype), *terms] if always else terms
+        axis: Expr = parts[0] if parts else const(0.0, dtype)
+        for term in parts[1:]:
+            axis = call("add", axis, term)
+        count = axis if count is None else call("mul", count, axis)
+    assert count is not None
+    return count
 
 
 def _whole_windows(sizes: Sequence[int], out: Sequence[int], kernel: Sequence[int],

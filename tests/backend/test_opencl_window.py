@@ -286,9 +286,10 @@ def test_a_depthwise_conv_reads_through_a_channel_shuffles_reshape(
         batch: int, channels: int, side: int, stride: int) -> None:
     """ShuffleNet's channel shuffle (Reshape to groups, Transpose, Reshape back) before a
     depthwise conv; the conv's block fuses the last Reshape: its reads index (c // 4, c % 4,
-    h, w) of the transposed tensor (4 channels a group), which stays the 'window' schedule with no division in
-    the index arithmetic (it had kept one by the whole plane times 4 at every tap, and run
-    'item' 5-9x slower). Against ONNX's reference on a prime side, batch 2, both strides."""
+    h, w) of the transposed tensor (4 channels a group), which stays the 'window' schedule
+    with no division in the index arithmetic (it had kept one by the whole plane times 4 at
+    every tap, and run 'item' 5-9x slower). Against ONNX's reference on a prime side, batch
+    2, both strides."""
     require("opencl")
     rng = np.random.default_rng(channels + side)
     # the shuffle's Transpose is a block of its own: this block reads its (batch, channels

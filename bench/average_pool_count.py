@@ -1,0 +1,66 @@
+"""An AveragePool whose padded border windows count fewer taps (ONNX's default,
+count_include_pad=0), one process: the divisor written tap by tap on the output index
+(``ops/nn.py: _window_count``, one sum per output) against a second reduction counting the
+valid taps (the form before it, ``COUNT_UNROLLED_TAPS`` set to 0 for that emit), each checked
+against ONNX's reference and timed round-robin on OpenCL (``bench_interleaved``, medians). The
+shapes are ShuffleNet v1's shortcut pools (3x3, stride 2, pad 1).
+
+    python bench/average_pool_count.py [--repeat 200] [--json FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from reference import evaluate_chain  # noqa: E402
+
+import kernelgen as kg  # noqa: E402
+from kernelgen.measure import bench_interleaved  # noqa: E402
+from kernelgen.ops import nn  # noqa: E402
+
+SHAPES = ((1, 24, 56, 56), (1, 136, 28, 28), (1, 272, 14, 14), (1, 544, 7, 7))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeat", type=int, default=200)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    rows = []
+    rng = np.random.default_rng(0)
+    for shape in SHAPES:
+        x = rng.standard_normal(shape).astype(np.float32)
+        variants = {}
+        for name, taps in (("count tap by tap", nn.COUNT_UNROLLED_TAPS), ("count reduced", 0)):
+            before, nn.COUNT_UNROLLED_TAPS = nn.COUNT_UNROLLED_TAPS, taps
+            try:
+                pool = kg.average_pool(kg.tensor("x", shape), [3, 3], strides=[2, 2],
+                                       pads=[1, 1, 1, 1])
+            finally:
+                nn.COUNT_UNROLLED_TAPS = before
+            kernel = kg.fuse(pool).emit("opencl")
+            np.testing.assert_allclose(kernel(x), evaluate_chain([pool], {"x": x})[pool.name],
+                                       rtol=1e-5, atol=1e-6)
+            variants[name] = (kernel, [x])
+        ms = {n: t.median_ms for n, t in bench_interleaved(variants, 3, args.repeat).items()}
+        schedule = variants["count tap by tap"][0].metadata["schedule"]
+        gain = ms["count reduced"] / ms["count tap by tap"]
+        print(f"AveragePool 3x3/2 over {'x'.join(map(str, shape[1:]))} ({schedule}): tap by tap "
+              f"{ms['count tap by tap']:.3f} ms, reduced {ms['count reduced']:.3f} ms: "
+              f"{gain:.2f}x", flush=True)
+        rows.append({"shape": list(shape), "schedule": schedule, "ms": ms, "gain": gain})
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"command": "python " + " ".join(sys.argv),
+                                         "rows": rows}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
