@@ -10,19 +10,20 @@ shapes are ShuffleNet v1's shortcut pools (3x3, stride 2, pad 1).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from reference import evaluate_chain  # noqa: E402
 
 import kernelgen as kg  # noqa: E402
 from kernelgen.measure import bench_interleaved  # noqa: E402
 from kernelgen.ops import nn  # noqa: E402
+from pooling import write_rows  # noqa: E402
 
 SHAPES = ((1, 24, 56, 56), (1, 136, 28, 28), (1, 272, 14, 14), (1, 544, 7, 7))
 
@@ -55,10 +56,7 @@ def main() -> int:
               f"{ms['count tap by tap']:.3f} ms, reduced {ms['count reduced']:.3f} ms: "
               f"{gain:.2f}x", flush=True)
         rows.append({"shape": list(shape), "schedule": schedule, "ms": ms, "gain": gain})
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"command": "python " + " ".join(sys.argv),
-                                         "rows": rows}, indent=1) + "\n")
+    write_rows(args.json, rows)
     return 0
 
 

@@ -13,22 +13,22 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import math
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from models.model_zoo import bert_layer  # noqa: E402
 
 import kernelgen as kg  # noqa: E402
 from kernelgen.backends.opencl import emit  # noqa: E402
-from kernelgen.graph.scheduling import whole_runs  # noqa: E402
 from kernelgen.measure import bench_interleaved  # noqa: E402
+from pooling import both_ways, gain_line, write_rows  # noqa: E402
 
 # (rows, reduction, columns, epilogue, where the shape comes from)
 BLOCKS = ((128, 256, 1024, "gelu", "BERT layer of the model tests (hidden 256)"),
@@ -37,6 +37,9 @@ BLOCKS = ((128, 256, 1024, "gelu", "BERT layer of the model tests (hidden 256)")
           (256, 512, 2048, "silu", "a SiLU FFN"),
           (128, 768, 3072, "relu", "BERT-base shape, ReLU: a short epilogue"))
 _erf = np.vectorize(math.erf, otypes=[np.float64])
+LABELS = ("interleaved", "one after another")
+MODELS = {"bert_layer": (lambda: bert_layer(hidden=256, heads=4),
+                         {"x": (1, 128, 256), "mask": (1, 128)})}
 
 
 @contextlib.contextmanager
@@ -86,25 +89,18 @@ def block_row(m: int, k: int, n: int, epilogue: str, source: str, repeat: int,
     for program in (now, before):
         np.testing.assert_allclose(program(x), want, rtol=1e-3, atol=1e-3)
     ms = {name: t.median_ms for name, t in bench_interleaved(
-        {"interleaved": (now, [x]), "one after another": (before, [x])}, 3, repeat).items()}
-    return {"block": f"{epilogue}(x W + b), {m}x{k}x{n}", "from": source, "ms": ms,
-            "tile": now.metadata["tunables"].get("tile"),
-            "gain": ms["one after another"] / ms["interleaved"]}
+        {LABELS[0]: (now, [x]), LABELS[1]: (before, [x])}, 3, repeat).items()}
+    block, tile = f"{epilogue}(x W + b), {m}x{k}x{n}", now.metadata["tunables"].get("tile")
+    print(gain_line(f"{block} (tile {tile})", ms, LABELS), flush=True)
+    return {"block": block, "from": source, "ms": ms, "tile": tile,
+            "gain": ms[LABELS[1]] / ms[LABELS[0]]}
 
 
 def model_row(name: str, rounds: int) -> dict[str, object]:
-    builders: dict[str, tuple[Callable[[], object], dict[str, tuple[int, ...]]]] = {
-        "bert_layer": (lambda: bert_layer(hidden=256, heads=4),
-                       {"x": (1, 128, 256), "mask": (1, 128)})}
-    build, shapes = builders[name]
-    proto = build()
-    now = kg.compile_model(proto, backend="opencl", fusion="dnnfusion", input_shapes=shapes)
-    with _one_after_another():
-        before = kg.compile_model(proto, backend="opencl", fusion="dnnfusion",
-                                  input_shapes=shapes)
-    ms = whole_runs({"interleaved": now.model, "one after another": before.model},
-                    rounds=rounds)
-    return {"model": name, "ms": ms, "gain": ms["one after another"] / ms["interleaved"]}
+    proto, shapes = MODELS[name]
+    ms = both_ways(proto(), LABELS, _one_after_another, shapes, rounds)
+    print(gain_line(f"{name} (DNNFusion plan, whole runs)", ms, LABELS), flush=True)
+    return {"model": name, "ms": ms, "gain": ms[LABELS[1]] / ms[LABELS[0]]}
 
 
 def main() -> int:
@@ -115,27 +111,10 @@ def main() -> int:
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     rng = np.random.default_rng(0)
-    rows: list[dict[str, object]] = []
-    for m, k, n, epilogue, source in BLOCKS:
-        row = block_row(m, k, n, epilogue, source, args.repeat, rng)
-        ms = row["ms"]
-        assert isinstance(ms, dict)
-        print(f"{row['block']:32s} tile {row['tile']}: interleaved {ms['interleaved']:.3f} ms, "
-              f"one after another {ms['one after another']:.3f} ms: {row['gain']:.2f}x",
-              flush=True)
-        rows.append(row)
-    for name in filter(None, args.models.split(",")):
-        row = model_row(name, args.rounds)
-        ms = row["ms"]
-        assert isinstance(ms, dict)
-        print(f"{name} (DNNFusion plan, whole runs): interleaved {ms['interleaved']:.3f} ms, "
-              f"one after another {ms['one after another']:.3f} ms: {row['gain']:.2f}x",
-              flush=True)
-        rows.append(row)
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"command": "python " + " ".join(sys.argv),
-                                         "rows": rows}, indent=1) + "\n")
+    rows = [block_row(m, k, n, epilogue, source, args.repeat, rng)
+            for m, k, n, epilogue, source in BLOCKS]
+    rows += [model_row(name, args.rounds) for name in filter(None, args.models.split(","))]
+    write_rows(args.json, rows)
     return 0
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,14 +20,16 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from models.model_zoo import bert_layer  # noqa: E402
 
 import kernelgen as kg  # noqa: E402
 from kernelgen.backends.opencl import schedule  # noqa: E402
-from kernelgen.graph.scheduling import whole_runs  # noqa: E402
 from kernelgen.measure import bench_interleaved  # noqa: E402
+from pooling import both_ways, gain_line, write_rows  # noqa: E402
 
+LABELS = ("packed once", "every launch")
 # (rows, reduction, columns, where the shape comes from): x W + b, then ReLU
 BLOCKS = ((128, 256, 1024, "BERT layer of the model tests: FFN up"),
           (128, 1024, 256, "BERT layer of the model tests: FFN down"),
@@ -69,20 +70,19 @@ def block_row(m: int, k: int, n: int, source: str, repeat: int, rng: np.random.G
         for program in (now, before):
             np.testing.assert_allclose(program(x), want, rtol=1e-3, atol=1e-3)
     ms = {name: t.median_ms for name, t in bench_interleaved(
-        {"packed once": (now, [x]), "every launch": (before, [x])}, 3, repeat).items()}
-    return {"block": f"relu(x W + b), {m}x{k}x{n}", "from": source, "ms": ms,
+        {LABELS[0]: (now, [x]), LABELS[1]: (before, [x])}, 3, repeat).items()}
+    block = f"relu(x W + b), {m}x{k}x{n}"
+    print(gain_line(block, ms, LABELS), flush=True)
+    return {"block": block, "from": source, "ms": ms,
             "now": _tunables(now), "before": _tunables(before),
-            "gain": ms["every launch"] / ms["packed once"]}
+            "gain": ms[LABELS[1]] / ms[LABELS[0]]}
 
 
 def model_row(rounds: int) -> dict[str, object]:
-    proto, shapes = bert_layer(hidden=256, heads=4), {"x": (1, 128, 256), "mask": (1, 128)}
-    now = kg.compile_model(proto, backend="opencl", fusion="dnnfusion", input_shapes=shapes)
-    with _packed_every_launch():
-        before = kg.compile_model(proto, backend="opencl", fusion="dnnfusion",
-                                  input_shapes=shapes)
-    ms = whole_runs({"packed once": now.model, "every launch": before.model}, rounds=rounds)
-    return {"model": "bert_layer", "ms": ms, "gain": ms["every launch"] / ms["packed once"]}
+    ms = both_ways(bert_layer(hidden=256, heads=4), LABELS, _packed_every_launch,
+                   {"x": (1, 128, 256), "mask": (1, 128)}, rounds)
+    print(gain_line("bert_layer (DNNFusion plan, whole runs)", ms, LABELS), flush=True)
+    return {"model": "bert_layer", "ms": ms, "gain": ms[LABELS[1]] / ms[LABELS[0]]}
 
 
 def main() -> int:
@@ -93,25 +93,10 @@ def main() -> int:
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     rng = np.random.default_rng(0)
-    rows: list[dict[str, object]] = []
-    for m, k, n, source in BLOCKS:
-        row = block_row(m, k, n, source, args.repeat, rng)
-        ms = row["ms"]
-        assert isinstance(ms, dict)
-        print(f"{row['block']:30s} packed once {ms['packed once']:.3f} ms, every launch "
-              f"{ms['every launch']:.3f} ms: {row['gain']:.2f}x", flush=True)
-        rows.append(row)
+    rows = [block_row(m, k, n, source, args.repeat, rng) for m, k, n, source in BLOCKS]
     if "bert_layer" in args.models.split(","):
-        row = model_row(args.rounds)
-        ms = row["ms"]
-        assert isinstance(ms, dict)
-        print(f"bert_layer (DNNFusion plan, whole runs): packed once {ms['packed once']:.3f} "
-              f"ms, every launch {ms['every launch']:.3f} ms: {row['gain']:.2f}x", flush=True)
-        rows.append(row)
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"command": "python " + " ".join(sys.argv),
-                                         "rows": rows}, indent=1) + "\n")
+        rows.append(model_row(args.rounds))
+    write_rows(args.json, rows)
     return 0
 
 

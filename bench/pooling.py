@@ -99,18 +99,31 @@ def time_with_copy_and_ort(kernels: dict[str, Any], x: np.ndarray, ort_run: Call
 
 def plans_with_and_without(names: list[str], labels: tuple[str, str],
                            switched_off: Callable[[], ContextManager[object]]) -> None:
-    """Each light model's DNNFusion plan compiled as it is (``labels[0]``) and inside
-    ``switched_off()`` (``labels[1]``) in one process, whole runs of both round-robin
-    (15 rounds, median ms)."""
-    on_label, off_label = labels
+    """Each light model's DNNFusion plan, as it is and switched off (``both_ways``), printed
+    with the gain."""
     for name in names:
-        proto = light(name)
-        on = kg.compile_model(proto, backend="opencl", fusion="dnnfusion")
-        with switched_off():
-            off = kg.compile_model(proto, backend="opencl", fusion="dnnfusion")
-        ms = whole_runs({on_label: on.model, off_label: off.model}, rounds=15)
-        print(f"{name}: {on_label} {ms[on_label]:.3f} ms, {off_label} {ms[off_label]:.3f} ms: "
-              f"{ms[off_label] / ms[on_label]:.2f}x", flush=True)
+        print(gain_line(name, both_ways(light(name), labels, switched_off), labels),
+              flush=True)
+
+
+def both_ways(proto: Any, labels: tuple[str, str],
+              switched_off: Callable[[], ContextManager[object]],
+              shapes: dict[str, tuple[int, ...]] | None = None, rounds: int = 15
+              ) -> dict[str, float]:
+    """``proto``'s DNNFusion plan compiled as it is (``labels[0]``) and inside
+    ``switched_off()`` (``labels[1]``) in one process, whole runs of both round-robin
+    (``rounds``, median ms by label)."""
+    on = kg.compile_model(proto, backend="opencl", fusion="dnnfusion", input_shapes=shapes)
+    with switched_off():
+        off = kg.compile_model(proto, backend="opencl", fusion="dnnfusion", input_shapes=shapes)
+    return whole_runs({labels[0]: on.model, labels[1]: off.model}, rounds=rounds)
+
+
+def gain_line(name: str, ms: dict[str, float], labels: tuple[str, str]) -> str:
+    """``name``: both medians and the first's gain over the second."""
+    on, off = labels
+    return (f"{name}: {on} {ms[on]:.3f} ms, {off} {ms[off]:.3f} ms: "
+            f"{ms[off] / ms[on]:.2f}x")
 
 
 def write_rows(path: Path | None, rows: list[dict[str, object]]) -> None:
