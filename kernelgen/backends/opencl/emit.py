@@ -10,7 +10,6 @@ from ...ir.expr import Axis, Expr, Reduce, extent
 from ...ir.loop import Buffer
 from ...ir.substitute import specialise
 from ...lower import unroll
-from ...lower.contraction import operand_buffers
 from ...shapes import prod
 from ...version import __version__
 from .. import templates
@@ -435,11 +434,8 @@ class OpenCLPrinter(ContractionEmitter):
             params=self.params() + ",\n        __global const float* restrict kg_packed",
             store="\n".join(store.lines))
         local = _local_shape(sizes, self.local, self.caps.max_item_sizes)
-        once: tuple[int, ...] = ()
-        if self.sched.pack_once:  # the constants it packs key the panels
-            assert isinstance(self.sched.plan, TilePlan)
-            reads = operand_buffers(self.sched.plan.contraction.right)
-            once = tuple(i for i, b in enumerate(self.kernel.inputs) if b.name in reads)
+        # the constants it packs once, if any, key the panels
+        once = tuple(i for i, b in enumerate(self.kernel.inputs) if b.name in self.sched.pack_once)
         return pack_src + "\n" + src, Launch(_covering(sizes, local), local, pack,
                                               sizes[1] * sizes[2] * panel, once)
 

@@ -150,9 +150,9 @@ class OpenCLSchedule(Schedule):
         default=None, repr=False, compare=False, metadata=PRIVATE)
     # serial reduction loops up to this many points unroll completely ('item')
     unroll_loops: int = field(default=0, metadata=PRIVATE)
-    # 'tiled': the packed operand reads only constants (weights), so its first kernel packs it
-    # once, not at every launch
-    pack_once: bool = field(default=False, metadata=PRIVATE)
+    # 'tiled': the constants (weights) a packed operand reads, when it reads nothing else: its
+    # first kernel packs it once, not at every launch; empty otherwise
+    pack_once: tuple[str, ...] = field(default=(), metadata=PRIVATE)
 
     def facts(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -167,7 +167,7 @@ class OpenCLSchedule(Schedule):
                 out["right_operand_reads"] = operand_buffers(c.right)
                 if self.pack:
                     out["packed_operand_reads"] = out["right_operand_reads"]
-                    out["packed_once"] = self.pack_once
+                    out["packed_once"] = bool(self.pack_once)
             if self.plan.columns is not None and operand_has_reduction(c.right):
                 out["producer_redundancy"] = float(-(-_rows(k, c) // self.tile[0]))
             else:
@@ -395,7 +395,8 @@ def _tiled(base: OpenCLSchedule, requested: tuple[int, ...] | None, local: int |
     packed = _packs_right(k, c, pack, tiles_r, panel * panels)
     # constant panels (a model's weights) are packed by the first kernel at the first launch
     # only; packing them in the tile would redo it at every launch
-    constant = PACK_CONSTANTS_ONCE and set(operand_buffers(c.right)) <= k.constants
+    reads = operand_buffers(c.right)
+    constant = PACK_CONSTANTS_ONCE and set(reads) <= k.constants
     in_tile = packed and (pack_in_tile if pack_in_tile is not None else not constant and
                           panels >= PACK_TILE_MIN_ITEMS and 4 * panel <= PACK_TILE_MAX_BYTES)
     left = flat_reduction(c, c.left, _ranges(k))
@@ -408,7 +409,8 @@ def _tiled(base: OpenCLSchedule, requested: tuple[int, ...] | None, local: int |
         group_columns = _groups_columns(k, c, tiles_r, panels)
     return replace(base, tile=(tm, plan.tile_n), pack=packed,
                    pack_in_tile=in_tile if packed else None,
-                   pack_once=packed and constant and not in_tile, vector_width=plan.width,
+                   pack_once=tuple(reads) if packed and constant and not in_tile else (),
+                   vector_width=plan.width,
                    group_columns=group_columns if not packed else None,
                    local_size=local or (PACK_TILE_LOCAL if in_tile else VECTOR_LOCAL),
                    plan=TilePlan(c, plan, left, right, _producer_group(c, left, right),
