@@ -4,8 +4,9 @@ operator, each work-item owning a few output rows as vectors. Against ONNX's ref
 awkward shapes (prime and sub-vector widths, stride 1 and 2, asymmetric and wide pads,
 ceil_mode, dilation, batch > 1) with a prologue in the reads and an epilogue in the stores, at
 every rows-per-item choice; NaN and -Inf against the 'item' schedule (ONNX's reference drops
-NaN in MaxPool); a GPU keeps 'item'; the tuner may choose 'item'. AveragePools whose every
-window counts all its taps are pooling windows too (a sum divided by a constant)."""
+NaN in MaxPool); a GPU keeps 'item'; the tuner may choose 'item'. AveragePools are pooling
+windows too: a sum divided by the count of valid taps, whose conditions on the column are
+lane masks in the vector epilogue."""
 from __future__ import annotations
 
 import numpy as np
@@ -103,38 +104,55 @@ def test_gpu_keeps_item_and_tuner_may_choose_it() -> None:
     assert any(o.get("schedule") == "window" for o in gpu_options)
 
 
-AVERAGE_POOLS = {  # name: (x shape, AveragePool attributes, every window counts all its taps)
+AVERAGE_POOLS = {  # name: (x shape, AveragePool attributes, a pooling window)
     "2x2-s2-odd": ((1, 3, 11, 13), {"kernel_shape": [2, 2], "strides": [2, 2]}, True),
     "3x3-s1-p1-counted": ((2, 3, 7, 19), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1],
                                           "count_include_pad": 1}, True),
     "5x5-s1-prime": ((1, 5, 13, 23), {"kernel_shape": [5, 5]}, True),
-    "3x3-s1-p1": ((1, 3, 11, 13), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, False),
+    # padded windows count fewer taps at the borders: the count's column conditions are
+    # lane masks, its row conditions constants of each row a work-item owns
+    "3x3-s1-p1": ((1, 3, 11, 13), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, True),
+    "3x3-s2-p1-shufflenet": ((2, 4, 14, 14), {"kernel_shape": [3, 3], "strides": [2, 2],
+                                              "pads": [1, 1, 1, 1]}, True),
+    "3x3-s2-p1-odd-wide": ((1, 3, 9, 45), {"kernel_shape": [3, 3], "strides": [2, 2],
+                                           "pads": [1, 1, 1, 1]}, True),
+    "3x2-asym-pads": ((1, 2, 8, 31), {"kernel_shape": [3, 2], "pads": [2, 0, 0, 1]}, True),
+    "3x3-dilated-p2": ((1, 2, 12, 29), {"kernel_shape": [3, 3], "dilations": [2, 2],
+                                        "pads": [2, 2, 2, 2]}, True),
     "3x3-s2-ceil": ((1, 3, 10, 28), {"kernel_shape": [3, 3], "strides": [2, 2],
-                                    "ceil_mode": 1}, False),
+                                    "ceil_mode": 1}, True),
     "3x3-s2-ceil-counted": ((1, 3, 10, 28), {"kernel_shape": [3, 3], "strides": [2, 2],
                                             "pads": [1, 1, 1, 1], "ceil_mode": 1,
-                                            "count_include_pad": 1}, False),
+                                            "count_include_pad": 1}, True),
+    # more taps than nn.COUNT_UNROLLED_TAPS: the count is a second reduction, 'item'
+    "17x19-p2-reduced": ((1, 2, 19, 23), {"kernel_shape": [17, 19], "pads": [2, 2, 2, 2]},
+                         False),
 }
 
 
 @pytest.mark.parametrize("name", AVERAGE_POOLS)
-def test_average_pool_is_a_window_where_every_window_counts_all_its_taps(name: str) -> None:
-    """An AveragePool divides by the count of taps its window counts; where every window
-    counts all of them (no padding, or counted padding, and no ceil_mode window past the end)
-    the count is the kernel's size, the pool one sum, and a pooling window on a CPU. Elsewhere
-    the count is a second reduction and the schedule stays 'item'."""
+def test_average_pool_is_a_window_with_its_count_as_lane_masks(name: str) -> None:
+    """An AveragePool divides its window's sum by the count of taps the window counts: the
+    kernel's size where every window counts all of them, else a product of per-axis sums of
+    tap conditions on the output index (``nn._window_count``), whose conditions on the
+    vector's column become lane masks. Both are pooling windows on a CPU, with a prologue in
+    the reads and an epilogue in the stores, at every rows-per-item choice; a window too long
+    to count tap by tap keeps a second reduction and the 'item' schedule."""
     require("opencl")
     caps = backends.get("opencl").caps
-    shape, attrs, whole = AVERAGE_POOLS[name]
+    shape, attrs, window = AVERAGE_POOLS[name]
     rng = np.random.default_rng(sum(shape))
     feeds = {"x": rng.standard_normal(shape).astype(np.float32)}
-    op = kg.average_pool(kg.tensor("x", shape), **attrs)
-    want = evaluate_chain([op], feeds)[op.name]
-    fused = kg.fuse(op)
+    pre = kg.relu(kg.tensor("x", shape))
+    pool = kg.average_pool(pre, **attrs)
+    feeds["r"] = rng.standard_normal(pool.shape).astype(np.float32)
+    ops = [pre, pool, kg.add(pool, kg.tensor("r", pool.shape))]
+    want = evaluate_chain(ops, feeds)[ops[-1].name]
+    fused = kg.fuse(*ops)
     plan = opencl_window(fused.lower(), caps.vector_widths)
-    assert (plan is not None) == whole
+    assert (plan is not None) == window
     kernel = fused.emit("opencl", tuning="none")
-    assert (kernel.metadata["schedule"] == "window") == (whole and caps.simd_within_work_item)
+    assert (kernel.metadata["schedule"] == "window") == (window and caps.simd_within_work_item)
     assert_close(_run(kernel, feeds), want)
     for rows in plan.row_choices if plan is not None else ():
         kernel = fused.emit("opencl", tuning="none", schedule="window", window_rows=rows)

@@ -157,7 +157,8 @@ class VectorPrinter:
 
     def __init__(self, emitter: Emitter, sym: sympy.Symbol, base: str | int, scope: Scope,
                  syntax: VectorSyntax | None, lanes: Mapping[Expr, str] | None = None,
-                 transposed: frozenset[Load] = frozenset()) -> None:
+                 transposed: frozenset[Load] = frozenset(),
+                 declared: set[str] | None = None) -> None:
         assert syntax is not None, "a vector printer needs the backend's vector syntax"
         self.em, self.v, self.sym, self.scope = emitter, syntax, sym, scope
         self.base = base
@@ -165,7 +166,9 @@ class VectorPrinter:
         self.lane_values: Mapping[Expr, str] = dict(lanes or {})  # nodes already vectors
         self.names: dict[Expr, str] = dict(self.lane_values)
         self.lanes = frozenset(self.lane_values)
-        self.declared: set[str] = set()
+        # the lane-number vectors declared in ``scope``: printers that share a scope (a
+        # window's rows, each storing the same columns) share the set
+        self.declared: set[str] = set() if declared is None else declared
         self.transposed = transposed  # ``transposable_loads``: read as transposed tiles
 
     def expr(self, node: Expr) -> str:

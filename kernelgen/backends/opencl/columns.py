@@ -130,10 +130,11 @@ def opencl_contraction(kernel: LoopKernel, widths: tuple[int, ...], stride2: boo
     return rowless if plan is not None and plan.right is not None else None
 
 
-def vector_epilogue(k: LoopKernel, c: Contraction, plan: VectorPlan
+def vector_epilogue(k: LoopKernel, c: Contraction, plan: VectorPlan, masks: bool = False
                     ) -> list[tuple[Buffer, sympy.Expr, Expr]] | None:
     """(output, flat store offset, flat value) for each output when all store ``width``
-    lanes contiguously and have a vector form, else None."""
+    lanes contiguously and have a vector form, else None. With ``masks``, a condition on
+    the column (a padded AveragePool's count of valid taps) becomes a lane mask."""
     run = [k.domain[i] for i in plan.run]
     offset = flatten_offset(k.store_offset, run, plan.flat)
     if offset is None or offset.coeff(plan.flat) != 1:
@@ -142,7 +143,7 @@ def vector_epilogue(k: LoopKernel, c: Contraction, plan: VectorPlan
     out = []
     for buf, st in zip(k.outputs, k.stores):
         value = flatten_axes(st.value, run, plan.flat, keep)
-        if value is None or not vectorizable(value, plan.flat, syntax, lanes=keep):
+        if value is None or not vectorizable(value, plan.flat, syntax, guarded=masks, lanes=keep):
             return None
         out.append((buf, offset, value))
     return out

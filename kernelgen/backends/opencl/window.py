@@ -113,7 +113,7 @@ def opencl_window(kernel: LoopKernel, widths: tuple[int, ...]) -> WindowPlan | N
     if plan is None or plan.right is None:
         return None
     n_run = prod(kernel.domain[i][1] for i in plan.run)
-    epilogue = vector_epilogue(kernel, c, plan)
+    epilogue = vector_epilogue(kernel, c, plan, masks=True)
     if n_run > WINDOW_MAX_RUN or epilogue is None:
         return None
     # two vectors at least where the run allows: a vector as wide as the run has no read
@@ -250,13 +250,18 @@ def print_kernel(em: CEmitter, win: WindowPlan, unrolled: unroll.Unrolled,
     init = syntax.broadcast.format(em.reduce_init(c.reduce))
     for name in (a for row in acc for a in row):
         sums.add(f"{syntax.vtype} {name} = {init};")
-    _print_taps(em, win, syntax, copies, ranges, acc, taps)
+    lane_numbers: set[str] = set()
+    _print_taps(em, win, syntax, copies, ranges, acc, taps, lane_numbers)
     if win.loop is not None:
         outside.add("}")
+    # lane-number vectors (for masks) are declared once a column in the kernel's body: the
+    # padded taps' reads and the stores' masks (a padded AveragePool's count) share them
+    # unless the taps are inside a loop of their own
+    stored = lane_numbers if win.loop is None else set()
     for i, copy in enumerate(copies):
         for j, start in enumerate(win.starts):
             writer = VectorPrinter(em, cols.flat, start, stores, syntax,
-                                   lanes={c.reduce: acc[i][j]})
+                                   lanes={c.reduce: acc[i][j]}, declared=stored)
             for buf, offset, value in win.epilogue:
                 text = writer.expr(specialise(value, copy, ranges, keep={c.reduce}))
                 off = specialise_index(offset, {**copy, cols.flat: start}, ranges)
@@ -272,9 +277,11 @@ def print_kernel(em: CEmitter, win: WindowPlan, unrolled: unroll.Unrolled,
 
 def _print_taps(em: CEmitter, win: WindowPlan, syntax: VectorSyntax,
                 copies: tuple[dict[sympy.Symbol, sympy.Expr], ...],
-                ranges: dict[sympy.Symbol, int], acc: list[list[str]], taps: Scope) -> None:
+                ranges: dict[sympy.Symbol, int], acc: list[list[str]], taps: Scope,
+                lane_numbers: set[str]) -> None:
     """Every unrolled tap of every copy into ``taps`` in ``syntax``'s vectors, each distinct
-    input vector read once and added into the sums ``acc[copy][vector]`` that use it."""
+    input vector read once and added into the sums ``acc[copy][vector]`` that use it;
+    ``lane_numbers`` collects the lane-number vectors declared in ``taps``."""
     c, cols = win.contraction, win.columns
     assert cols.right is not None
     pool = is_pooling(c)  # each tap's vector combined by the reduction's operator
@@ -290,7 +297,8 @@ def _print_taps(em: CEmitter, win: WindowPlan, syntax: VectorSyntax,
             users.setdefault(right, []).append((i, specialise(c.left, at, ranges)))
     for left in dict.fromkeys(left for uses in users.values() for _, left in uses):
         em.expr(left, taps)  # the weights, read once up front (a pool's 1 prints nothing)
-    readers = [VectorPrinter(em, cols.flat, start, taps, syntax) for start in win.starts]
+    readers = [VectorPrinter(em, cols.flat, start, taps, syntax, declared=lane_numbers)
+               for start in win.starts]
 
     def row_test(right: Expr) -> frozenset[sympy.Basic]:
         """The lane-free guard parts of ``right``'s loads (a padded window's row test)."""
