@@ -8,11 +8,17 @@ that emit; 'item'), each checked against ONNX's reference and timed round-robin 
 pad 1).
 
     python bench/average_pool_count.py [--repeat 200] [--json FILE]
+
+With ``--models shufflenet``, instead: the model's DNNFusion plan compiled with its padded
+AveragePools as pooling windows (the default) and as 'item' kernels (the window's epilogue
+refusing lane masks), whole runs of both round-robin (``pooling.plans_with_and_without``).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -23,18 +29,37 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from reference import evaluate_chain  # noqa: E402
 
 import kernelgen as kg  # noqa: E402
+from kernelgen.backends.opencl import columns, window  # noqa: E402
 from kernelgen.measure import bench_interleaved  # noqa: E402
 from kernelgen.ops import nn  # noqa: E402
-from pooling import write_rows  # noqa: E402
+from pooling import plans_with_and_without, write_rows  # noqa: E402
 
 SHAPES = ((1, 24, 56, 56), (1, 136, 28, 28), (1, 272, 14, 14), (1, 544, 7, 7))
+
+
+@contextlib.contextmanager
+def _unmasked_epilogues() -> Iterator[None]:
+    """The pooling window's epilogue without lane masks, as before: padded AveragePools,
+    whose count tests the column, run 'item'."""
+    window.vector_epilogue = lambda k, c, plan, masks=False: columns.vector_epilogue(k, c, plan)
+    window.opencl_window.cache_clear()
+    try:
+        yield
+    finally:
+        window.vector_epilogue = columns.vector_epilogue
+        window.opencl_window.cache_clear()
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=200)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--models", default=None, help="comma-separated light models: whole runs")
     args = ap.parse_args()
+    if args.models:
+        plans_with_and_without(args.models.split(","), ("AveragePools as windows", "as 'item'"),
+                               _unmasked_epilogues)
+        return 0
     rows = []
     rng = np.random.default_rng(0)
     for shape in SHAPES:
