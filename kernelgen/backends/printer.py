@@ -96,6 +96,8 @@ class Emitter:
         self.wide = kernel.needs_long_index
         self.buffers = {b.name: b for b in kernel.inputs + kernel.outputs}
         self.arg_names: dict[str, str] = {}  # buffer -> the name its parameter has
+        # the math library's expansions (``annotate``), and their copies in rewritten trees
+        self.origins = dict(kernel.origins)
 
     def fresh(self, prefix: str = "t") -> str:
         self.counter += 1
@@ -207,10 +209,31 @@ class Emitter:
     def annotate(self, scope: Scope, node: Expr, name_of: Callable[[Expr], str]) -> None:
         """After the line that completes an expansion of the math library (``node``), a
         comment naming the call it computes: ``t32 = t29 * t31;  // exp(t1)``."""
-        called = self.kernel.origins.get(node)
+        called = self.origins.get(node)
         if called is not None:
             fn, args = called
             scope.lines[-1] += f"  {self.comment} {fn}({', '.join(map(name_of, args))})"
+
+    def carry_origins(self, before: Expr, after: Expr) -> None:
+        """Let ``annotate`` name the expansions in ``after`` as those in ``before``: ``after``
+        is ``before`` with index symbols substituted (a vector epilogue's merged columns, a
+        window row's constants), the same tree down to where a substitution folded a node."""
+        pairs: dict[Expr, Expr] = {}
+        stack = [(before, after)]
+        while stack:
+            old, new = stack.pop()
+            if old in pairs or type(old) is not type(new) or \
+                    getattr(old, "fn", None) != getattr(new, "fn", None):
+                continue
+            pairs[old] = new
+            kids, new_kids = old.children(), new.children()
+            if len(kids) == len(new_kids):
+                stack.extend(zip(kids, new_kids))
+        for old, new in pairs.items():
+            called = self.origins.get(old)
+            if called is not None and new not in self.origins:
+                fn, args = called
+                self.origins[new] = (fn, tuple(pairs.get(a, a) for a in args))
 
     def _expr_text(self, node: Expr, scope: Scope) -> str:
         if isinstance(node, Load):

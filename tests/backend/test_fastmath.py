@@ -339,3 +339,27 @@ def test_interpreter_keeps_the_reference_calls() -> None:
     x = np.array([0.5, -2.0, 3.0], F32)
     np.testing.assert_array_equal(kg.interpret(fused.lower(), x)[0],
                                   _erf64(x.astype(np.float64)).astype(F32))
+
+
+def test_vector_epilogues_name_their_calls() -> None:
+    """A tile's and a window's vector epilogues are printed from trees rewritten for their
+    columns (a bias read along them) and rows; each expansion still ends in a comment naming
+    the call it computes."""
+    caps = opencl_caps()
+    rng = np.random.default_rng(3)
+    m = kg.matmul(kg.tensor("a", (29, 40)), kg.constant("w", rng.standard_normal((40, 48), F32)))
+    biased = kg.add(m, kg.tensor("b", (48,)))
+    e = kg.erf(biased)
+    kernel = kg.fuse(m, biased, e, kg.mul(e, biased)).emit("opencl")
+    tunables = kernel.metadata["tunables"]
+    assert kernel.metadata["schedule"] == "tiled"
+    if caps.vector_widths:  # one erf a column vector of the tile, on the biased sums
+        vectors = tunables["tile"][1] // tunables["vector_width"]
+        assert kernel.source.count("  // erf(v") == vectors
+    conv = kg.conv(kg.tensor("x", (1, 3, 9, 21)), kg.constant("k", np.ones((3, 1, 3, 3), F32)),
+                   group=3, pads=[1, 1, 1, 1])
+    residual = kg.add(conv, kg.tensor("r", conv.shape))  # read along the rows and columns
+    kernel = kg.fuse(conv, residual, kg.tanh(residual)).emit("opencl", tuning="none")
+    if caps.simd_within_work_item:  # a window on a CPU: one tanh a vector of a row
+        assert kernel.metadata["schedule"] == "window"
+        assert kernel.source.count("  // tanh(v") >= 2

@@ -450,6 +450,8 @@ class OpenCLPrinter(ContractionEmitter):
         vectors = vector_epilogue(k, c, plan)
         lanes = scope
         if vectors is not None:
+            for (_, _, value), st in zip(vectors, k.stores):
+                self.carry_origins(st.value, value)  # the math library's comments
             syntax = vector_syntax(w)
             scope.add("if (kg_c0 == kg_own) {  // a whole tile: one vector store a column block")
             # each column vector's epilogue printed on its own, then listed statement by

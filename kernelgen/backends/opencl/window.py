@@ -262,8 +262,11 @@ def print_kernel(em: CEmitter, win: WindowPlan, unrolled: unroll.Unrolled,
         for j, start in enumerate(win.starts):
             writer = VectorPrinter(em, cols.flat, start, stores, syntax,
                                    lanes={c.reduce: acc[i][j]}, declared=stored)
-            for buf, offset, value in win.epilogue:
-                text = writer.expr(specialise(value, copy, ranges, keep={c.reduce}))
+            for (buf, offset, value), st in zip(win.epilogue, k.stores):
+                row = specialise(value, copy, ranges, keep={c.reduce})
+                em.carry_origins(st.value, value)  # the math library's comments
+                em.carry_origins(value, row)
+                text = writer.expr(row)
                 off = specialise_index(offset, {**copy, cols.flat: start}, ranges)
                 stores.add(syntax.store.format(v=text, ptr=em.arg_names[buf.name],
                                                off=em.index(off)))
