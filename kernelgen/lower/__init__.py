@@ -1,7 +1,7 @@
 """From a fused block to the loop IR, through named passes:
 
     flatten -> merge_reductions -> hoist -> stage_producers -> stage_shared_terms
-    -> merge_axes
+    -> merge_axes -> split_groups
 
 ``flatten`` turns the block's ``Read`` leaves into ``Load``s of kernel buffers at flat offsets;
 ``merge_reductions`` turns a reduction's axes that every load reads as one run into one axis;
@@ -9,8 +9,10 @@
 ``stage_producers`` computes a fused producer's row once per group point (AGO's attention
 pattern, ``staging.py``); ``stage_shared_terms`` does so for a costly term a row's reduction
 and its stores share (the softmax's exp); ``merge_axes`` merges contiguous domain axes so that
-indices need no division. Also here: the analyses backends share (``contraction``) and the
-unrolling of several domain points per work-item (``unroll``).
+indices need no division; ``split_groups`` splits an axis that reads its channel groups (a
+grouped conv's output channels) into the group and the channel within it. Also here: the
+analyses backends share (``contraction``) and the unrolling of several domain points per
+work-item (``unroll``).
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from collections.abc import Callable
 
 from ..fusion import FusedBlock
 from ..ir.loop import LoopKernel
-from .passes import flatten, hoist, merge_axes, merge_reductions
+from .passes import flatten, hoist, merge_axes, merge_reductions, split_groups
 from .staging import stage_producers, stage_shared_terms
 
 PIPELINE: tuple[tuple[str, Callable[[LoopKernel], LoopKernel]], ...] = (
@@ -29,6 +31,7 @@ PIPELINE: tuple[tuple[str, Callable[[LoopKernel], LoopKernel]], ...] = (
     ("stage_producers", stage_producers),
     ("stage_shared_terms", stage_shared_terms),
     ("merge_axes", merge_axes),
+    ("split_groups", split_groups),
 )
 
 # Lowered kernels per block and name: emitting, tuning and the algorithm choice all ask for the

@@ -1,7 +1,7 @@
 """The lowering passes from a fused block to the loop IR:
 
     flatten -> merge_reductions -> hoist -> stage_producers, stage_shared_terms (``staging.py``)
-    -> merge_axes
+    -> merge_axes -> split_groups
 """
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ import sympy
 
 from ..fusion import FusedBlock
 from ..ir.expr import Expr, IndexCond, Load, Read, Reduce, free_index_symbols, transform, walk
+from ..ir.substitute import specialise
 from ..ir.loop import Axis, Buffer, LoopKernel, Store
 from ..ir.node import Constant
-from ..mapping_types import fresh_reduce_symbol, out_symbols, simplify_index
+from ..mapping_types import FloorDiv, fresh_reduce_symbol, out_symbols, simplify_index
 from ..mapping_types.index_map import simplify_guard
 from ..shapes import row_major_strides
 
@@ -192,3 +193,70 @@ def _merge_pair(kernel: LoopKernel, k: int) -> LoopKernel:
     group = tuple(dict.fromkeys(g if g <= k else g - 1 for g in kernel.group))
     return replace(kernel, domain=domain, stores=stores, hoisted=hoisted,  # type: ignore[arg-type]
                    staged=staged, group=group, ranges={**kernel.ranges, q: a[1] * b[1]})
+
+
+# --- pass 5: split a domain axis that reads its groups ---------------------------------------
+
+SPLIT_GROUPS = True  # bench/grouped_convs.py switches it off to time the kernels before
+# The fewest channels a group must have to be split: rows enough for a register tile. Fewer
+# (a depthwise conv's channel multiplier), or sums over a window as well as the channels (a
+# grouped 3x3 conv), stay one axis, which OpenCL's 'window' schedule takes.
+SPLIT_MIN_CHANNELS = 8
+
+
+def split_groups(kernel: LoopKernel) -> LoopKernel:
+    """Split each domain axis ``o`` that the hoisted reductions index through ``o // q`` alone
+    somewhere (a grouped conv's input channels: ``x[(o // 68) * 68 + c]``) and through ``o``
+    itself elsewhere (its weights) into ``(o // q, o % q)``: the group becomes an axis both
+    operands of the sum depend on and the channel within it one only the weights do, so a
+    contraction template tiles the channels of a group as rows. Unsplit, every output channel
+    was an axis of both operands: tiles of one row, each input load used by one FMA
+    (ShuffleNet's grouped 1x1 convs, bench/grouped_convs.py). The output's offsets stay the
+    same: the two axes are row-major in place of the one."""
+    if not SPLIT_GROUPS or not kernel.hoisted:
+        return kernel
+    k = 0
+    while k < len(kernel.domain):
+        q = _group_size(kernel, k)
+        kernel = _split_axis(kernel, k, q) if q is not None else kernel
+        k += 1 if q is None else 2
+    return kernel
+
+
+def _group_size(kernel: LoopKernel, k: int) -> int | None:
+    """The one ``q`` with which the hoisted reductions, each over one axis of more than one
+    point (the channels of a group), divide domain axis ``k`` (and use it undivided too), if
+    it splits the axis into groups of ``SPLIT_MIN_CHANNELS`` or more; else None."""
+    if any(sum(n > 1 for _, n in r.axes) > 1 for r in kernel.hoisted):
+        return None
+    s, n = kernel.domain[k]
+    divisors: set[int] = set()
+    plain = False
+    for expr, _ in _index_exprs(kernel.hoisted):
+        divs = [d for d in expr.atoms(FloorDiv) if d.args[0] == s]
+        divisors.update(int(d.args[1]) for d in divs)
+        plain = plain or s in expr.xreplace({d: 0 for d in divs}).free_symbols
+    if len(divisors) != 1 or not plain:
+        return None
+    q = divisors.pop()
+    return q if SPLIT_MIN_CHANNELS <= q < n and n % q == 0 else None
+
+
+def _split_axis(kernel: LoopKernel, k: int, q: int) -> LoopKernel:
+    """Domain axis ``k`` as ``(o // q, o % q)``, its uses rewritten and simplified."""
+    s, n = kernel.domain[k]
+    outer, inner = fresh_reduce_symbol("g"), fresh_reduce_symbol("m")
+    ranges = {**kernel.ranges, outer: n // q, inner: q}
+    values = {s: q * outer + inner}
+
+    def split(root: Expr) -> Expr:
+        return specialise(root, values, ranges)
+    stores = tuple(Store(st.buffer, split(st.value)) for st in kernel.stores)
+    # specialising is deterministic, so each hoisted reduction equals its copy in the stores
+    hoisted = tuple(split(r) for r in kernel.hoisted)
+    staged = tuple(replace(st, value=split(st.value)) for st in kernel.staged)
+    domain = kernel.domain[:k] + ((outer, n // q), (inner, q)) + kernel.domain[k + 1:]
+    group = tuple(sorted({p for g in kernel.group
+                          for p in ((g, g + 1) if g == k else (g if g < k else g + 1,))}))
+    return replace(kernel, domain=domain, stores=stores, hoisted=hoisted,  # type: ignore[arg-type]
+                   staged=staged, group=group, ranges=ranges)

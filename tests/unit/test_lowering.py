@@ -1,10 +1,17 @@
 """Lowering passes on the loop IR: ``merge_reductions`` makes a reduction's axes one axis exactly
-where every load reads them as one contiguous run (values are checked on every backend by
-tests/backend/test_nn.py and test_ops.py, which run the same operators)."""
+where every load reads them as one contiguous run; ``split_groups`` splits a grouped 1x1
+conv's output channels into the group and the channel within it, and nothing else (values are
+checked on every backend by tests/backend/test_nn.py and test_ops.py, which run the same
+operators)."""
 from __future__ import annotations
 
+import numpy as np
+import pytest
+
 import kernelgen as kg
-from kernelgen.ir.expr import Reduce, walk
+from kernelgen.ir.expr import Load, Reduce, walk
+from kernelgen.lower.contraction import contraction
+from kernelgen.mapping_types import FloorDiv
 
 
 def _reductions(op: kg.Op) -> list[Reduce]:
@@ -32,3 +39,31 @@ def test_a_convolution_window_keeps_its_axes() -> None:
 def test_trailing_axes_merge_into_one() -> None:
     (total,) = _reductions(kg.reduce_max(kg.tensor("x", (2, 3, 4, 5)), [1, 2, 3]))
     assert [n for _, n in total.axes] == [60]
+
+
+def _grouped(out_channels: int, kernel: int, groups: int, **attrs: object) -> kg.Op:
+    x = kg.tensor("x", (2, 4 * groups, 5, 7))
+    w = kg.constant("w", np.ones((out_channels, 4, kernel, kernel), np.float32))
+    return kg.conv(x, w, group=groups, **attrs)
+
+
+def test_a_grouped_pointwise_conv_splits_its_output_channels() -> None:
+    loop = kg.fuse(_grouped(24, 1, 3)).lower()
+    # batch (2), then the groups (3) and their 8 channels, then the pixels (35)
+    assert [n for _, n in loop.domain] == [2, 3, 8, 35]
+    loads = [n for n in walk(loop.hoisted[0]) if isinstance(n, Load)]
+    assert not any(load.offset.atoms(FloorDiv) for load in loads)
+    c = contraction(loop)  # the group an axis of both operands, its channels the weights' own
+    assert c is not None and c.batch == (1,)
+    assert {c.rows, c.cols} == {(0, 3), (2,)}
+
+
+@pytest.mark.parametrize("out_channels,kernel,groups,attrs", [
+    (6, 1, 3, {}),  # 2 channels a group: fewer than SPLIT_MIN_CHANNELS
+    (24, 3, 3, {"pads": [1, 1, 1, 1]}),  # a window as well as the channels
+    (12, 1, 12, {}),  # depthwise: no group to split
+])
+def test_other_convolutions_keep_their_channel_axis(out_channels: int, kernel: int,
+                                                    groups: int, attrs: dict) -> None:
+    loop = kg.fuse(_grouped(out_channels, kernel, groups, **attrs)).lower()
+    assert out_channels in [n for _, n in loop.domain]
