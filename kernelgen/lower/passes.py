@@ -13,8 +13,8 @@ import sympy
 
 from ..fusion import FusedBlock
 from ..ir.expr import Expr, IndexCond, Load, Read, Reduce, free_index_symbols, transform, walk
-from ..ir.substitute import specialise
 from ..ir.loop import Axis, Buffer, LoopKernel, Store
+from ..ir.substitute import specialise
 from ..ir.node import Constant
 from ..mapping_types import FloorDiv, fresh_reduce_symbol, out_symbols, simplify_index
 from ..mapping_types.index_map import simplify_guard

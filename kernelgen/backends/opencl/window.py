@@ -258,13 +258,14 @@ def print_kernel(em: CEmitter, win: WindowPlan, unrolled: unroll.Unrolled,
     # padded taps' reads and the stores' masks (a padded AveragePool's count) share them
     # unless the taps are inside a loop of their own
     stored = lane_numbers if win.loop is None else set()
+    for (_, _, value), st in zip(win.epilogue, k.stores):
+        em.carry_origins(st.value, value)  # the math library's comments
     for i, copy in enumerate(copies):
         for j, start in enumerate(win.starts):
             writer = VectorPrinter(em, cols.flat, start, stores, syntax,
                                    lanes={c.reduce: acc[i][j]}, declared=stored)
-            for (buf, offset, value), st in zip(win.epilogue, k.stores):
+            for buf, offset, value in win.epilogue:
                 row = specialise(value, copy, ranges, keep={c.reduce})
-                em.carry_origins(st.value, value)  # the math library's comments
                 em.carry_origins(value, row)
                 text = writer.expr(row)
                 off = specialise_index(offset, {**copy, cols.flat: start}, ranges)
