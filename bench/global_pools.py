@@ -14,11 +14,11 @@ rounds, median ms).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
-from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 from onnx import helper
@@ -37,14 +37,8 @@ POOLS: tuple[tuple[int, int, str], ...] = (
 )
 
 
-@contextlib.contextmanager
-def _unmerged() -> Iterator[None]:
-    """``merge_reductions`` switched off: the kernels as they were lowered before it."""
-    passes.MERGE_REDUCTIONS = False
-    try:
-        yield
-    finally:
-        passes.MERGE_REDUCTIONS = True
+# ``merge_reductions`` switched off: the kernels as they were lowered before it
+_unmerged = partial(mock.patch.object, passes, "MERGE_REDUCTIONS", False)
 
 
 def row(c: int, side: int, model: str, *, repeat: int,

@@ -13,10 +13,10 @@ without it, whole runs of both round-robin (``pooling.plans_with_and_without``).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
-from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 
@@ -32,14 +32,8 @@ SHAPES = ((272, 272, 14, 4), (136, 136, 28, 4), (112, 136, 28, 4), (544, 544, 7,
           (68, 272, 14, 4), (240, 240, 28, 3))
 
 
-@contextlib.contextmanager
-def _unsplit() -> Iterator[None]:
-    """Lowering without ``split_groups``, as before it."""
-    passes.SPLIT_GROUPS = False
-    try:
-        yield
-    finally:
-        passes.SPLIT_GROUPS = True
+# lowering without ``split_groups``, as before it
+_unsplit = partial(mock.patch.object, passes, "SPLIT_GROUPS", False)
 
 
 def row(c: int, m: int, side: int, groups: int, repeat: int, rng: np.random.Generator

@@ -12,10 +12,10 @@ the BERT layer's DNNFusion plan compiled both ways and whole runs of both round-
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
-from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 
@@ -39,14 +39,8 @@ BLOCKS = ((128, 256, 1024, "BERT layer of the model tests: FFN up"),
           (37, 301, 1031, "awkward: primes"))
 
 
-@contextlib.contextmanager
-def _packed_every_launch() -> Iterator[None]:
-    """Constant operands packed at every launch, as before the rule."""
-    schedule.PACK_CONSTANTS_ONCE = False
-    try:
-        yield
-    finally:
-        schedule.PACK_CONSTANTS_ONCE = True
+# constant operands packed at every launch, as before the rule
+_packed_every_launch = partial(mock.patch.object, schedule, "PACK_CONSTANTS_ONCE", False)
 
 
 def _tunables(program: object) -> dict[str, object]:

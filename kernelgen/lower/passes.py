@@ -213,8 +213,9 @@ def split_groups(kernel: LoopKernel) -> LoopKernel:
     was an axis of both operands: tiles of one row, each input load used by one FMA
     (ShuffleNet's grouped 1x1 convs, bench/grouped_convs.py). The output's offsets stay the
     same: the two axes are row-major in place of the one."""
-    if not SPLIT_GROUPS or not kernel.hoisted:
-        return kernel
+    if not SPLIT_GROUPS or not kernel.hoisted or \
+            any(sum(n > 1 for _, n in r.axes) > 1 for r in kernel.hoisted):
+        return kernel  # no sum, or one over a window as well as the channels
     k = 0
     while k < len(kernel.domain):
         q = _group_size(kernel, k)
@@ -224,11 +225,9 @@ def split_groups(kernel: LoopKernel) -> LoopKernel:
 
 
 def _group_size(kernel: LoopKernel, k: int) -> int | None:
-    """The one ``q`` with which the hoisted reductions, each over one axis of more than one
-    point (the channels of a group), divide domain axis ``k`` (and use it undivided too), if
-    it splits the axis into groups of ``SPLIT_MIN_CHANNELS`` or more; else None."""
-    if any(sum(n > 1 for _, n in r.axes) > 1 for r in kernel.hoisted):
-        return None
+    """The one ``q`` with which the hoisted reductions divide domain axis ``k`` (and use it
+    undivided too), if it splits the axis into groups of ``SPLIT_MIN_CHANNELS`` or more; else
+    None."""
     s, n = kernel.domain[k]
     divisors: set[int] = set()
     plain = False
