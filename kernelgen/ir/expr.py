@@ -185,6 +185,10 @@ class Primitive:
 PRIMITIVES: dict[str, Primitive] = {p.name: p for p in [
     Primitive("add", 2), Primitive("sub", 2), Primitive("mul", 2), Primitive("div", 2),
     Primitive("neg", 1), Primitive("abs", 1), Primitive("max", 2), Primitive("min", 2),
+    # a * b + c, rounded once where the target fuses it fast and twice elsewhere: the math
+    # library's polynomial steps (``lower/fastmath.py``), never an operator's own arithmetic,
+    # whose product another pass may round on its own
+    Primitive("muladd", 3, float_only=True),
     Primitive("pow", 2, float_only=True), Primitive("fmod", 2, float_only=True),
     Primitive("mod", 2),  # integer floor-mod (sign of the divisor), ONNX Mod with fmod=0
     Primitive("sign", 1),

@@ -62,6 +62,7 @@ def _significand(x: Any) -> Any:
 
 NUMPY_PRIMITIVES: dict[str, Callable[..., Any]] = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": _div, "neg": np.negative,
+    "muladd": lambda a, b, c: np.add(np.multiply(a, b), c),
     "abs": np.abs, "max": np.maximum, "min": np.minimum, "pow": _pow, "fmod": np.fmod,
     "mod": np.mod, "sign": np.sign, "exp": np.exp, "expm1": np.expm1, "log": np.log,
     "log1p": np.log1p, "sqrt": np.sqrt, "rsqrt": lambda x: 1 / np.sqrt(x), "sin": np.sin,

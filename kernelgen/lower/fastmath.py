@@ -145,12 +145,17 @@ def _div(a: Expr, b: Expr) -> Expr:
     return call("div", a, b)
 
 
+def _muladd(a: Expr, b: Expr, c: Expr) -> Expr:
+    """a b + c, one FMA where the target has a fast one (a CPU without it multiplies and
+    adds: fma() would be a slow software routine there); the error bounds hold either way."""
+    return call("muladd", a, b, c)
+
+
 def _horner(coeffs: Sequence[float], x: Expr) -> Expr:
-    """c0 + x (c1 + x (c2 + ...)), plain multiplies and adds: a CPU without FMA would run an
-    fma() call as a slow software routine, and the error bounds hold either way."""
+    """c0 + x (c1 + x (c2 + ...)), a multiply-add a step."""
     acc = _k(coeffs[-1], x)
     for c in reversed(coeffs[:-1]):
-        acc = _add(_mul(acc, x), _k(c, x))
+        acc = _muladd(acc, x, _k(c, x))
     return acc
 
 
@@ -170,24 +175,24 @@ def _zero_kept(x: Expr, value: Expr) -> Expr:
 
 # --- exp and expm1 ---------------------------------------------------------------------------
 
-def _round(t: Expr) -> Expr:
-    """t rounded to an integer (ties to even) for |t| < 2^22: adding 1.5 * 2^23 leaves no
-    fraction bits. Two adds, where a library's rint may be a long software routine (PoCL's
-    was: exp ran at a third of the speed it runs at with this)."""
-    return _sub(_add(t, _k(ROUNDER, t)), _k(ROUNDER, t))
+def _round_product(t: Expr, c: float) -> Expr:
+    """t c rounded to an integer (ties to even) for |t c| < 2^22: adding 1.5 * 2^23 leaves no
+    fraction bits. A multiply-add and a subtraction, where a library's rint may be a long
+    software routine (PoCL's was: exp ran at a third of the speed it runs at with this)."""
+    return _sub(_muladd(t, _k(c, t), _k(ROUNDER, t)), _k(ROUNDER, t))
 
 
 def _reduce_ln2(x: Expr) -> tuple[Expr, Expr]:
     """(k, r): x = k ln2 + r, k = rint(x / ln2) integral, |r| <= ln2/2. k * LN2_HI is exact
     (LN2_HI has 12 significant bits), so r loses only LN2_LO's rounding."""
-    k = _round(_mul(x, _k(LOG2E, x)))
-    r = _sub(_sub(x, _mul(k, _k(LN2_HI, x))), _mul(k, _k(LN2_LO, x)))
+    k = _round_product(x, LOG2E)
+    r = _muladd(k, _k(-LN2_LO, x), _muladd(k, _k(-LN2_HI, x), x))
     return k, r
 
 
 def _expm1_poly(r: Expr) -> Expr:
     """expm1(r) = r + r^2 Q(r) for |r| <= ln2/2."""
-    return _add(r, _mul(_mul(r, r), _horner(EXPM1_Q, r)))
+    return _muladd(_mul(r, r), _horner(EXPM1_Q, r), r)
 
 
 def exp(x: Expr) -> Expr:
@@ -196,7 +201,7 @@ def exp(x: Expr) -> Expr:
     xc = _clamp_below(_clamp_above(x, EXP_OVERFLOW), EXP_UNDERFLOW)
     k, r = _reduce_ln2(xc)
     y = _add(_k(1.0, x), _expm1_poly(r))
-    k1 = _round(_mul(k, _k(0.5, x)))  # k1, k - k1 in [-75, 64]
+    k1 = _round_product(k, 0.5)  # k1, k - k1 in [-75, 64]
     return _mul(_mul(y, call("exp2i", k1)), call("exp2i", _sub(k, k1)))
 
 
@@ -212,7 +217,7 @@ def _expm1_core(x: Expr) -> Expr:
     expm1(r) for k = 0."""
     k, r = _reduce_ln2(x)
     s = call("exp2i", _sub(k, _k(1.0, x)))
-    inner = _sub(_mul(s, _expm1_poly(r)), _sub(_k(0.5, x), s))
+    inner = _muladd(s, _expm1_poly(r), _sub(s, _k(0.5, x)))
     return _mul(_k(2.0, x), inner)
 
 
@@ -238,10 +243,8 @@ def _log_core(e: Expr, f: Expr, low: Expr | None = None) -> Expr:
     s = _div(f, _add(_k(2.0, f), f))
     z = _mul(s, s)
     hfsq = _mul(_mul(_k(0.5, f), f), f)
-    tail = _mul(s, _add(hfsq, _mul(z, _horner(LOG_P, z))))
-    lo = _mul(e, _k(LN2_LO, f))
-    if low is not None:
-        lo = _add(lo, low)
+    tail = _mul(s, _muladd(z, _horner(LOG_P, z), hfsq))
+    lo = _mul(e, _k(LN2_LO, f)) if low is None else _muladd(e, _k(LN2_LO, f), low)
     return _sub(_mul(e, _k(LN2_HI, f)), _sub(_sub(hfsq, _add(tail, lo)), f))
 
 
@@ -285,7 +288,7 @@ def tanh(x: Expr) -> Expr:
 def erf(x: Expr) -> Expr:
     a = call("abs", x)
     t = _mul(x, x)
-    small = _add(x, _mul(x, _horner(ERF_P, t)))
+    small = _muladd(x, _horner(ERF_P, t), x)
     q = _sub(_horner(ERF_Q, _sub(a, _k(ERF_CENTRE, x))), t)
     middle = _sub(_k(1.0, x), _exp_normal(q))
     middle = select(call("gt", a, _k(ERF_ONE, x)), _k(1.0, x), middle)

@@ -293,6 +293,25 @@ def test_bit_level_primitives(backend: str, fn: str) -> None:
     np.testing.assert_array_equal(np.asarray(got, np.float64), want(x))
 
 
+@pytest.mark.parametrize("n", [1, 37, 4099])
+def test_muladd_rounds_once_or_twice(backend: str, n: int) -> None:
+    """The polynomial steps' a * b + c: per element either the product rounded and then the
+    sum (interp, a device without FMA, NEON's scalar tail) or one rounding of the exact value
+    (an FMA), and nothing else; the inputs make the two differ on most elements."""
+    rng = np.random.default_rng(n)
+    a, b = (rng.uniform(1, 2, n).astype(F32) for _ in "ab")
+    c = -(a.astype(np.float64) * b).astype(F32)  # cancels the product to its rounding error
+    # and to a sum of 50 bits at most, which float64 holds: ``once`` below is rounded once
+    c[1::3] = (rng.choice([-1, 1], c[1::3].size) * rng.uniform(0.5, 4, c[1::3].size)).astype(F32)
+    reads = [kg.tensor(name, (n,)) for name in "abc"]
+    body = call("muladd", *(broadcast_read(k, t, (n,)) for k, t in enumerate(reads)))
+    got = run_on(backend, kg.fuse(make_op("muladd", reads, (n,), reads[0].dtype, body)), a, b, c)
+    twice = a * b + c  # float32 NumPy: two roundings
+    once = (a.astype(np.float64) * b + c).astype(F32)  # the product is exact in float64
+    assert np.all((got == twice) | (got == once)), np.flatnonzero((got != twice) & (got != once))
+    assert np.count_nonzero(once != twice) > n // 2
+
+
 POW_REDUCED = (0.0, 1.0, 2.0, 3.0, -1.0, 0.5, -0.5, 0.25, 0.75, 1.5)
 
 

@@ -30,6 +30,7 @@ def _per_dtype(name: str) -> dict[DType, str]:
 
 FLOAT: dict[str, Any] = {
     "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / {1}",
+    "muladd": "{0} * {1} + {2}",  # rounded twice: the build turns contraction off (runtime.py)
     "neg": "-{0}",
     **{f: {dt: f"{n}({{0}})" for dt, n in _per_dtype(f).items()} for f in _UNARY_F},
     "abs": {dt: f"{n}({{0}})" for dt, n in _per_dtype("fabs").items()},
@@ -63,6 +64,7 @@ VECTOR = VectorSyntax(
     functions={
         "add": "vaddq_f32({0}, {1})", "sub": "vsubq_f32({0}, {1})", "mul": "vmulq_f32({0}, {1})",
         "div": "vdivq_f32({0}, {1})", "neg": "vnegq_f32({0})", "abs": "vabsq_f32({0})",
+        "muladd": "vfmaq_f32({2}, {0}, {1})",
         # vmaxq (FMAX), not vmaxnmq (FMAXNM): NaN propagates, on AArch64 and in SIMDe alike
         "max": "vmaxq_f32({0}, {1})", "min": "vminq_f32({0}, {1})",
         "sqrt": "vsqrtq_f32({0})", "rsqrt": "vdivq_f32(vdupq_n_f32(1.0f), vsqrtq_f32({0}))",

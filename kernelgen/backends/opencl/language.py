@@ -26,6 +26,10 @@ MAX_NAN = f"((({{0}} > {{1}}) | {ISNAN}) ? {{0}} : {{1}})"
 MIN_NAN = f"((({{0}} < {{1}}) | {ISNAN}) ? {{0}} : {{1}})"
 FLOAT: dict[str, str | dict[DType, str]] = {
     "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / {1}",
+    # one expression, which OpenCL C contracts into an FMA (FP_CONTRACT is on by default) where
+    # the device has a fast one and computes as a multiply and an add elsewhere; fma() would be
+    # a slow software routine on a CPU without FMA
+    "muladd": "{0} * {1} + {2}",
     "neg": "-{0}", "max": MAX_NAN, "min": MIN_NAN,  # "abs": after _bits below
     "pow": "pow({0}, {1})", "fmod": "fmod({0}, {1})",
     # sign() of OpenCL C gives 0 for NaN; NumPy and ONNX give NaN (the input itself), and +0

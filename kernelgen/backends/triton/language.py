@@ -17,7 +17,7 @@ SIGNATURE = {DType.float32: "*fp32", DType.float16: "*fp16", DType.float64: "*fp
              DType.int32: "*i32", DType.int64: "*i64", DType.bool: "*i1"}
 FLOAT = {
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
-    "neg": "(-{0})", "abs": "tl.abs({0})", "max": "kg_max({0}, {1})",
+    "muladd": "({0} * {1} + {2})", "neg": "(-{0})", "abs": "tl.abs({0})", "max": "kg_max({0}, {1})",
     "min": "kg_min({0}, {1})",
     **{f: f"tl.{f}({{0}})" for f in ("exp", "log", "sqrt", "rsqrt", "cos", "erf")},
     **{f: f"kg_{f}({{0}})" for f in ("sin", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",

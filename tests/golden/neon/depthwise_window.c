@@ -42,7 +42,7 @@ static inline int32x4_t kg_vlanes_s32(int32_t first, int32_t step)
 //   in0: input 'x' float32[1, 4, 13, 16]
 //   in1: input 'w' float32[4, 1, 3, 3]
 //   out0: output 'y' float32[1, 4, 13, 16]
-void kg_fused_relu_conv_sigmoid_9258e313f535(const float* restrict in0,
+void kg_fused_relu_conv_sigmoid_fb3f831e9759(const float* restrict in0,
         const float* restrict in1,
         float* restrict out0)
 {
@@ -83,38 +83,29 @@ void kg_fused_relu_conv_sigmoid_9258e313f535(const float* restrict in0,
             const float32x4_t v18 = vbslq_f32(v17, vdupq_n_f32(88.8f), v16);
             const uint32x4_t v19 = vcltq_f32(v18, vdupq_n_f32(-104.0f));
             const float32x4_t v20 = vbslq_f32(v19, vdupq_n_f32(-104.0f), v18);
-            const float32x4_t v21 = vmulq_f32(v20, vdupq_n_f32(1.4426950216293335f));
-            const float32x4_t v22 = vaddq_f32(v21, vdupq_n_f32(12582912.0f));
-            const float32x4_t v23 = vsubq_f32(v22, vdupq_n_f32(12582912.0f));
-            const float32x4_t v24 = vmulq_f32(v23, vdupq_n_f32(0.693115234375f));
-            const float32x4_t v25 = vsubq_f32(v20, v24);
-            const float32x4_t v26 = vmulq_f32(v23, vdupq_n_f32(3.194618329871446e-05f));
-            const float32x4_t v27 = vsubq_f32(v25, v26);
-            const float32x4_t v28 = vmulq_f32(v27, v27);
-            const float32x4_t v29 = vmulq_f32(vdupq_n_f32(0.0013868323294445872f), v27);
-            const float32x4_t v30 = vaddq_f32(v29, vdupq_n_f32(0.008366423659026623f));
-            const float32x4_t v31 = vmulq_f32(v30, v27);
-            const float32x4_t v32 = vaddq_f32(v31, vdupq_n_f32(0.04166746512055397f));
-            const float32x4_t v33 = vmulq_f32(v32, v27);
-            const float32x4_t v34 = vaddq_f32(v33, vdupq_n_f32(0.1666654497385025f));
-            const float32x4_t v35 = vmulq_f32(v34, v27);
-            const float32x4_t v36 = vaddq_f32(v35, vdupq_n_f32(0.4999999701976776f));
-            const float32x4_t v37 = vmulq_f32(v28, v36);
-            const float32x4_t v38 = vaddq_f32(v27, v37);
+            const float32x4_t v21 = vfmaq_f32(vdupq_n_f32(12582912.0f), v20, vdupq_n_f32(1.4426950216293335f));
+            const float32x4_t v22 = vsubq_f32(v21, vdupq_n_f32(12582912.0f));
+            const float32x4_t v23 = vfmaq_f32(v20, v22, vdupq_n_f32(-0.693115234375f));
+            const float32x4_t v24 = vfmaq_f32(v23, v22, vdupq_n_f32(-3.194618329871446e-05f));
+            const float32x4_t v25 = vmulq_f32(v24, v24);
+            const float32x4_t v26 = vfmaq_f32(vdupq_n_f32(0.008366423659026623f), vdupq_n_f32(0.0013868323294445872f), v24);
+            const float32x4_t v27 = vfmaq_f32(vdupq_n_f32(0.04166746512055397f), v26, v24);
+            const float32x4_t v28 = vfmaq_f32(vdupq_n_f32(0.1666654497385025f), v27, v24);
+            const float32x4_t v29 = vfmaq_f32(vdupq_n_f32(0.4999999701976776f), v28, v24);
+            const float32x4_t v30 = vfmaq_f32(v24, v25, v29);
+            const float32x4_t v31 = vaddq_f32(vdupq_n_f32(1.0f), v30);
+            const float32x4_t v32 = vfmaq_f32(vdupq_n_f32(12582912.0f), v22, vdupq_n_f32(0.5f));
+            const float32x4_t v33 = vsubq_f32(v32, vdupq_n_f32(12582912.0f));
+            const float32x4_t v34 = kg_exp2iq_f32(v33);
+            const float32x4_t v35 = vmulq_f32(v31, v34);
+            const float32x4_t v36 = vsubq_f32(v22, v33);
+            const float32x4_t v37 = kg_exp2iq_f32(v36);
+            const float32x4_t v38 = vmulq_f32(v35, v37);  // exp(v16)
             const float32x4_t v39 = vaddq_f32(vdupq_n_f32(1.0f), v38);
-            const float32x4_t v40 = vmulq_f32(v23, vdupq_n_f32(0.5f));
-            const float32x4_t v41 = vaddq_f32(v40, vdupq_n_f32(12582912.0f));
-            const float32x4_t v42 = vsubq_f32(v41, vdupq_n_f32(12582912.0f));
-            const float32x4_t v43 = kg_exp2iq_f32(v42);
-            const float32x4_t v44 = vmulq_f32(v39, v43);
-            const float32x4_t v45 = vsubq_f32(v23, v42);
-            const float32x4_t v46 = kg_exp2iq_f32(v45);
-            const float32x4_t v47 = vmulq_f32(v44, v46);  // exp(v16)
-            const float32x4_t v48 = vaddq_f32(vdupq_n_f32(1.0f), v47);
-            const float32x4_t v49 = vdivq_f32(vdupq_n_f32(1.0f), v48);
-            const float32x4_t v50 = vmulq_f32(v47, v49);
-            const float32x4_t v51 = vbslq_f32(v14, v49, v50);
-            vst1q_f32(out0 + 16 * o1 + 208 * o0 + o2, v51);
+            const float32x4_t v40 = vdivq_f32(vdupq_n_f32(1.0f), v39);
+            const float32x4_t v41 = vmulq_f32(v38, v40);
+            const float32x4_t v42 = vbslq_f32(v14, v40, v41);
+            vst1q_f32(out0 + 16 * o1 + 208 * o0 + o2, v42);
         }
     }
 }

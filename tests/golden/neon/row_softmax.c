@@ -46,7 +46,7 @@ static inline float kg_vmaxvq_f32(float32x4_t v)
 // fused_softmax
 //   in0: input 'x' float32[64, 1000]
 //   out0: output 'y' float32[64, 1000]
-void kg_fused_softmax_6c8219c332b0(const float* restrict in0,
+void kg_fused_softmax_29468b042aa5(const float* restrict in0,
         float* restrict out0)
 {
     #pragma omp parallel for schedule(static)
@@ -68,47 +68,38 @@ void kg_fused_softmax_6c8219c332b0(const float* restrict in0,
             const float32x4_t v11 = vbslq_f32(v10, vdupq_n_f32(88.8f), v9);
             const uint32x4_t v12 = vcltq_f32(v11, vdupq_n_f32(-104.0f));
             const float32x4_t v13 = vbslq_f32(v12, vdupq_n_f32(-104.0f), v11);
-            const float32x4_t v14 = vmulq_f32(v13, vdupq_n_f32(1.4426950216293335f));
-            const float32x4_t v15 = vaddq_f32(v14, vdupq_n_f32(12582912.0f));
-            const float32x4_t v16 = vsubq_f32(v15, vdupq_n_f32(12582912.0f));
-            const float32x4_t v17 = vmulq_f32(v16, vdupq_n_f32(0.693115234375f));
-            const float32x4_t v18 = vsubq_f32(v13, v17);
-            const float32x4_t v19 = vmulq_f32(v16, vdupq_n_f32(3.194618329871446e-05f));
-            const float32x4_t v20 = vsubq_f32(v18, v19);
-            const float32x4_t v21 = vmulq_f32(v20, v20);
-            const float32x4_t v22 = vmulq_f32(vdupq_n_f32(0.0013868323294445872f), v20);
-            const float32x4_t v23 = vaddq_f32(v22, vdupq_n_f32(0.008366423659026623f));
-            const float32x4_t v24 = vmulq_f32(v23, v20);
-            const float32x4_t v25 = vaddq_f32(v24, vdupq_n_f32(0.04166746512055397f));
-            const float32x4_t v26 = vmulq_f32(v25, v20);
-            const float32x4_t v27 = vaddq_f32(v26, vdupq_n_f32(0.1666654497385025f));
-            const float32x4_t v28 = vmulq_f32(v27, v20);
-            const float32x4_t v29 = vaddq_f32(v28, vdupq_n_f32(0.4999999701976776f));
-            const float32x4_t v30 = vmulq_f32(v21, v29);
-            const float32x4_t v31 = vaddq_f32(v20, v30);
-            const float32x4_t v32 = vaddq_f32(vdupq_n_f32(1.0f), v31);
-            const float32x4_t v33 = vmulq_f32(v16, vdupq_n_f32(0.5f));
-            const float32x4_t v34 = vaddq_f32(v33, vdupq_n_f32(12582912.0f));
-            const float32x4_t v35 = vsubq_f32(v34, vdupq_n_f32(12582912.0f));
-            const float32x4_t v36 = kg_exp2iq_f32(v35);
-            const float32x4_t v37 = vmulq_f32(v32, v36);
-            const float32x4_t v38 = vsubq_f32(v16, v35);
-            const float32x4_t v39 = kg_exp2iq_f32(v38);
-            const float32x4_t v40 = vmulq_f32(v37, v39);  // exp(v9)
-            vst1q_f32(kg_stage0 + j7, v40);
+            const float32x4_t v14 = vfmaq_f32(vdupq_n_f32(12582912.0f), v13, vdupq_n_f32(1.4426950216293335f));
+            const float32x4_t v15 = vsubq_f32(v14, vdupq_n_f32(12582912.0f));
+            const float32x4_t v16 = vfmaq_f32(v13, v15, vdupq_n_f32(-0.693115234375f));
+            const float32x4_t v17 = vfmaq_f32(v16, v15, vdupq_n_f32(-3.194618329871446e-05f));
+            const float32x4_t v18 = vmulq_f32(v17, v17);
+            const float32x4_t v19 = vfmaq_f32(vdupq_n_f32(0.008366423659026623f), vdupq_n_f32(0.0013868323294445872f), v17);
+            const float32x4_t v20 = vfmaq_f32(vdupq_n_f32(0.04166746512055397f), v19, v17);
+            const float32x4_t v21 = vfmaq_f32(vdupq_n_f32(0.1666654497385025f), v20, v17);
+            const float32x4_t v22 = vfmaq_f32(vdupq_n_f32(0.4999999701976776f), v21, v17);
+            const float32x4_t v23 = vfmaq_f32(v17, v18, v22);
+            const float32x4_t v24 = vaddq_f32(vdupq_n_f32(1.0f), v23);
+            const float32x4_t v25 = vfmaq_f32(vdupq_n_f32(12582912.0f), v15, vdupq_n_f32(0.5f));
+            const float32x4_t v26 = vsubq_f32(v25, vdupq_n_f32(12582912.0f));
+            const float32x4_t v27 = kg_exp2iq_f32(v26);
+            const float32x4_t v28 = vmulq_f32(v24, v27);
+            const float32x4_t v29 = vsubq_f32(v15, v26);
+            const float32x4_t v30 = kg_exp2iq_f32(v29);
+            const float32x4_t v31 = vmulq_f32(v28, v30);  // exp(v9)
+            vst1q_f32(kg_stage0 + j7, v31);
         }
-        float32x4_t vacc41 = vdupq_n_f32(0.0f);
-        int i43 = 0;
-        for (; i43 + 4 <= 1000; i43 += 4) {
-            const float32x4_t v44 = vld1q_f32(kg_stage0 + i43);
-            vacc41 = vaddq_f32(vacc41, v44);
+        float32x4_t vacc32 = vdupq_n_f32(0.0f);
+        int i34 = 0;
+        for (; i34 + 4 <= 1000; i34 += 4) {
+            const float32x4_t v35 = vld1q_f32(kg_stage0 + i34);
+            vacc32 = vaddq_f32(vacc32, v35);
         }
-        float acc42 = vaddvq_f32(vacc41);
+        float acc33 = vaddvq_f32(vacc32);
         int o1 = 0;
         for (; o1 + 4 <= 1000; o1 += 4) {
-            const float32x4_t v45 = vld1q_f32(kg_stage0 + o1);
-            const float32x4_t v46 = vdivq_f32(v45, vdupq_n_f32(acc42));
-            vst1q_f32(out0 + 1000 * o0 + o1, v46);
+            const float32x4_t v36 = vld1q_f32(kg_stage0 + o1);
+            const float32x4_t v37 = vdivq_f32(v36, vdupq_n_f32(acc33));
+            vst1q_f32(out0 + 1000 * o0 + o1, v37);
         }
     }
 }

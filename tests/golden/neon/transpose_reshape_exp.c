@@ -33,7 +33,7 @@ static inline float32x4_t kg_exp2iq_f32(float32x4_t k)
 // fused_transpose_reshape_exp
 //   in0: input 'x' float32[3, 5, 7]
 //   out0: output 'y' float32[7, 15]
-void kg_fused_transpose_reshape_exp_f73b9d71138e(const float* restrict in0,
+void kg_fused_transpose_reshape_exp_a4fc3ada0b82(const float* restrict in0,
         float* restrict out0)
 {
     for (int g1 = 0; g1 < 7; ++g1) {
@@ -44,34 +44,25 @@ void kg_fused_transpose_reshape_exp_f73b9d71138e(const float* restrict in0,
             const float t5 = t4 ? 88.8f : t3;
             const bool t6 = t5 < -104.0f;
             const float t7 = t6 ? -104.0f : t5;
-            const float t8 = t7 * 1.4426950216293335f;
-            const float t9 = t8 + 12582912.0f;
-            const float t10 = t9 - 12582912.0f;
-            const float t11 = t10 * 0.693115234375f;
-            const float t12 = t7 - t11;
-            const float t13 = t10 * 3.194618329871446e-05f;
-            const float t14 = t12 - t13;
-            const float t15 = t14 * t14;
-            const float t16 = 0.0013868323294445872f * t14;
-            const float t17 = t16 + 0.008366423659026623f;
-            const float t18 = t17 * t14;
-            const float t19 = t18 + 0.04166746512055397f;
-            const float t20 = t19 * t14;
-            const float t21 = t20 + 0.1666654497385025f;
-            const float t22 = t21 * t14;
-            const float t23 = t22 + 0.4999999701976776f;
-            const float t24 = t15 * t23;
-            const float t25 = t14 + t24;
-            const float t26 = 1.0f + t25;
-            const float t27 = t10 * 0.5f;
-            const float t28 = t27 + 12582912.0f;
-            const float t29 = t28 - 12582912.0f;
-            const float t30 = kg_exp2if(t29);
-            const float t31 = t26 * t30;
-            const float t32 = t10 - t29;
-            const float t33 = kg_exp2if(t32);
-            const float t34 = t31 * t33;  // exp(t3)
-            out0[15 * o0 + o1] = t34;
+            const float t8 = t7 * 1.4426950216293335f + 12582912.0f;
+            const float t9 = t8 - 12582912.0f;
+            const float t10 = t9 * -0.693115234375f + t7;
+            const float t11 = t9 * -3.194618329871446e-05f + t10;
+            const float t12 = t11 * t11;
+            const float t13 = 0.0013868323294445872f * t11 + 0.008366423659026623f;
+            const float t14 = t13 * t11 + 0.04166746512055397f;
+            const float t15 = t14 * t11 + 0.1666654497385025f;
+            const float t16 = t15 * t11 + 0.4999999701976776f;
+            const float t17 = t12 * t16 + t11;
+            const float t18 = 1.0f + t17;
+            const float t19 = t9 * 0.5f + 12582912.0f;
+            const float t20 = t19 - 12582912.0f;
+            const float t21 = kg_exp2if(t20);
+            const float t22 = t18 * t21;
+            const float t23 = t9 - t20;
+            const float t24 = kg_exp2if(t23);
+            const float t25 = t22 * t24;  // exp(t3)
+            out0[15 * o0 + o1] = t25;
         }
     }
 }

@@ -33,95 +33,77 @@ __kernel void fused_softmax(__global const float* restrict x,
         const float16 v14 = select(v12, ((float16)(88.8f)), v13);
         const int16 v15 = v14 < ((float16)(-104.0f));
         const float16 v16 = select(v14, ((float16)(-104.0f)), v15);
-        const float16 v17 = v16 * ((float16)(1.4426950216293335f));
-        const float16 v18 = v17 + ((float16)(12582912.0f));
-        const float16 v19 = v18 - ((float16)(12582912.0f));
-        const float16 v20 = v19 * ((float16)(0.693115234375f));
-        const float16 v21 = v16 - v20;
-        const float16 v22 = v19 * ((float16)(3.194618329871446e-05f));
-        const float16 v23 = v21 - v22;
-        const float16 v24 = v23 * v23;
-        const float16 v25 = ((float16)(0.0013868323294445872f)) * v23;
-        const float16 v26 = v25 + ((float16)(0.008366423659026623f));
-        const float16 v27 = v26 * v23;
-        const float16 v28 = v27 + ((float16)(0.04166746512055397f));
-        const float16 v29 = v28 * v23;
-        const float16 v30 = v29 + ((float16)(0.1666654497385025f));
-        const float16 v31 = v30 * v23;
-        const float16 v32 = v31 + ((float16)(0.4999999701976776f));
-        const float16 v33 = v24 * v32;
-        const float16 v34 = v23 + v33;
-        const float16 v35 = ((float16)(1.0f)) + v34;
-        const float16 v36 = v19 * ((float16)(0.5f));
-        const float16 v37 = v36 + ((float16)(12582912.0f));
-        const float16 v38 = v37 - ((float16)(12582912.0f));
-        const float16 v39 = as_float16((as_uint16(v38 + 12582912.0f) + 127u) << 23);
-        const float16 v40 = v35 * v39;
-        const float16 v41 = v19 - v38;
-        const float16 v42 = as_float16((as_uint16(v41 + 12582912.0f) + 127u) << 23);
-        const float16 v43 = v40 * v42;  // exp(v12)
-        vstore16(v43, 0, kg_stage0 + j10);
+        const float16 v17 = v16 * ((float16)(1.4426950216293335f)) + ((float16)(12582912.0f));
+        const float16 v18 = v17 - ((float16)(12582912.0f));
+        const float16 v19 = v18 * ((float16)(-0.693115234375f)) + v16;
+        const float16 v20 = v18 * ((float16)(-3.194618329871446e-05f)) + v19;
+        const float16 v21 = v20 * v20;
+        const float16 v22 = ((float16)(0.0013868323294445872f)) * v20 + ((float16)(0.008366423659026623f));
+        const float16 v23 = v22 * v20 + ((float16)(0.04166746512055397f));
+        const float16 v24 = v23 * v20 + ((float16)(0.1666654497385025f));
+        const float16 v25 = v24 * v20 + ((float16)(0.4999999701976776f));
+        const float16 v26 = v21 * v25 + v20;
+        const float16 v27 = ((float16)(1.0f)) + v26;
+        const float16 v28 = v18 * ((float16)(0.5f)) + ((float16)(12582912.0f));
+        const float16 v29 = v28 - ((float16)(12582912.0f));
+        const float16 v30 = as_float16((as_uint16(v29 + 12582912.0f) + 127u) << 23);
+        const float16 v31 = v27 * v30;
+        const float16 v32 = v18 - v29;
+        const float16 v33 = as_float16((as_uint16(v32 + 12582912.0f) + 127u) << 23);
+        const float16 v34 = v31 * v33;  // exp(v12)
+        vstore16(v34, 0, kg_stage0 + j10);
     }
-    for (int j44 = j10; j44 < 1000; ++j44) {
-        const float t45 = x[1000 * o0 + j44];
-        const float t46 = t45 - acc2;
-        const bool t47 = t46 > 88.8f;
-        const float t48 = t47 ? 88.8f : t46;
-        const bool t49 = t48 < -104.0f;
-        const float t50 = t49 ? -104.0f : t48;
-        const float t51 = t50 * 1.4426950216293335f;
-        const float t52 = t51 + 12582912.0f;
-        const float t53 = t52 - 12582912.0f;
-        const float t54 = t53 * 0.693115234375f;
-        const float t55 = t50 - t54;
-        const float t56 = t53 * 3.194618329871446e-05f;
-        const float t57 = t55 - t56;
-        const float t58 = t57 * t57;
-        const float t59 = 0.0013868323294445872f * t57;
-        const float t60 = t59 + 0.008366423659026623f;
-        const float t61 = t60 * t57;
-        const float t62 = t61 + 0.04166746512055397f;
-        const float t63 = t62 * t57;
-        const float t64 = t63 + 0.1666654497385025f;
-        const float t65 = t64 * t57;
-        const float t66 = t65 + 0.4999999701976776f;
-        const float t67 = t58 * t66;
-        const float t68 = t57 + t67;
-        const float t69 = 1.0f + t68;
-        const float t70 = t53 * 0.5f;
-        const float t71 = t70 + 12582912.0f;
-        const float t72 = t71 - 12582912.0f;
-        const float t73 = as_float((as_uint(t72 + 12582912.0f) + 127u) << 23);
-        const float t74 = t69 * t73;
-        const float t75 = t53 - t72;
-        const float t76 = as_float((as_uint(t75 + 12582912.0f) + 127u) << 23);
-        const float t77 = t74 * t76;  // exp(t46)
-        kg_stage0[j44] = t77;
+    for (int j35 = j10; j35 < 1000; ++j35) {
+        const float t36 = x[1000 * o0 + j35];
+        const float t37 = t36 - acc2;
+        const bool t38 = t37 > 88.8f;
+        const float t39 = t38 ? 88.8f : t37;
+        const bool t40 = t39 < -104.0f;
+        const float t41 = t40 ? -104.0f : t39;
+        const float t42 = t41 * 1.4426950216293335f + 12582912.0f;
+        const float t43 = t42 - 12582912.0f;
+        const float t44 = t43 * -0.693115234375f + t41;
+        const float t45 = t43 * -3.194618329871446e-05f + t44;
+        const float t46 = t45 * t45;
+        const float t47 = 0.0013868323294445872f * t45 + 0.008366423659026623f;
+        const float t48 = t47 * t45 + 0.04166746512055397f;
+        const float t49 = t48 * t45 + 0.1666654497385025f;
+        const float t50 = t49 * t45 + 0.4999999701976776f;
+        const float t51 = t46 * t50 + t45;
+        const float t52 = 1.0f + t51;
+        const float t53 = t43 * 0.5f + 12582912.0f;
+        const float t54 = t53 - 12582912.0f;
+        const float t55 = as_float((as_uint(t54 + 12582912.0f) + 127u) << 23);
+        const float t56 = t52 * t55;
+        const float t57 = t43 - t54;
+        const float t58 = as_float((as_uint(t57 + 12582912.0f) + 127u) << 23);
+        const float t59 = t56 * t58;  // exp(t37)
+        kg_stage0[j35] = t59;
     }
-    float16 vacc78 = ((float16)(0.0f));
-    int i80 = 0;
-    for (; i80 + 16 <= 1000; i80 += 16) {
-        const float16 v81 = vload16(0, kg_stage0 + i80);
-        vacc78 = vacc78 + v81;
+    float16 vacc60 = ((float16)(0.0f));
+    int i62 = 0;
+    for (; i62 + 16 <= 1000; i62 += 16) {
+        const float16 v63 = vload16(0, kg_stage0 + i62);
+        vacc60 = vacc60 + v63;
     }
-    const float8 h82 = vacc78.lo + vacc78.hi;
-    const float4 h83 = h82.lo + h82.hi;
-    const float2 h84 = h83.lo + h83.hi;
-    const float h85 = h84.lo + h84.hi;
-    float acc79 = h85;
-    for (; i80 < 1000; ++i80) {
-        const float t86 = kg_stage0[i80];
-        acc79 = acc79 + t86;
+    const float8 h64 = vacc60.lo + vacc60.hi;
+    const float4 h65 = h64.lo + h64.hi;
+    const float2 h66 = h65.lo + h65.hi;
+    const float h67 = h66.lo + h66.hi;
+    float acc61 = h67;
+    for (; i62 < 1000; ++i62) {
+        const float t68 = kg_stage0[i62];
+        acc61 = acc61 + t68;
     }
     int o1 = 0;
     for (; o1 + 16 <= 1000; o1 += 16) {
-        const float16 v87 = vload16(0, kg_stage0 + o1);
-        const float16 v88 = v87 / ((float16)(acc79));
-        vstore16(v88, 0, y + 1000 * o0 + o1);
+        const float16 v69 = vload16(0, kg_stage0 + o1);
+        const float16 v70 = v69 / ((float16)(acc61));
+        vstore16(v70, 0, y + 1000 * o0 + o1);
     }
     for (; o1 < 1000; ++o1) {
-        const float t89 = kg_stage0[o1];
-        const float t90 = t89 / acc79;
-        y[1000 * o0 + o1] = t90;
+        const float t71 = kg_stage0[o1];
+        const float t72 = t71 / acc61;
+        y[1000 * o0 + o1] = t72;
     }
 }
