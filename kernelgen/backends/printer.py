@@ -203,16 +203,29 @@ class Emitter:
         name = self.fresh()
         self.declare(scope, name, node.dtype, text)
         scope.names[node] = name
-        self.annotate(scope, node, lambda arg: self.expr(arg, scope))
+        self.annotate(scope, node, lambda arg: self.named(arg, scope))
         return name
 
-    def annotate(self, scope: Scope, node: Expr, name_of: Callable[[Expr], str]) -> None:
+    def named(self, node: Expr, scope: Scope) -> str | None:
+        """What names ``node`` in ``scope`` without emitting anything: a constant's literal,
+        or the name of a statement already there; else None."""
+        if isinstance(node, Const):
+            return self.literal(node.value, node.dtype)
+        return scope.lookup(node)
+
+    def annotate(self, scope: Scope, node: Expr, name_of: Callable[[Expr], str | None]
+                 ) -> None:
         """After the line that completes an expansion of the math library (``node``), a
-        comment naming the call it computes: ``t32 = t29 * t31;  // exp(t1)``."""
+        comment naming the call it computes: ``t32 = t29 * t31;  // exp(t1)``. None where an
+        argument has no name here (a rewrite folded it into a constant tree): the comment
+        must not make the printer compute it."""
         called = self.origins.get(node)
-        if called is not None:
-            fn, args = called
-            scope.lines[-1] += f"  {self.comment} {fn}({', '.join(map(name_of, args))})"
+        if called is None:
+            return
+        fn, args = called
+        names = [name_of(a) for a in args]
+        if all(names):
+            scope.lines[-1] += f"  {self.comment} {fn}({', '.join(map(str, names))})"
 
     def carry_origins(self, before: Expr, after: Expr) -> None:
         """Let ``annotate`` name the expansions in ``after`` as those in ``before``: ``after``
@@ -231,9 +244,10 @@ class Emitter:
                 stack.extend(zip(kids, new_kids))
         for old, new in pairs.items():
             called = self.origins.get(old)
-            if called is not None and new not in self.origins:
+            if called is not None and new not in self.origins and \
+                    all(a in pairs for a in called[1]):
                 fn, args = called
-                self.origins[new] = (fn, tuple(pairs.get(a, a) for a in args))
+                self.origins[new] = (fn, tuple(pairs[a] for a in args))
 
     def _expr_text(self, node: Expr, scope: Scope) -> str:
         if isinstance(node, Load):

@@ -186,8 +186,15 @@ class VectorPrinter:
         vtype = self.v.mtype if node.dtype is DType.bool else self.v.vtype
         self.scope.add(f"const {vtype} {name} = {text};")
         self.names[node] = name
-        self.em.annotate(self.scope, node, self.expr)
+        self.em.annotate(self.scope, node, self._named)
         return name
+
+    def _named(self, node: Expr) -> str | None:
+        """What names ``node`` without emitting anything (``Emitter.named``, broadcast)."""
+        if node in self.names:
+            return self.names[node]
+        scalar = self.em.named(node, self.scope)
+        return None if scalar is None else self.v.broadcast.format(scalar)
 
     def _text(self, node: Expr) -> str:
         if isinstance(node, Load):
