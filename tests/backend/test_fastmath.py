@@ -24,6 +24,8 @@ import kernelgen as kg
 from kernelgen.ir.expr import Call, call, const, walk
 from kernelgen.lower import fastmath
 from kernelgen.ops.common import broadcast_read, make_op
+from kernelgen.ops.reduce import reduce_op
+from kernelgen.ops.shape import pad
 
 MAX_ULP = 4.0
 F32 = np.float32
@@ -382,3 +384,19 @@ def test_vector_epilogues_name_their_calls() -> None:
     if caps.simd_within_work_item:  # a window on a CPU: one tanh a vector of a row
         assert kernel.metadata["schedule"] == "window"
         assert kernel.source.count("  // tanh(v") >= 2
+
+
+def test_window_rows_whose_epilogue_folds_to_a_constant(backend: str) -> None:
+    """tanh(pad(sum(pad(x)))): the window's second row is all padding, so its tanh folds to a
+    tree over a constant, whose argument the rewrite for the row no longer holds. The comment
+    naming the call had made the printer compute that argument there, with index symbols the
+    row does not have (a build failure found by the random blocks on pip's PoCL)."""
+    x = kg.tensor("x", (1, 2))
+    padded = pad(x, [0, 0, 1, 1], constant_value=0.25)
+    summed = reduce_op("ReduceSum", padded, [0], keepdims=1)
+    outer = pad(summed, [0, 0, 1, 1], constant_value=0.25)
+    fused = kg.fuse(padded, summed, outer, kg.tanh(outer))
+    xs = np.array([[0.3, -0.7]], F32)
+    inner = np.pad(xs, [(0, 1), (0, 1)], constant_values=0.25).sum(0, keepdims=True)
+    want = np.tanh(np.pad(inner, [(0, 1), (0, 1)], constant_values=0.25))
+    np.testing.assert_allclose(run_on(backend, fused, xs), want, rtol=1e-6)
