@@ -33,6 +33,7 @@ from .passes import hoist
 # The scratch row lives per group point (a work-item's private array, a thread's stack): rows
 # longer than this stay recomputed rather than risk the stack.
 STAGE_MAX = 4096
+SHARE_WITH_ROWS = True  # bench/attention_exp.py switches it off to time the kernels before
 
 
 def _canonical(node: Expr, names: dict[sympy.Symbol, sympy.Symbol], prefix: str) -> Expr:
@@ -172,7 +173,87 @@ def _stage_weights(kernel: LoopKernel, keys: frozenset, staged: list[Staged]) ->
         return Reduce(node.dtype, node.kind, transform(node.body, term), node.axes)
 
     stores = tuple(Store(st.buffer, transform(st.value, visit)) for st in kernel.stores)
-    return _rehoist(replace(kernel, stores=stores), keys, staged)
+    return _share_with_rows(_rehoist(replace(kernel, stores=stores), keys, staged), keys)
+
+
+def _share_with_rows(kernel: LoopKernel, keys: frozenset) -> LoopKernel:
+    """A costly term that a hoisted one-axis reduction and a staged row both compute (the
+    attention's exp(s - max), summed by the softmax's sum and divided by it in the weights row)
+    staged once, before that row: the sum and the row load it, so each exp is computed once
+    instead of twice. Each such term, until none is left."""
+    if not SHARE_WITH_ROWS:
+        return kernel
+    ranges = {**kernel.ranges, **dict(kernel.domain)}
+    for r in kernel.hoisted:
+        if len(r.axes) != 1:
+            continue
+        (axis, extent), = r.axes
+        for k, st in enumerate(kernel.staged):
+            if st.buffer.shape[0] != extent:
+                continue
+            in_row = set(walk(st.value))
+            for u in reversed(list(walk(r.body))):  # children first: the largest term first
+                if not _costly_term(u, axis, keys, kernel.hoisted):
+                    continue
+                at_row = specialise(u, {axis: st.row}, {**ranges, st.row: extent})
+                if at_row in in_row:
+                    staged_kernel, rows = _stage_shared(kernel, r, u, k, at_row)
+                    return _share_with_rows(_rehoist(staged_kernel, keys, rows), keys)
+    return kernel
+
+
+def _stage_shared(kernel: LoopKernel, r: Reduce, term: Expr, k: int, at_row: Expr
+                  ) -> tuple[LoopKernel, list[Staged]]:
+    """``term`` of the hoisted ``r`` staged as a row of its own before staged row ``k``, where
+    it is ``at_row``: ``r`` and row ``k`` read it (``_share_with_rows``)."""
+    (axis, extent), = r.axes
+    row = sympy.Symbol(f"_row{len(kernel.staged)}", integer=True, nonnegative=True)
+    ranges = {**kernel.ranges, **dict(kernel.domain), row: extent}
+    shared = Staged(Buffer(_scratch_name(kernel, len(kernel.staged)), (extent,), DType.float32),
+                    row, specialise(term, {axis: row}, ranges))
+    body = transform(r.body, lambda n, _r: Load(term.dtype, shared.buffer.name, axis)
+                     if n == term else None)
+    summed = Reduce(r.dtype, r.kind, body, r.axes)
+    old = kernel.staged[k]
+
+    def use(node: Expr, _recurse: object) -> Expr | None:
+        if node == r:
+            return summed
+        return Load(term.dtype, shared.buffer.name, old.row) if node == at_row else None
+
+    staged = [*kernel.staged[:k], shared,
+              *(replace(st, value=transform(st.value, use)) for st in kernel.staged[k:])]
+    stores = tuple(Store(st.buffer, transform(st.value, use)) for st in kernel.stores)
+    return _numbered(replace(kernel, stores=stores), staged)
+
+
+def _numbered(kernel: LoopKernel, staged: list[Staged]) -> tuple[LoopKernel, list[Staged]]:
+    """``kernel``'s stores and the rows of ``staged`` with the rows named ``stage<k>`` in the
+    order they are computed."""
+    names = {st.buffer.name: _scratch_name(kernel, n) for n, st in enumerate(staged)}
+
+    def rename(node: Expr, _recurse: object) -> Expr | None:
+        if isinstance(node, Load) and node.buffer in names:
+            return replace(node, buffer=names[node.buffer])
+        return None
+
+    stores = tuple(Store(st.buffer, transform(st.value, rename)) for st in kernel.stores)
+    return replace(kernel, stores=stores), [
+        Staged(replace(st.buffer, name=names[st.buffer.name]), st.row,
+               transform(st.value, rename)) for st in staged]
+
+
+def _costly_term(u: Expr, axis: sympy.Symbol, keys: frozenset, hoisted: Sequence[Reduce]
+                 ) -> bool:
+    """Whether ``u``, inside a hoisted reduction over ``axis``, is a float32 term keyed by the
+    group and ``axis`` alone with a costly primitive and no reduction of its own (those
+    hoisted are computed before the row)."""
+    free = free_index_symbols(u)
+    if u.dtype is not DType.float32 or axis not in free or not free <= keys | {axis}:
+        return False
+    inside = _outside_hoisted(u, hoisted)
+    return not any(isinstance(n, Reduce) and n not in hoisted for n in inside) and \
+        any(isinstance(n, Call) and n.fn not in CHEAP for n in inside)
 
 
 def _scratch_name(kernel: LoopKernel, k: int) -> str:
@@ -305,12 +386,7 @@ def _shared_term(kernel: LoopKernel) -> tuple[Reduce, Expr, Expr] | None:
             continue
         (axis, _), = r.axes
         for u in reversed(list(walk(r.body))):  # walk lists children first: largest first here
-            free = free_index_symbols(u)
-            if u.dtype is not DType.float32 or axis not in free or not free <= keys | {axis}:
-                continue
-            inside = _outside_hoisted(u, kernel.hoisted)  # those are computed before the row
-            if any(isinstance(n, Reduce) and n not in kernel.hoisted for n in inside) or \
-                    not any(isinstance(n, Call) and n.fn not in CHEAP for n in inside):
+            if not _costly_term(u, axis, keys, kernel.hoisted):
                 continue
             at_element = specialise(u, {axis: element}, ranges)
             if at_element in in_stores:

@@ -16,6 +16,7 @@ from kernelgen import backends
 from kernelgen.tune import tune
 import kernelgen as kg
 from kernelgen.fastrun import FastRunDB
+from kernelgen.ir.expr import Call, walk
 from kernelgen.lower import unroll
 from kernelgen.lower import lower
 from kernelgen.lower.staging import unstage
@@ -213,14 +214,18 @@ def test_attention_computes_each_score_once(backend_name: str) -> None:
     values, ops = _scaled_attention(2, 5, 8, 11, 3)
     fused = kg.fuse(*ops, force=True)
     loop = lower(fused, "attention")
-    # the score row is staged once per query, then the softmax weights read from it
-    assert [st.buffer.shape for st in loop.staged] == [(11,), (11,)]
+    # the score row is staged once per query, then the exp row that the softmax's sum and
+    # its weights read, then the weights
+    assert [st.buffer.shape for st in loop.staged] == [(11,), (11,), (11,)]
+    exps = [n for st in loop.staged for n in walk(st.value)] + \
+        [n for r in loop.hoisted for n in walk(r)]
+    assert sum(isinstance(n, Call) and n.fn == "exp" for n in set(exps)) == 1
     assert {b.name for b in loop.inputs} == {"q", "k", "v", "scale", "mask"}
     inlined = unstage(loop)
     assert not inlined.staged and loop.flops() < inlined.flops()
     kernel = fused.emit(backend_name, tuning="none")
     assert kernel.metadata["producer_redundancy"] == 1.0
-    assert kernel.metadata["staged_rows"] == ["stage0", "stage1"]
+    assert kernel.metadata["staged_rows"] == ["stage0", "stage1", "stage2"]
     # the keys are read by one loop (the staged row's), not by every reduction that uses a score
     key = {"neon": r"\bin1\[", "triton": r"\bin1 \+", "opencl": r"\bk\["}[backend_name]
     assert len(re.findall(key, kernel.source)) == 1
@@ -240,7 +245,7 @@ def test_staged_rows_do_not_clash_with_tensor_names(backend_name: str) -> None:
     feeds = _feeds([q, k, v])
     want = evaluate_chain(ops, feeds)[ops[-1].name]
     kernel = kg.fuse(*ops, force=True).emit(backend_name, tuning="none")
-    assert kernel.metadata["staged_rows"] == ["stage0_", "stage1_"]
+    assert kernel.metadata["staged_rows"] == ["stage0_", "stage1_", "stage2"]
     assert_close(kernel(feeds["stage0"], feeds["kg_stage0"], feeds["stage1"]), want, scale=50)
 
 
@@ -383,5 +388,5 @@ def test_tuner_searches_queries_per_work_item(backend_name: str, tmp_path) -> No
     space = backends.get(backend_name).search_space(loop)
     assert {c.as_options().get("group_rows") for c in space} >= {1, 2, 4, 8}
     result = tune(loop, backend_name, db=FastRunDB(tmp_path / "db"), repeat=2)
-    assert all(c.status == "ok" for c in result.candidates)
+    assert all(c.status == "ok" for c in result.candidates), [c.status for c in result.candidates]
     assert result.best in space

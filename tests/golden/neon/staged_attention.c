@@ -48,7 +48,7 @@ static inline float kg_vmaxvq_f32(float32x4_t v)
 //   in1: input 'k' float32[8, 10]
 //   in2: input 'v' float32[10, 4]
 //   out0: output 'y' float32[16, 4]
-void kg_fused_matmul_softmax_matmul_5c1707b6a770(const float* restrict in0,
+void kg_fused_matmul_softmax_matmul_cdab7a66d194(const float* restrict in0,
         const float* restrict in1,
         const float* restrict in2,
         float* restrict out0)
@@ -97,256 +97,179 @@ void kg_fused_matmul_softmax_matmul_5c1707b6a770(const float* restrict in0,
             const float t23 = kg_stage0_0[i21];
             acc20 = (((acc20 > t23) | isnan(acc20)) ? acc20 : t23);
         }
-        float32x4_t vacc24 = vdupq_n_f32(0.0f);
+        float32x4_t vacc24 = vdupq_n_f32((-INFINITY));
         int i26 = 0;
         for (; i26 + 4 <= 10; i26 += 4) {
-            const float32x4_t v27 = vld1q_f32(kg_stage0_0 + i26);
-            const float32x4_t v28 = vsubq_f32(v27, vdupq_n_f32(acc20));
-            const uint32x4_t v29 = vcgtq_f32(v28, vdupq_n_f32(88.8f));
-            const float32x4_t v30 = vbslq_f32(v29, vdupq_n_f32(88.8f), v28);
-            const uint32x4_t v31 = vcltq_f32(v30, vdupq_n_f32(-104.0f));
-            const float32x4_t v32 = vbslq_f32(v31, vdupq_n_f32(-104.0f), v30);
-            const float32x4_t v33 = vfmaq_f32(vdupq_n_f32(12582912.0f), v32, vdupq_n_f32(1.4426950216293335f));
-            const float32x4_t v34 = vsubq_f32(v33, vdupq_n_f32(12582912.0f));
-            const float32x4_t v35 = vfmaq_f32(v32, v34, vdupq_n_f32(-0.693115234375f));
-            const float32x4_t v36 = vfmaq_f32(v35, v34, vdupq_n_f32(-3.194618329871446e-05f));
-            const float32x4_t v37 = vmulq_f32(v36, v36);
-            const float32x4_t v38 = vfmaq_f32(vdupq_n_f32(0.008366423659026623f), vdupq_n_f32(0.0013868323294445872f), v36);
-            const float32x4_t v39 = vfmaq_f32(vdupq_n_f32(0.04166746512055397f), v38, v36);
-            const float32x4_t v40 = vfmaq_f32(vdupq_n_f32(0.1666654497385025f), v39, v36);
-            const float32x4_t v41 = vfmaq_f32(vdupq_n_f32(0.4999999701976776f), v40, v36);
-            const float32x4_t v42 = vfmaq_f32(v36, v37, v41);
-            const float32x4_t v43 = vaddq_f32(vdupq_n_f32(1.0f), v42);
-            const float32x4_t v44 = vfmaq_f32(vdupq_n_f32(12582912.0f), v34, vdupq_n_f32(0.5f));
-            const float32x4_t v45 = vsubq_f32(v44, vdupq_n_f32(12582912.0f));
-            const float32x4_t v46 = kg_exp2iq_f32(v45);
-            const float32x4_t v47 = vmulq_f32(v43, v46);
-            const float32x4_t v48 = vsubq_f32(v34, v45);
-            const float32x4_t v49 = kg_exp2iq_f32(v48);
-            const float32x4_t v50 = vmulq_f32(v47, v49);
-            vacc24 = vaddq_f32(vacc24, v50);
+            const float32x4_t v27 = vld1q_f32(kg_stage0_1 + i26);
+            vacc24 = vmaxq_f32(vacc24, v27);
         }
-        float acc25 = vaddvq_f32(vacc24);
+        float acc25 = kg_vmaxvq_f32(vacc24);
         for (; i26 < 10; ++i26) {
-            const float t51 = kg_stage0_0[i26];
-            const float t52 = t51 - acc20;
-            const bool t53 = t52 > 88.8f;
-            const float t54 = t53 ? 88.8f : t52;
-            const bool t55 = t54 < -104.0f;
-            const float t56 = t55 ? -104.0f : t54;
-            const float t57 = t56 * 1.4426950216293335f + 12582912.0f;
-            const float t58 = t57 - 12582912.0f;
-            const float t59 = t58 * -0.693115234375f + t56;
-            const float t60 = t58 * -3.194618329871446e-05f + t59;
-            const float t61 = t60 * t60;
-            const float t62 = 0.0013868323294445872f * t60 + 0.008366423659026623f;
-            const float t63 = t62 * t60 + 0.04166746512055397f;
-            const float t64 = t63 * t60 + 0.1666654497385025f;
-            const float t65 = t64 * t60 + 0.4999999701976776f;
-            const float t66 = t61 * t65 + t60;
-            const float t67 = 1.0f + t66;
-            const float t68 = t58 * 0.5f + 12582912.0f;
-            const float t69 = t68 - 12582912.0f;
-            const float t70 = kg_exp2if(t69);
-            const float t71 = t67 * t70;
-            const float t72 = t58 - t69;
-            const float t73 = kg_exp2if(t72);
-            const float t74 = t71 * t73;
-            acc25 = acc25 + t74;
-        }
-        float32x4_t vacc75 = vdupq_n_f32((-INFINITY));
-        int i77 = 0;
-        for (; i77 + 4 <= 10; i77 += 4) {
-            const float32x4_t v78 = vld1q_f32(kg_stage0_1 + i77);
-            vacc75 = vmaxq_f32(vacc75, v78);
-        }
-        float acc76 = kg_vmaxvq_f32(vacc75);
-        for (; i77 < 10; ++i77) {
-            const float t79 = kg_stage0_1[i77];
-            acc76 = (((acc76 > t79) | isnan(acc76)) ? acc76 : t79);
-        }
-        float32x4_t vacc80 = vdupq_n_f32(0.0f);
-        int i82 = 0;
-        for (; i82 + 4 <= 10; i82 += 4) {
-            const float32x4_t v83 = vld1q_f32(kg_stage0_1 + i82);
-            const float32x4_t v84 = vsubq_f32(v83, vdupq_n_f32(acc76));
-            const uint32x4_t v85 = vcgtq_f32(v84, vdupq_n_f32(88.8f));
-            const float32x4_t v86 = vbslq_f32(v85, vdupq_n_f32(88.8f), v84);
-            const uint32x4_t v87 = vcltq_f32(v86, vdupq_n_f32(-104.0f));
-            const float32x4_t v88 = vbslq_f32(v87, vdupq_n_f32(-104.0f), v86);
-            const float32x4_t v89 = vfmaq_f32(vdupq_n_f32(12582912.0f), v88, vdupq_n_f32(1.4426950216293335f));
-            const float32x4_t v90 = vsubq_f32(v89, vdupq_n_f32(12582912.0f));
-            const float32x4_t v91 = vfmaq_f32(v88, v90, vdupq_n_f32(-0.693115234375f));
-            const float32x4_t v92 = vfmaq_f32(v91, v90, vdupq_n_f32(-3.194618329871446e-05f));
-            const float32x4_t v93 = vmulq_f32(v92, v92);
-            const float32x4_t v94 = vfmaq_f32(vdupq_n_f32(0.008366423659026623f), vdupq_n_f32(0.0013868323294445872f), v92);
-            const float32x4_t v95 = vfmaq_f32(vdupq_n_f32(0.04166746512055397f), v94, v92);
-            const float32x4_t v96 = vfmaq_f32(vdupq_n_f32(0.1666654497385025f), v95, v92);
-            const float32x4_t v97 = vfmaq_f32(vdupq_n_f32(0.4999999701976776f), v96, v92);
-            const float32x4_t v98 = vfmaq_f32(v92, v93, v97);
-            const float32x4_t v99 = vaddq_f32(vdupq_n_f32(1.0f), v98);
-            const float32x4_t v100 = vfmaq_f32(vdupq_n_f32(12582912.0f), v90, vdupq_n_f32(0.5f));
-            const float32x4_t v101 = vsubq_f32(v100, vdupq_n_f32(12582912.0f));
-            const float32x4_t v102 = kg_exp2iq_f32(v101);
-            const float32x4_t v103 = vmulq_f32(v99, v102);
-            const float32x4_t v104 = vsubq_f32(v90, v101);
-            const float32x4_t v105 = kg_exp2iq_f32(v104);
-            const float32x4_t v106 = vmulq_f32(v103, v105);
-            vacc80 = vaddq_f32(vacc80, v106);
-        }
-        float acc81 = vaddvq_f32(vacc80);
-        for (; i82 < 10; ++i82) {
-            const float t107 = kg_stage0_1[i82];
-            const float t108 = t107 - acc76;
-            const bool t109 = t108 > 88.8f;
-            const float t110 = t109 ? 88.8f : t108;
-            const bool t111 = t110 < -104.0f;
-            const float t112 = t111 ? -104.0f : t110;
-            const float t113 = t112 * 1.4426950216293335f + 12582912.0f;
-            const float t114 = t113 - 12582912.0f;
-            const float t115 = t114 * -0.693115234375f + t112;
-            const float t116 = t114 * -3.194618329871446e-05f + t115;
-            const float t117 = t116 * t116;
-            const float t118 = 0.0013868323294445872f * t116 + 0.008366423659026623f;
-            const float t119 = t118 * t116 + 0.04166746512055397f;
-            const float t120 = t119 * t116 + 0.1666654497385025f;
-            const float t121 = t120 * t116 + 0.4999999701976776f;
-            const float t122 = t117 * t121 + t116;
-            const float t123 = 1.0f + t122;
-            const float t124 = t114 * 0.5f + 12582912.0f;
-            const float t125 = t124 - 12582912.0f;
-            const float t126 = kg_exp2if(t125);
-            const float t127 = t123 * t126;
-            const float t128 = t114 - t125;
-            const float t129 = kg_exp2if(t128);
-            const float t130 = t127 * t129;
-            acc81 = acc81 + t130;
+            const float t28 = kg_stage0_1[i26];
+            acc25 = (((acc25 > t28) | isnan(acc25)) ? acc25 : t28);
         }
         float kg_stage1_0[10];
         float kg_stage1_1[10];
-        int j131 = 0;
-        for (; j131 + 4 <= 10; j131 += 4) {
-            const float32x4_t v132 = vld1q_f32(kg_stage0_0 + j131);
-            const float32x4_t v133 = vsubq_f32(v132, vdupq_n_f32(acc20));
-            const uint32x4_t v134 = vcgtq_f32(v133, vdupq_n_f32(88.8f));
-            const float32x4_t v135 = vbslq_f32(v134, vdupq_n_f32(88.8f), v133);
-            const uint32x4_t v136 = vcltq_f32(v135, vdupq_n_f32(-104.0f));
-            const float32x4_t v137 = vbslq_f32(v136, vdupq_n_f32(-104.0f), v135);
-            const float32x4_t v138 = vfmaq_f32(vdupq_n_f32(12582912.0f), v137, vdupq_n_f32(1.4426950216293335f));
-            const float32x4_t v139 = vsubq_f32(v138, vdupq_n_f32(12582912.0f));
-            const float32x4_t v140 = vfmaq_f32(v137, v139, vdupq_n_f32(-0.693115234375f));
-            const float32x4_t v141 = vfmaq_f32(v140, v139, vdupq_n_f32(-3.194618329871446e-05f));
-            const float32x4_t v142 = vmulq_f32(v141, v141);
-            const float32x4_t v143 = vfmaq_f32(vdupq_n_f32(0.008366423659026623f), vdupq_n_f32(0.0013868323294445872f), v141);
-            const float32x4_t v144 = vfmaq_f32(vdupq_n_f32(0.04166746512055397f), v143, v141);
-            const float32x4_t v145 = vfmaq_f32(vdupq_n_f32(0.1666654497385025f), v144, v141);
-            const float32x4_t v146 = vfmaq_f32(vdupq_n_f32(0.4999999701976776f), v145, v141);
-            const float32x4_t v147 = vfmaq_f32(v141, v142, v146);
-            const float32x4_t v148 = vaddq_f32(vdupq_n_f32(1.0f), v147);
-            const float32x4_t v149 = vfmaq_f32(vdupq_n_f32(12582912.0f), v139, vdupq_n_f32(0.5f));
-            const float32x4_t v150 = vsubq_f32(v149, vdupq_n_f32(12582912.0f));
-            const float32x4_t v151 = kg_exp2iq_f32(v150);
-            const float32x4_t v152 = vmulq_f32(v148, v151);
-            const float32x4_t v153 = vsubq_f32(v139, v150);
-            const float32x4_t v154 = kg_exp2iq_f32(v153);
-            const float32x4_t v155 = vmulq_f32(v152, v154);
-            const float32x4_t v156 = vdivq_f32(v155, vdupq_n_f32(acc25));
-            vst1q_f32(kg_stage1_0 + j131, v156);
-            const float32x4_t v157 = vld1q_f32(kg_stage0_1 + j131);
-            const float32x4_t v158 = vsubq_f32(v157, vdupq_n_f32(acc76));
-            const uint32x4_t v159 = vcgtq_f32(v158, vdupq_n_f32(88.8f));
-            const float32x4_t v160 = vbslq_f32(v159, vdupq_n_f32(88.8f), v158);
-            const uint32x4_t v161 = vcltq_f32(v160, vdupq_n_f32(-104.0f));
-            const float32x4_t v162 = vbslq_f32(v161, vdupq_n_f32(-104.0f), v160);
-            const float32x4_t v163 = vfmaq_f32(vdupq_n_f32(12582912.0f), v162, vdupq_n_f32(1.4426950216293335f));
-            const float32x4_t v164 = vsubq_f32(v163, vdupq_n_f32(12582912.0f));
-            const float32x4_t v165 = vfmaq_f32(v162, v164, vdupq_n_f32(-0.693115234375f));
-            const float32x4_t v166 = vfmaq_f32(v165, v164, vdupq_n_f32(-3.194618329871446e-05f));
-            const float32x4_t v167 = vmulq_f32(v166, v166);
-            const float32x4_t v168 = vfmaq_f32(vdupq_n_f32(0.008366423659026623f), vdupq_n_f32(0.0013868323294445872f), v166);
-            const float32x4_t v169 = vfmaq_f32(vdupq_n_f32(0.04166746512055397f), v168, v166);
-            const float32x4_t v170 = vfmaq_f32(vdupq_n_f32(0.1666654497385025f), v169, v166);
-            const float32x4_t v171 = vfmaq_f32(vdupq_n_f32(0.4999999701976776f), v170, v166);
-            const float32x4_t v172 = vfmaq_f32(v166, v167, v171);
-            const float32x4_t v173 = vaddq_f32(vdupq_n_f32(1.0f), v172);
-            const float32x4_t v174 = vfmaq_f32(vdupq_n_f32(12582912.0f), v164, vdupq_n_f32(0.5f));
-            const float32x4_t v175 = vsubq_f32(v174, vdupq_n_f32(12582912.0f));
-            const float32x4_t v176 = kg_exp2iq_f32(v175);
-            const float32x4_t v177 = vmulq_f32(v173, v176);
-            const float32x4_t v178 = vsubq_f32(v164, v175);
-            const float32x4_t v179 = kg_exp2iq_f32(v178);
-            const float32x4_t v180 = vmulq_f32(v177, v179);
-            const float32x4_t v181 = vdivq_f32(v180, vdupq_n_f32(acc81));
-            vst1q_f32(kg_stage1_1 + j131, v181);
+        int j29 = 0;
+        for (; j29 + 4 <= 10; j29 += 4) {
+            const float32x4_t v30 = vld1q_f32(kg_stage0_0 + j29);
+            const float32x4_t v31 = vsubq_f32(v30, vdupq_n_f32(acc20));
+            const uint32x4_t v32 = vcgtq_f32(v31, vdupq_n_f32(88.8f));
+            const float32x4_t v33 = vbslq_f32(v32, vdupq_n_f32(88.8f), v31);
+            const uint32x4_t v34 = vcltq_f32(v33, vdupq_n_f32(-104.0f));
+            const float32x4_t v35 = vbslq_f32(v34, vdupq_n_f32(-104.0f), v33);
+            const float32x4_t v36 = vfmaq_f32(vdupq_n_f32(12582912.0f), v35, vdupq_n_f32(1.4426950216293335f));
+            const float32x4_t v37 = vsubq_f32(v36, vdupq_n_f32(12582912.0f));
+            const float32x4_t v38 = vfmaq_f32(v35, v37, vdupq_n_f32(-0.693115234375f));
+            const float32x4_t v39 = vfmaq_f32(v38, v37, vdupq_n_f32(-3.194618329871446e-05f));
+            const float32x4_t v40 = vmulq_f32(v39, v39);
+            const float32x4_t v41 = vfmaq_f32(vdupq_n_f32(0.008366423659026623f), vdupq_n_f32(0.0013868323294445872f), v39);
+            const float32x4_t v42 = vfmaq_f32(vdupq_n_f32(0.04166746512055397f), v41, v39);
+            const float32x4_t v43 = vfmaq_f32(vdupq_n_f32(0.1666654497385025f), v42, v39);
+            const float32x4_t v44 = vfmaq_f32(vdupq_n_f32(0.4999999701976776f), v43, v39);
+            const float32x4_t v45 = vfmaq_f32(v39, v40, v44);
+            const float32x4_t v46 = vaddq_f32(vdupq_n_f32(1.0f), v45);
+            const float32x4_t v47 = vfmaq_f32(vdupq_n_f32(12582912.0f), v37, vdupq_n_f32(0.5f));
+            const float32x4_t v48 = vsubq_f32(v47, vdupq_n_f32(12582912.0f));
+            const float32x4_t v49 = kg_exp2iq_f32(v48);
+            const float32x4_t v50 = vmulq_f32(v46, v49);
+            const float32x4_t v51 = vsubq_f32(v37, v48);
+            const float32x4_t v52 = kg_exp2iq_f32(v51);
+            const float32x4_t v53 = vmulq_f32(v50, v52);
+            vst1q_f32(kg_stage1_0 + j29, v53);
+            const float32x4_t v54 = vld1q_f32(kg_stage0_1 + j29);
+            const float32x4_t v55 = vsubq_f32(v54, vdupq_n_f32(acc25));
+            const uint32x4_t v56 = vcgtq_f32(v55, vdupq_n_f32(88.8f));
+            const float32x4_t v57 = vbslq_f32(v56, vdupq_n_f32(88.8f), v55);
+            const uint32x4_t v58 = vcltq_f32(v57, vdupq_n_f32(-104.0f));
+            const float32x4_t v59 = vbslq_f32(v58, vdupq_n_f32(-104.0f), v57);
+            const float32x4_t v60 = vfmaq_f32(vdupq_n_f32(12582912.0f), v59, vdupq_n_f32(1.4426950216293335f));
+            const float32x4_t v61 = vsubq_f32(v60, vdupq_n_f32(12582912.0f));
+            const float32x4_t v62 = vfmaq_f32(v59, v61, vdupq_n_f32(-0.693115234375f));
+            const float32x4_t v63 = vfmaq_f32(v62, v61, vdupq_n_f32(-3.194618329871446e-05f));
+            const float32x4_t v64 = vmulq_f32(v63, v63);
+            const float32x4_t v65 = vfmaq_f32(vdupq_n_f32(0.008366423659026623f), vdupq_n_f32(0.0013868323294445872f), v63);
+            const float32x4_t v66 = vfmaq_f32(vdupq_n_f32(0.04166746512055397f), v65, v63);
+            const float32x4_t v67 = vfmaq_f32(vdupq_n_f32(0.1666654497385025f), v66, v63);
+            const float32x4_t v68 = vfmaq_f32(vdupq_n_f32(0.4999999701976776f), v67, v63);
+            const float32x4_t v69 = vfmaq_f32(v63, v64, v68);
+            const float32x4_t v70 = vaddq_f32(vdupq_n_f32(1.0f), v69);
+            const float32x4_t v71 = vfmaq_f32(vdupq_n_f32(12582912.0f), v61, vdupq_n_f32(0.5f));
+            const float32x4_t v72 = vsubq_f32(v71, vdupq_n_f32(12582912.0f));
+            const float32x4_t v73 = kg_exp2iq_f32(v72);
+            const float32x4_t v74 = vmulq_f32(v70, v73);
+            const float32x4_t v75 = vsubq_f32(v61, v72);
+            const float32x4_t v76 = kg_exp2iq_f32(v75);
+            const float32x4_t v77 = vmulq_f32(v74, v76);
+            vst1q_f32(kg_stage1_1 + j29, v77);
         }
-        for (int j182 = j131; j182 < 10; ++j182) {
-            const float t183 = kg_stage0_0[j182];
-            const float t184 = t183 - acc20;
-            const bool t185 = t184 > 88.8f;
-            const float t186 = t185 ? 88.8f : t184;
-            const bool t187 = t186 < -104.0f;
-            const float t188 = t187 ? -104.0f : t186;
-            const float t189 = t188 * 1.4426950216293335f + 12582912.0f;
-            const float t190 = t189 - 12582912.0f;
-            const float t191 = t190 * -0.693115234375f + t188;
-            const float t192 = t190 * -3.194618329871446e-05f + t191;
-            const float t193 = t192 * t192;
-            const float t194 = 0.0013868323294445872f * t192 + 0.008366423659026623f;
-            const float t195 = t194 * t192 + 0.04166746512055397f;
-            const float t196 = t195 * t192 + 0.1666654497385025f;
-            const float t197 = t196 * t192 + 0.4999999701976776f;
-            const float t198 = t193 * t197 + t192;
-            const float t199 = 1.0f + t198;
-            const float t200 = t190 * 0.5f + 12582912.0f;
-            const float t201 = t200 - 12582912.0f;
-            const float t202 = kg_exp2if(t201);
-            const float t203 = t199 * t202;
-            const float t204 = t190 - t201;
-            const float t205 = kg_exp2if(t204);
-            const float t206 = t203 * t205;
-            const float t207 = t206 / acc25;
-            kg_stage1_0[j182] = t207;
-            const float t208 = kg_stage0_1[j182];
-            const float t209 = t208 - acc76;
-            const bool t210 = t209 > 88.8f;
-            const float t211 = t210 ? 88.8f : t209;
-            const bool t212 = t211 < -104.0f;
-            const float t213 = t212 ? -104.0f : t211;
-            const float t214 = t213 * 1.4426950216293335f + 12582912.0f;
-            const float t215 = t214 - 12582912.0f;
-            const float t216 = t215 * -0.693115234375f + t213;
-            const float t217 = t215 * -3.194618329871446e-05f + t216;
-            const float t218 = t217 * t217;
-            const float t219 = 0.0013868323294445872f * t217 + 0.008366423659026623f;
-            const float t220 = t219 * t217 + 0.04166746512055397f;
-            const float t221 = t220 * t217 + 0.1666654497385025f;
-            const float t222 = t221 * t217 + 0.4999999701976776f;
-            const float t223 = t218 * t222 + t217;
-            const float t224 = 1.0f + t223;
-            const float t225 = t215 * 0.5f + 12582912.0f;
-            const float t226 = t225 - 12582912.0f;
-            const float t227 = kg_exp2if(t226);
-            const float t228 = t224 * t227;
-            const float t229 = t215 - t226;
-            const float t230 = kg_exp2if(t229);
-            const float t231 = t228 * t230;
-            const float t232 = t231 / acc81;
-            kg_stage1_1[j182] = t232;
+        for (int j78 = j29; j78 < 10; ++j78) {
+            const float t79 = kg_stage0_0[j78];
+            const float t80 = t79 - acc20;
+            const bool t81 = t80 > 88.8f;
+            const float t82 = t81 ? 88.8f : t80;
+            const bool t83 = t82 < -104.0f;
+            const float t84 = t83 ? -104.0f : t82;
+            const float t85 = t84 * 1.4426950216293335f + 12582912.0f;
+            const float t86 = t85 - 12582912.0f;
+            const float t87 = t86 * -0.693115234375f + t84;
+            const float t88 = t86 * -3.194618329871446e-05f + t87;
+            const float t89 = t88 * t88;
+            const float t90 = 0.0013868323294445872f * t88 + 0.008366423659026623f;
+            const float t91 = t90 * t88 + 0.04166746512055397f;
+            const float t92 = t91 * t88 + 0.1666654497385025f;
+            const float t93 = t92 * t88 + 0.4999999701976776f;
+            const float t94 = t89 * t93 + t88;
+            const float t95 = 1.0f + t94;
+            const float t96 = t86 * 0.5f + 12582912.0f;
+            const float t97 = t96 - 12582912.0f;
+            const float t98 = kg_exp2if(t97);
+            const float t99 = t95 * t98;
+            const float t100 = t86 - t97;
+            const float t101 = kg_exp2if(t100);
+            const float t102 = t99 * t101;
+            kg_stage1_0[j78] = t102;
+            const float t103 = kg_stage0_1[j78];
+            const float t104 = t103 - acc25;
+            const bool t105 = t104 > 88.8f;
+            const float t106 = t105 ? 88.8f : t104;
+            const bool t107 = t106 < -104.0f;
+            const float t108 = t107 ? -104.0f : t106;
+            const float t109 = t108 * 1.4426950216293335f + 12582912.0f;
+            const float t110 = t109 - 12582912.0f;
+            const float t111 = t110 * -0.693115234375f + t108;
+            const float t112 = t110 * -3.194618329871446e-05f + t111;
+            const float t113 = t112 * t112;
+            const float t114 = 0.0013868323294445872f * t112 + 0.008366423659026623f;
+            const float t115 = t114 * t112 + 0.04166746512055397f;
+            const float t116 = t115 * t112 + 0.1666654497385025f;
+            const float t117 = t116 * t112 + 0.4999999701976776f;
+            const float t118 = t113 * t117 + t112;
+            const float t119 = 1.0f + t118;
+            const float t120 = t110 * 0.5f + 12582912.0f;
+            const float t121 = t120 - 12582912.0f;
+            const float t122 = kg_exp2if(t121);
+            const float t123 = t119 * t122;
+            const float t124 = t110 - t121;
+            const float t125 = kg_exp2if(t124);
+            const float t126 = t123 * t125;
+            kg_stage1_1[j78] = t126;
+        }
+        float32x4_t vacc127 = vdupq_n_f32(0.0f);
+        int i129 = 0;
+        for (; i129 + 4 <= 10; i129 += 4) {
+            const float32x4_t v130 = vld1q_f32(kg_stage1_0 + i129);
+            vacc127 = vaddq_f32(vacc127, v130);
+        }
+        float acc128 = vaddvq_f32(vacc127);
+        for (; i129 < 10; ++i129) {
+            const float t131 = kg_stage1_0[i129];
+            acc128 = acc128 + t131;
+        }
+        float32x4_t vacc132 = vdupq_n_f32(0.0f);
+        int i134 = 0;
+        for (; i134 + 4 <= 10; i134 += 4) {
+            const float32x4_t v135 = vld1q_f32(kg_stage1_1 + i134);
+            vacc132 = vaddq_f32(vacc132, v135);
+        }
+        float acc133 = vaddvq_f32(vacc132);
+        for (; i134 < 10; ++i134) {
+            const float t136 = kg_stage1_1[i134];
+            acc133 = acc133 + t136;
+        }
+        float kg_stage2_0[10];
+        float kg_stage2_1[10];
+        int j137 = 0;
+        for (; j137 + 4 <= 10; j137 += 4) {
+            const float32x4_t v138 = vld1q_f32(kg_stage1_0 + j137);
+            const float32x4_t v139 = vdivq_f32(v138, vdupq_n_f32(acc128));
+            vst1q_f32(kg_stage2_0 + j137, v139);
+            const float32x4_t v140 = vld1q_f32(kg_stage1_1 + j137);
+            const float32x4_t v141 = vdivq_f32(v140, vdupq_n_f32(acc133));
+            vst1q_f32(kg_stage2_1 + j137, v141);
+        }
+        for (int j142 = j137; j142 < 10; ++j142) {
+            const float t143 = kg_stage1_0[j142];
+            const float t144 = t143 / acc128;
+            kg_stage2_0[j142] = t144;
+            const float t145 = kg_stage1_1[j142];
+            const float t146 = t145 / acc133;
+            kg_stage2_1[j142] = t146;
         }
         for (int o1 = 0; o1 < 4; ++o1) {
-            float acc233 = 0.0f;
-            float acc234 = 0.0f;
-            for (int r235 = 0; r235 < 10; ++r235) {
-                const float t236 = kg_stage1_0[r235];
-                const float t237 = in2[4 * r235 + o1];
-                const float t238 = t236 * t237;
-                acc233 = acc233 + t238;
-                const float t239 = kg_stage1_1[r235];
-                const float t240 = t239 * t237;
-                acc234 = acc234 + t240;
+            float acc147 = 0.0f;
+            float acc148 = 0.0f;
+            for (int r149 = 0; r149 < 10; ++r149) {
+                const float t150 = kg_stage2_0[r149];
+                const float t151 = in2[4 * r149 + o1];
+                const float t152 = t150 * t151;
+                acc147 = acc147 + t152;
+                const float t153 = kg_stage2_1[r149];
+                const float t154 = t153 * t151;
+                acc148 = acc148 + t154;
             }
-            out0[8 * o0 + o1] = acc233;
-            out0[8 * o0 + o1 + 4] = acc234;
+            out0[8 * o0 + o1] = acc147;
+            out0[8 * o0 + o1 + 4] = acc148;
         }
     }
 }

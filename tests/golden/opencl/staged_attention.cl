@@ -31,75 +31,58 @@ __kernel void fused_matmul_softmax_matmul(__global const float* restrict q,
         const float t9 = kg_stage0[r8];
         acc7 = (((acc7 > t9) | isnan(acc7)) ? acc7 : t9);
     }
-    float acc10 = 0.0f;
-    _Pragma("unroll")
-    for (int r11 = 0; r11 < 10; ++r11) {
-        const float t12 = kg_stage0[r11];
-        const float t13 = t12 - acc7;
-        const bool t14 = t13 > 88.8f;
-        const float t15 = t14 ? 88.8f : t13;
-        const bool t16 = t15 < -104.0f;
-        const float t17 = t16 ? -104.0f : t15;
-        const float t18 = t17 * 1.4426950216293335f + 12582912.0f;
-        const float t19 = t18 - 12582912.0f;
-        const float t20 = t19 * -0.693115234375f + t17;
-        const float t21 = t19 * -3.194618329871446e-05f + t20;
-        const float t22 = t21 * t21;
-        const float t23 = 0.0013868323294445872f * t21 + 0.008366423659026623f;
-        const float t24 = t23 * t21 + 0.04166746512055397f;
-        const float t25 = t24 * t21 + 0.1666654497385025f;
-        const float t26 = t25 * t21 + 0.4999999701976776f;
-        const float t27 = t22 * t26 + t21;
-        const float t28 = 1.0f + t27;
-        const float t29 = t19 * 0.5f + 12582912.0f;
-        const float t30 = t29 - 12582912.0f;
-        const float t31 = as_float((as_uint(t30 + 12582912.0f) + 127u) << 23);
-        const float t32 = t28 * t31;
-        const float t33 = t19 - t30;
-        const float t34 = as_float((as_uint(t33 + 12582912.0f) + 127u) << 23);
-        const float t35 = t32 * t34;  // exp(t13)
-        acc10 = acc10 + t35;
-    }
     float kg_stage1[10];
-    for (int j36 = 0; j36 < 10; ++j36) {
-        const float t37 = kg_stage0[j36];
-        const float t38 = t37 - acc7;
-        const bool t39 = t38 > 88.8f;
-        const float t40 = t39 ? 88.8f : t38;
-        const bool t41 = t40 < -104.0f;
-        const float t42 = t41 ? -104.0f : t40;
-        const float t43 = t42 * 1.4426950216293335f + 12582912.0f;
-        const float t44 = t43 - 12582912.0f;
-        const float t45 = t44 * -0.693115234375f + t42;
-        const float t46 = t44 * -3.194618329871446e-05f + t45;
-        const float t47 = t46 * t46;
-        const float t48 = 0.0013868323294445872f * t46 + 0.008366423659026623f;
-        const float t49 = t48 * t46 + 0.04166746512055397f;
-        const float t50 = t49 * t46 + 0.1666654497385025f;
-        const float t51 = t50 * t46 + 0.4999999701976776f;
-        const float t52 = t47 * t51 + t46;
-        const float t53 = 1.0f + t52;
-        const float t54 = t44 * 0.5f + 12582912.0f;
-        const float t55 = t54 - 12582912.0f;
-        const float t56 = as_float((as_uint(t55 + 12582912.0f) + 127u) << 23);
-        const float t57 = t53 * t56;
-        const float t58 = t44 - t55;
-        const float t59 = as_float((as_uint(t58 + 12582912.0f) + 127u) << 23);
-        const float t60 = t57 * t59;  // exp(t38)
-        const float t61 = t60 / acc10;
-        kg_stage1[j36] = t61;
+    for (int j10 = 0; j10 < 10; ++j10) {
+        const float t11 = kg_stage0[j10];
+        const float t12 = t11 - acc7;
+        const bool t13 = t12 > 88.8f;
+        const float t14 = t13 ? 88.8f : t12;
+        const bool t15 = t14 < -104.0f;
+        const float t16 = t15 ? -104.0f : t14;
+        const float t17 = t16 * 1.4426950216293335f + 12582912.0f;
+        const float t18 = t17 - 12582912.0f;
+        const float t19 = t18 * -0.693115234375f + t16;
+        const float t20 = t18 * -3.194618329871446e-05f + t19;
+        const float t21 = t20 * t20;
+        const float t22 = 0.0013868323294445872f * t20 + 0.008366423659026623f;
+        const float t23 = t22 * t20 + 0.04166746512055397f;
+        const float t24 = t23 * t20 + 0.1666654497385025f;
+        const float t25 = t24 * t20 + 0.4999999701976776f;
+        const float t26 = t21 * t25 + t20;
+        const float t27 = 1.0f + t26;
+        const float t28 = t18 * 0.5f + 12582912.0f;
+        const float t29 = t28 - 12582912.0f;
+        const float t30 = as_float((as_uint(t29 + 12582912.0f) + 127u) << 23);
+        const float t31 = t27 * t30;
+        const float t32 = t18 - t29;
+        const float t33 = as_float((as_uint(t32 + 12582912.0f) + 127u) << 23);
+        const float t34 = t31 * t33;  // exp(t12)
+        kg_stage1[j10] = t34;
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    float acc35 = 0.0f;
+    _Pragma("unroll")
+    for (int r36 = 0; r36 < 10; ++r36) {
+        const float t37 = kg_stage1[r36];
+        acc35 = acc35 + t37;
+    }
+    float kg_stage2[10];
+    for (int j38 = 0; j38 < 10; ++j38) {
+        const float t39 = kg_stage1[j38];
+        const float t40 = t39 / acc35;
+        kg_stage2[j38] = t40;
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     for (int o1 = 0; o1 < 4; ++o1) {
-        float acc62 = 0.0f;
+        float acc41 = 0.0f;
         _Pragma("unroll")
-        for (int r63 = 0; r63 < 10; ++r63) {
-            const float t64 = kg_stage1[r63];
-            const float t65 = v[4 * r63 + o1];
-            const float t66 = t64 * t65;
-            acc62 = acc62 + t66;
+        for (int r42 = 0; r42 < 10; ++r42) {
+            const float t43 = kg_stage2[r42];
+            const float t44 = v[4 * r42 + o1];
+            const float t45 = t43 * t44;
+            acc41 = acc41 + t45;
         }
-        if (in_range) y[4 * o0 + o1] = acc62;
+        if (in_range) y[4 * o0 + o1] = acc41;
         barrier(CLK_LOCAL_MEM_FENCE);
     }
 }

@@ -23,7 +23,7 @@ def kg_max(a, b):
 #   in2: input 'v' float32[10, 4]
 #   out0: output 'y' float32[16, 4]
 @triton.jit
-def kg_fused_matmul_softmax_matmul_1209345a06f4(in0,
+def kg_fused_matmul_softmax_matmul_6f7545713637(in0,
         in1,
         in2,
         out0,
@@ -44,68 +44,49 @@ def kg_fused_matmul_softmax_matmul_1209345a06f4(in0,
     t11 = stage8
     red12 = tl.reduce(tl.where(live10, t11, float("-inf")), 0, kg_max)
     j13 = tl.arange(0, 16)
-    live14 = j13 < 10
-    t15 = stage8
-    t16 = (t15 - red12)
-    t17 = (t16 > 88.8)
-    t18 = tl.where(t17, 88.8, t16)
-    t19 = (t18 < -104.0)
-    t20 = tl.where(t19, -104.0, t18)
-    t21 = (t20 * 1.4426950216293335 + 12582912.0)
-    t22 = (t21 - 12582912.0)
-    t23 = (t22 * -0.693115234375 + t20)
-    t24 = (t22 * -3.194618329871446e-05 + t23)
-    t25 = (t24 * t24)
-    t26 = (0.0013868323294445872 * t24 + 0.008366423659026623)
-    t27 = (t26 * t24 + 0.04166746512055397)
-    t28 = (t27 * t24 + 0.1666654497385025)
-    t29 = (t28 * t24 + 0.4999999701976776)
-    t30 = (t25 * t29 + t24)
-    t31 = (1.0 + t30)
-    t32 = (t22 * 0.5 + 12582912.0)
-    t33 = (t32 - 12582912.0)
-    t34 = kg_exp2i(t33)
-    t35 = (t31 * t34)
-    t36 = (t22 - t33)
-    t37 = kg_exp2i(t36)
-    t38 = (t35 * t37)  # exp(t16)
-    red39 = tl.sum(tl.where(live14, t38, 0.0), axis=0)
-    j40 = tl.arange(0, 16)
-    j40_live = j40 < 10
-    t41 = stage8
-    t42 = (t41 - red12)
-    t43 = (t42 > 88.8)
-    t44 = tl.where(t43, 88.8, t42)
-    t45 = (t44 < -104.0)
-    t46 = tl.where(t45, -104.0, t44)
-    t47 = (t46 * 1.4426950216293335 + 12582912.0)
-    t48 = (t47 - 12582912.0)
-    t49 = (t48 * -0.693115234375 + t46)
-    t50 = (t48 * -3.194618329871446e-05 + t49)
-    t51 = (t50 * t50)
-    t52 = (0.0013868323294445872 * t50 + 0.008366423659026623)
-    t53 = (t52 * t50 + 0.04166746512055397)
-    t54 = (t53 * t50 + 0.1666654497385025)
-    t55 = (t54 * t50 + 0.4999999701976776)
-    t56 = (t51 * t55 + t50)
-    t57 = (1.0 + t56)
-    t58 = (t48 * 0.5 + 12582912.0)
-    t59 = (t58 - 12582912.0)
-    t60 = kg_exp2i(t59)
-    t61 = (t57 * t60)
-    t62 = (t48 - t59)
-    t63 = kg_exp2i(t62)
-    t64 = (t61 * t63)  # exp(t42)
-    t65 = tl.div_rn(t64, red39)
-    stage66 = tl.where(j40_live, t65, 0.0)
-    for base67 in range(0, 4, BLOCK_E):
-        p68 = base67 + tl.arange(0, BLOCK_E)
-        p68_live = p68 < 4
-        o1 = p68
-        j70 = tl.arange(0, 16)[:, None]
-        live71 = tl.where(j70 < 10, p68_live[None, :], False)
-        t72 = stage66[:, None]
-        t73 = tl.load(in2 + (4 * j70 + o1[None, :] + tl.zeros([16, BLOCK_E], tl.int32)), mask=live71, other=0)
-        t74 = (t72 * t73)
-        red75 = tl.sum(tl.where(live71, t74, 0.0), axis=0)
-        tl.store(out0 + (4 * o0 + o1), red75, mask=p68_live)
+    j13_live = j13 < 10
+    t14 = stage8
+    t15 = (t14 - red12)
+    t16 = (t15 > 88.8)
+    t17 = tl.where(t16, 88.8, t15)
+    t18 = (t17 < -104.0)
+    t19 = tl.where(t18, -104.0, t17)
+    t20 = (t19 * 1.4426950216293335 + 12582912.0)
+    t21 = (t20 - 12582912.0)
+    t22 = (t21 * -0.693115234375 + t19)
+    t23 = (t21 * -3.194618329871446e-05 + t22)
+    t24 = (t23 * t23)
+    t25 = (0.0013868323294445872 * t23 + 0.008366423659026623)
+    t26 = (t25 * t23 + 0.04166746512055397)
+    t27 = (t26 * t23 + 0.1666654497385025)
+    t28 = (t27 * t23 + 0.4999999701976776)
+    t29 = (t24 * t28 + t23)
+    t30 = (1.0 + t29)
+    t31 = (t21 * 0.5 + 12582912.0)
+    t32 = (t31 - 12582912.0)
+    t33 = kg_exp2i(t32)
+    t34 = (t30 * t33)
+    t35 = (t21 - t32)
+    t36 = kg_exp2i(t35)
+    t37 = (t34 * t36)  # exp(t15)
+    stage38 = tl.where(j13_live, t37, 0.0)
+    j39 = tl.arange(0, 16)
+    live40 = j39 < 10
+    t41 = stage38
+    red42 = tl.sum(tl.where(live40, t41, 0.0), axis=0)
+    j43 = tl.arange(0, 16)
+    j43_live = j43 < 10
+    t44 = stage38
+    t45 = tl.div_rn(t44, red42)
+    stage46 = tl.where(j43_live, t45, 0.0)
+    for base47 in range(0, 4, BLOCK_E):
+        p48 = base47 + tl.arange(0, BLOCK_E)
+        p48_live = p48 < 4
+        o1 = p48
+        j50 = tl.arange(0, 16)[:, None]
+        live51 = tl.where(j50 < 10, p48_live[None, :], False)
+        t52 = stage46[:, None]
+        t53 = tl.load(in2 + (4 * j50 + o1[None, :] + tl.zeros([16, BLOCK_E], tl.int32)), mask=live51, other=0)
+        t54 = (t52 * t53)
+        red55 = tl.sum(tl.where(live51, t54, 0.0), axis=0)
+        tl.store(out0 + (4 * o0 + o1), red55, mask=p48_live)
