@@ -1,9 +1,10 @@
 """kernelgen's float32 math library, written once in the IR: float32 (and float16, which computes
 in float32) calls of exp, expm1, log, log1p, tanh and erf expanded into trees of primitives
-every backend prints as vector code (add, mul, div, select, compares, abs) and three
-bit-level ones (``exp2i``, ``logb``, ``significand``); float64 calls keep the library's. A
-``pow`` whose exponent is a constant is strength-reduced where the result is the same on every
-input (``reduce_pow``).
+every backend prints as vector code (add, mul, div, select, compares, abs, and ``muladd``:
+a multiply-add, one FMA where the target has a fast one) and three bit-level ones
+(``exp2i``, ``logb``, ``significand``); float64 calls keep the library's. A ``pow`` whose
+exponent is a constant is strength-reduced where the result is the same on every input
+(``reduce_pow``).
 
 Each expansion returns exactly what NumPy does for ±0, ±Inf, NaN, subnormal inputs and results,
 and at the overflow and underflow thresholds (the special cases are ``Select``s around the
