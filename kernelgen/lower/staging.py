@@ -206,14 +206,7 @@ def _stage_shared(kernel: LoopKernel, r: Reduce, term: Expr, k: int, at_row: Exp
                   ) -> tuple[LoopKernel, list[Staged]]:
     """``term`` of the hoisted ``r`` staged as a row of its own before staged row ``k``, where
     it is ``at_row``: ``r`` and row ``k`` read it (``_share_with_rows``)."""
-    (axis, extent), = r.axes
-    row = sympy.Symbol(f"_row{len(kernel.staged)}", integer=True, nonnegative=True)
-    ranges = {**kernel.ranges, **dict(kernel.domain), row: extent}
-    shared = Staged(Buffer(_scratch_name(kernel, len(kernel.staged)), (extent,), DType.float32),
-                    row, specialise(term, {axis: row}, ranges))
-    body = transform(r.body, lambda n, _r: Load(term.dtype, shared.buffer.name, axis)
-                     if n == term else None)
-    summed = Reduce(r.dtype, r.kind, body, r.axes)
+    shared, summed = _term_row(kernel, len(kernel.staged), r, term)
     old = kernel.staged[k]
 
     def use(node: Expr, _recurse: object) -> Expr | None:
@@ -225,6 +218,19 @@ def _stage_shared(kernel: LoopKernel, r: Reduce, term: Expr, k: int, at_row: Exp
               *(replace(st, value=transform(st.value, use)) for st in kernel.staged[k:])]
     stores = tuple(Store(st.buffer, transform(st.value, use)) for st in kernel.stores)
     return _numbered(replace(kernel, stores=stores), staged)
+
+
+def _term_row(kernel: LoopKernel, n: int, r: Reduce, term: Expr) -> tuple[Staged, Reduce]:
+    """``term`` of the hoisted one-axis reduction ``r`` as a staged row (``stage<n>`` over
+    ``_row<n>``), and ``r`` loading it in its place."""
+    (axis, extent), = r.axes
+    row = sympy.Symbol(f"_row{n}", integer=True, nonnegative=True)
+    ranges = {**kernel.ranges, **dict(kernel.domain), row: extent}
+    stage = Staged(Buffer(_scratch_name(kernel, n), (extent,), DType.float32), row,
+                   specialise(term, {axis: row}, ranges))
+    body = transform(r.body, lambda node, _r: Load(term.dtype, stage.buffer.name, axis)
+                     if node == term else None)
+    return stage, Reduce(r.dtype, r.kind, body, r.axes)
 
 
 def _numbered(kernel: LoopKernel, staged: list[Staged]) -> tuple[LoopKernel, list[Staged]]:
@@ -325,19 +331,13 @@ def stage_shared_terms(kernel: LoopKernel) -> LoopKernel:
     if found is None:
         return kernel
     reduction, term, at_element = found
-    (axis, extent), = reduction.axes
+    stage, summed = _term_row(kernel, 0, reduction, term)
     element = kernel.domain[kernel.element_axes[0]][0]
-    row = sympy.Symbol("_row0", integer=True, nonnegative=True)
-    ranges = {**kernel.ranges, **dict(kernel.domain), row: extent}
-    stage = Staged(Buffer(_scratch_name(kernel, 0), (extent,), DType.float32), row,
-                   specialise(term, {axis: row}, ranges))
-    in_row = Load(DType.float32, stage.buffer.name, axis)
     at_point = Load(DType.float32, stage.buffer.name, element)
 
     def use(node: Expr, _recurse: object) -> Expr | None:
         if node == reduction:
-            body = transform(reduction.body, lambda n, _r: in_row if n == term else None)
-            return Reduce(reduction.dtype, reduction.kind, body, reduction.axes)
+            return summed
         return at_point if node == at_element else None
 
     stores = tuple(Store(st.buffer, transform(st.value, use)) for st in kernel.stores)
