@@ -174,38 +174,62 @@ def test_attention_with_prologue_and_epilogue_equals_unfused(backend: str, shape
 
 
 # (batch, queries, depth, keys, value depth): depth a multiple of the vector width (keys read as
-# transposed tiles) with a ragged last block of keys; a depth no width divides (keys read one
+# vectors along it) with a ragged last block of keys; a depth no width divides (keys read one
 # by one)
 TRANSPOSED_KEY_SHAPES = [(1, 37, 16, 129, 17), (2, 9, 32, 40, 3), (1, 7, 13, 5, 3)]
 
 
-@pytest.mark.parametrize("shape", TRANSPOSED_KEY_SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_attention_with_a_fused_key_transpose(backend: str, shape) -> None:
-    """Q Kᵀ with the Transpose of K (keys, depth) fused: the staged score row reads K along
-    the depth (its reduction), strided along the keys (its vector lanes). On OpenCL's 'row'
-    schedule, K is read in vectors along the depth, one per key, and transposed in registers
-    (``VectorPrinter._transposed_loop``), where the depth is a multiple of the width."""
-    batch, m, d, n, dv = shape
+def _key_transposed_attention(batch: int, m: int, d: int, n: int, dv: int
+                              ) -> tuple[list[kg.Value], list[kg.Op]]:
     q, kt, v = (kg.tensor("q", (batch, m, d)), kg.tensor("kt", (batch, n, d)),
                 kg.tensor("v", (batch, n, dv)))
     k = kg.transpose(kt, [0, 2, 1])
     s = kg.matmul(q, k)
     scaled = kg.mul(s, kg.tensor("scale", (1,)))
     p = kg.softmax(scaled, 2)
-    o = kg.matmul(p, v)
-    ops = [k, s, scaled, p, o]
-    feeds = _feeds([q, kt, v, scaled.inputs[1]])
-    want = evaluate_chain(ops, feeds)[o.name]
+    return [q, kt, v, scaled.inputs[1]], [k, s, scaled, p, kg.matmul(p, v)]
+
+
+@pytest.mark.parametrize("shape", TRANSPOSED_KEY_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_attention_with_a_fused_key_transpose(backend: str, shape) -> None:
+    """Q Kᵀ with the Transpose of K (keys, depth) fused: the staged score row reads K along
+    the depth (its reduction), strided along the keys (its vector lanes). On the 'row'
+    schedule (OpenCL, NEON) each score is a dot product of a query's row and a key's row read
+    as vectors along the depth, the lanes folded by pair sums (``backends/c/dots.py``),
+    where the depth is a multiple of the width and the row holds two vectors."""
+    batch, m, d, n, dv = shape
+    values, ops = _key_transposed_attention(*shape)
+    feeds = _feeds(values)
+    want = evaluate_chain(ops, feeds)[ops[-1].name]
     fused = kg.fuse(*ops, force=True)
-    if backend == "opencl":
-        kernel = fused.emit("opencl", tuning="none")
+    if backend in ("opencl", "neon"):
+        kernel = fused.emit(backend, tuning="none")
         width = kernel.metadata["tunables"].get("vector_width", 0)
-        vector_keys = re.search(r"vload\d+\(0, kt \+", kernel.source) is not None
+        key = r"vld1q_f32\(in1 \+" if backend == "neon" else r"vload\d+\(0, kt \+"
+        vector_keys = re.search(key, kernel.source) is not None
+        pair_sums = re.search(r"vpaddq_f32|shuffle2\(", kernel.source) is not None
         row = kernel.metadata["schedule"] == "row"
-        assert vector_keys == (row and d % width == 0 and n >= 2 * width), kernel.source
+        assert vector_keys == pair_sums == (row and d % width == 0 and n >= 2 * width), \
+            kernel.source
         assert_close(kernel(*(feeds[x.name] for x in fused.inputs)), want, scale=50)
     (got,) = run(backend, fused, *(feeds[x.name] for x in fused.inputs))
     assert_close(got, want, scale=50)
+
+
+@pytest.mark.parametrize("backend_name", ["opencl", "neon"])
+def test_key_dot_products_for_every_queries_per_work_item(backend_name: str) -> None:
+    """The dot products take the queries of a work-item in pairs, or one by one where their
+    count is odd (every ``group_rows`` choice of 12 queries), each with its own folding of
+    the lanes: all equal the reference."""
+    require(backend_name)
+    values, ops = _key_transposed_attention(1, 12, 16, 24, 5)
+    feeds = _feeds(values)
+    want = evaluate_chain(ops, feeds)[ops[-1].name]
+    fused = kg.fuse(*ops, force=True)
+    for rows in unroll.group_row_choices(fused.lower()):
+        kernel = fused.emit(backend_name, tuning="none", group_rows=rows)
+        assert kernel.metadata["schedule"] == "row"
+        assert_close(kernel(*(feeds[x.name] for x in fused.inputs)), want, scale=50)
 
 
 @pytest.mark.parametrize("backend_name", ["opencl", "neon", "triton"])

@@ -395,8 +395,7 @@ class CEmitter(Emitter):
         scope.add(f"{self.index_t} {i} = 0;")
         scope.add(f"for (; {i} + {v.width} <= {n}; {i} += {v.width}) {{")
         inner = scope.child()
-        value = VectorPrinter(self, sym, i, inner, v).expr(node.body)
-        inner.add(f"{vacc} = {v.combine[node.kind].format(a=vacc, b=value)};")
+        VectorPrinter(self, sym, i, inner, v).accumulate([node], [vacc])
         scope.add("}")
         scope.add(f"{self.ctype(node.dtype)} {acc} = {self._horizontal(node, vacc, scope)};")
         if n % v.width:

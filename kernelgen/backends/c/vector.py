@@ -1,11 +1,10 @@
-"""Explicit vector code for the C family: the per-backend ``VectorSyntax`` table, which
-expressions run as vectors along an axis (``vectorizable``), and the printer of an expression
-as vector code for a run of lanes, guarded loads included (``VectorPrinter``)."""
+"""Explicit vector code for the C family: which expressions run as vectors along an axis
+(``vectorizable``), and the printer of an expression as vector code for a run of lanes,
+guarded loads included (``VectorPrinter``), in a backend's ``VectorSyntax``."""
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import cast
 
 import sympy
@@ -15,46 +14,8 @@ from ...ir.expr import Call, Const, Expr, IndexCond, Load, Reduce, Select, free_
 from ...ir.loop import LoopKernel
 from ...lower.transpose import stride
 from ..printer import Emitter, Scope
-
-
-@dataclass(frozen=True)
-class VectorSyntax:
-    """How a backend writes ``width``-lane float32 code. Formats take ``{0}``, ``{1}`` operands;
-    ``functions`` maps primitives to vector expressions (absent: no vector form)."""
-
-    width: int
-    vtype: str                      # float8, float32x4_t
-    mtype: str                      # the mask type comparisons return
-    load: str                       # {ptr}, {off}
-    store: str                      # {ptr}, {off}, {v}
-    broadcast: str                  # scalar float -> vector
-    broadcast_mask: str             # scalar bool -> mask
-    select: str                     # {0} mask, {1} if true, {2} if false
-    functions: Mapping[str, str]
-    combine: Mapping[str, str]      # reduction kind -> vector combine of {a}, {b}
-    horizontal: Mapping[str, str]   # reduction kind -> scalar from vector {v} ('' = halving)
-    iota: str = ""                  # the lane numbers as an int mask-type vector ('' = none)
-    # Where vectors take no C operators (NEON intrinsics), lane masks are built by call:
-    # ``lane_ints`` the int vector {first} + lane * {step}, ``sign_masks`` a mask of an int
-    # vector {0} against 0 by relation ('>=', '>', '<=', '<'), ``mask_and`` two masks' lanes
-    # joined, ``mask_load`` a mask from a C int array of -1 and 0
-    lane_ints: str = ""
-    # a select between masks (booleans), where ``select`` takes float vectors only ('' = it)
-    select_mask: str = ""
-    sign_masks: Mapping[str, str] = field(default_factory=dict)
-    mask_and: str = "({0}) & ({1})"
-    mask_load: str = ""
-    # every second element from {ptr} + {off}, reading 2 * width of them ('' = none): a
-    # stride-2 window's run (NEON's deinterleaving vld2q_f32)
-    load_stride2: str = ""
-    fma: str = ""                   # {0} * {1} + {2} fused ('' = none)
-    lane: str = ""                  # lane {j} (an int) of vector {v} ('' = none)
-    compose: str = ""               # a vector from comma-separated lane values {0} ('' = none)
-
-    @property
-    def lane_masks(self) -> bool:
-        """Whether the backend builds masks from lane numbers (a guard linear in the axis)."""
-        return bool(self.iota or self.lane_ints)
+from .dots import dot_loop
+from .vector_syntax import VectorSyntax as VectorSyntax  # the table's home; imported from here too
 
 
 SHORT_LOOP = 8  # a vector reduction's loops up to this long are unrolled
@@ -171,6 +132,11 @@ class VectorPrinter:
         self.declared: set[str] = set() if declared is None else declared
         self.transposed = transposed  # ``transposable_loads``: read as transposed tiles
 
+    def along(self, sym: sympy.Symbol, base: str, scope: Scope) -> VectorPrinter:
+        """A printer of this one's emitter and syntax for lanes along ``sym`` from ``base``,
+        into ``scope`` (a dot product's reduction axis)."""
+        return VectorPrinter(self.em, sym, base, scope, self.v)
+
     def expr(self, node: Expr) -> str:
         if node in self.names:
             return self.names[node]
@@ -252,7 +218,9 @@ class VectorPrinter:
         reads = [n for n in dict.fromkeys(n for node in nodes for n in walk(node.body))
                  if n in self.transposed and axis is not None and
                  stride(sympy.expand(cast(Load, n).offset), axis) == 1]
-        if reads:
+        if reads and all(dot_product_ok(node, v, self.lanes) for node in nodes):
+            dot_loop(self, nodes, accs)
+        elif reads:
             self._transposed_loop(nodes, accs, cast(list[Load], reads))
         else:
             # a window's taps unrolled: straight-line code
@@ -260,25 +228,25 @@ class VectorPrinter:
                                                  lambda n: n <= SHORT_LOOP)
             inner_printer = VectorPrinter(em, self.sym, self.base, inner, v, self.lane_values,
                                           self.transposed)
-            self._accumulate(inner_printer, inner, nodes, accs)
+            inner_printer.accumulate(nodes, accs)
             for outer in reversed(opened):
                 em.close_loop(outer)
         for node, acc in zip(nodes, accs):
             self.names[node] = acc
         return accs
 
-    def _accumulate(self, printer: VectorPrinter, scope: Scope, nodes: list[Reduce],
-                    accs: list[str]) -> None:
-        """Each reduction's body at one position, combined into its accumulator."""
+    def accumulate(self, nodes: list[Reduce], accs: list[str]) -> None:
+        """Each reduction's body at this printer's position combined into its accumulator, a
+        sum of products as one multiply-add (``VectorSyntax.fma``)."""
         v = self.v
         for node, acc in zip(nodes, accs):
             b = node.body
             if node.kind == "sum" and v.fma and isinstance(b, Call) and b.fn == "mul":
-                x, y = (printer.expr(a) for a in b.args)
-                scope.add(f"{acc} = {v.fma.format(x, y, acc)};")
+                x, y = (self.expr(a) for a in b.args)
+                self.scope.add(f"{acc} = {v.fma.format(x, y, acc)};")
             else:
-                body = printer.expr(b)
-                scope.add(f"{acc} = {v.combine[node.kind].format(a=acc, b=body)};")
+                body = self.expr(b)
+                self.scope.add(f"{acc} = {v.combine[node.kind].format(a=acc, b=body)};")
 
     def _transposed_loop(self, nodes: list[Reduce], accs: list[str], reads: list[Load]
                          ) -> None:
@@ -301,7 +269,7 @@ class VectorPrinter:
             columns: dict[Expr, str] = dict(self.lane_values)
             columns.update({load: cols[c] for load, cols in transposed.items()})
             printer = VectorPrinter(em, self.sym, self.base, block, v, columns, self.transposed)
-            self._accumulate(printer, block, nodes, accs)
+            printer.accumulate(nodes, accs)
             body.add("}")
         self.scope.add("}")
 
@@ -483,14 +451,34 @@ def read_transposed(em: Emitter, v: VectorSyntax, scope: Scope, load: Load,
     return columns
 
 
+def dot_product_ok(node: Reduce, syntax: VectorSyntax, lanes: frozenset[Expr] = frozenset()
+                   ) -> bool:
+    """Whether ``VectorPrinter`` computes the sum ``node`` as a dot product along its one axis
+    for each lane (``dots.dot_loop``): every load of its body unguarded and contiguous along the
+    axis or free of it, no gathered index, no nested reduction, nothing already a vector
+    (``lanes``), and the axis a multiple of the vector width."""
+    if not syntax.pair_sum or node.kind != "sum" or node.dtype is not DType.float32 \
+            or len(node.axes) != 1 or node.axes[0][1] % syntax.width:
+        return False
+    for n in walk(node.body):
+        if n in lanes or isinstance(n, Reduce) or (
+                isinstance(n, (Load, IndexCond)) and n.data) or (
+                isinstance(n, Load) and n.guard is not sympy.true):
+            return False
+    return vectorizable(node.body, node.axes[0][0], syntax)
+
+
 def transposable_loads(roots: Sequence[Expr], sym: sympy.Symbol, syntax: VectorSyntax
                        ) -> frozenset[Load]:
     """The float32 loads inside one-axis reductions of ``roots`` that read with a stride
     other than 0 or 1 along ``sym`` but contiguously along the reduction's axis, whose extent
     the vector width divides: the keys of Q Kᵀ in a score row computed along the keys.
-    ``VectorPrinter`` reads them as transposed tiles (``_transposed_loop``); ``vectorizable``
-    takes them as ``lanes``. Empty where the backend has no lane syntax."""
-    if not (syntax.lane and syntax.compose):
+    ``VectorPrinter`` reads them in dot products along the reduction (``dots.dot_loop``) or as
+    transposed tiles (``_transposed_loop``); ``vectorizable`` takes them as ``lanes``. Empty
+    where the backend has neither form (without lane syntax: only in sums that take the dot
+    products)."""
+    transposes = bool(syntax.lane and syntax.compose)
+    if not (transposes or syntax.pair_sum):
         return frozenset()
     found: set[Load] = set()
     seen: set[tuple[int, sympy.Symbol | None]] = set()
@@ -500,7 +488,8 @@ def transposable_loads(roots: Sequence[Expr], sym: sympy.Symbol, syntax: VectorS
             return
         seen.add((id(node), axis))
         if isinstance(node, Reduce):
-            one = len(node.axes) == 1 and node.axes[0][1] % syntax.width == 0
+            one = len(node.axes) == 1 and node.axes[0][1] % syntax.width == 0 and (
+                transposes or dot_product_ok(node, syntax))
             visit(node.body, node.axes[0][0] if one else None)
             return
         if isinstance(node, Load) and axis is not None and node.dtype is DType.float32 \

@@ -81,6 +81,8 @@ VECTOR = VectorSyntax(
         "xor": "veorq_u32({0}, {1})", "not": "vmvnq_u32({0})",
     },
     fma="vfmaq_f32({2}, {0}, {1})",
+    pair_sum="vpaddq_f32({0}, {1})", half_sum="vpadd_f32(vget_low_f32({0}), vget_high_f32({0}))",
+    half_type="float32x2_t", join="vcombine_f32({0}, {1})",
     lane_ints="kg_vlanes_s32({first}, {step})", select_mask="vbslq_u32({0}, {1}, {2})",
     sign_masks={">=": "vcgeq_s32({0}, vdupq_n_s32(0))", ">": "vcgtq_s32({0}, vdupq_n_s32(0))",
                 "<=": "vcleq_s32({0}, vdupq_n_s32(0))", "<": "vcltq_s32({0}, vdupq_n_s32(0))"},

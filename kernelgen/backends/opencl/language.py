@@ -24,12 +24,13 @@ _LOGIC = {"and": "{0} && {1}", "or": "{0} || {1}", "xor": "{0} != {1}", "not": "
 ISNAN = "({0} != {0})"
 MAX_NAN = f"((({{0}} > {{1}}) | {ISNAN}) ? {{0}} : {{1}})"
 MIN_NAN = f"((({{0}} < {{1}}) | {ISNAN}) ? {{0}} : {{1}})"
+# one expression, which OpenCL C contracts into an FMA (FP_CONTRACT is on by default) where
+# the device has a fast one and computes as a multiply and an add elsewhere; fma() would be a
+# slow software routine on a CPU without FMA
+MULADD = "{0} * {1} + {2}"
 FLOAT: dict[str, str | dict[DType, str]] = {
     "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / {1}",
-    # one expression, which OpenCL C contracts into an FMA (FP_CONTRACT is on by default) where
-    # the device has a fast one and computes as a multiply and an add elsewhere; fma() would be
-    # a slow software routine on a CPU without FMA
-    "muladd": "{0} * {1} + {2}",
+    "muladd": MULADD,
     "neg": "-{0}", "max": MAX_NAN, "min": MIN_NAN,  # "abs": after _bits below
     "pow": "pow({0}, {1})", "fmod": "fmod({0}, {1})",
     # sign() of OpenCL C gives 0 for NaN; NumPy and ONNX give NaN (the input itself), and +0
@@ -86,7 +87,27 @@ def _vector_functions(width: int) -> dict[str, str]:
     return {**scalar, **lanes, **_bits(str(width)), **_VECTOR_LOGIC}
 
 
-VECTOR = VectorSyntax(
+def _with_dot_products(v: VectorSyntax) -> VectorSyntax:
+    """``v`` with its reductions' vector sums as one expression each (``MULADD``), and the
+    pair sums that fold a dot product's lanes (``VectorSyntax.pair_sum``). Two vectors are
+    joined by ``shuffle2``, not by a vector literal of vectors: Oclgrind 21.10 crashes on the
+    latter (clang widens each part with undefined lanes first; tests/oclgrind_worker.py)."""
+    width = v.width
+    lanes = [str(j) for j in range(2 * width)]
+
+    def picks(chosen: list[str]) -> str:
+        return f"(uint{len(chosen)})({', '.join(chosen)})" if len(chosen) > 1 else chosen[0]
+    even, odd = picks(lanes[0::2]), picks(lanes[1::2])
+    return replace(
+        v, fma=MULADD,
+        pair_sum=f"(shuffle2({{0}}, {{1}}, {even}) + shuffle2({{0}}, {{1}}, {odd}))",
+        half_sum="({0}.even + {0}.odd)", half_type=f"float{width // 2}" if width > 2 else "float",
+        # two scalars (a float2) have no undefined lanes to widen
+        join=f"shuffle2({{0}}, {{1}}, {picks(lanes[:width])})" if width > 2 else
+        f"((float{width})({{0}}, {{1}}))")
+
+
+VECTOR = _with_dot_products(VectorSyntax(
     width=8, vtype="float8", mtype="int8", load="vload8(0, {ptr} + {off})",
     store="vstore8({v}, 0, {ptr} + {off});", broadcast="((float8)({0}))",
     broadcast_mask="((int8)(-({0})))", select="select({2}, {1}, {0})",
@@ -96,7 +117,7 @@ VECTOR = VectorSyntax(
     horizontal={"sum": "", "prod": "", "max": "", "min": ""},  # halving with .lo/.hi
     # lanes, for keys read as transposed tiles in a float8 'row' (pip's PoCL builds no float16)
     lane="{v}.s{j:x}", compose="((float8)({0}))",
-)
+))
 BARRIER = "barrier(CLK_LOCAL_MEM_FENCE);"
 # OpenCL C's keywords, built-in functions and macros (OpenCL C 1.2 and 2.0, section 6): a kernel
 # parameter named like one would hide it (tensors named 'fmax', 'exp' or 'get_global_id' broke
@@ -138,20 +159,19 @@ RESERVED_PREFIXES = (
 
 @cache
 def vector_syntax(width: int, stride2: bool = False) -> VectorSyntax:
-    """``floatN`` code with lane numbers, lane access and fma: the contraction templates' and
-    the staged 'row' schedule's vectors. ``stride2``: reads of every second float as vectors
-    too, which only the 'window' schedule takes (an im2col pack through them measured up to
-    2x slower on ResNet-50's strided 3x3 convs than the patch matrix and a GEMM)."""
-    return replace(VECTOR, width=width, vtype=f"float{width}", mtype=f"int{width}",
-                   functions=_vector_functions(width),
-                   load=f"vload{width}(0, {{ptr}} + {{off}})",
-                   store=f"vstore{width}({{v}}, 0, {{ptr}} + {{off}});",
-                   broadcast=f"((float{width})({{0}}))",
-                   broadcast_mask=f"((int{width})(-({{0}})))",
-                   iota=f"((int{width})({', '.join(str(j) for j in range(width))}))",
-                   fma="fma({0}, {1}, {2})", lane="{v}.s{j:x}",
-                   compose=f"((float{width})({{0}}))",
-                   load_stride2=_load_stride2(width) if stride2 else "")
+    """``floatN`` code with lane numbers, lane access and dot products: the contraction
+    templates' and the staged 'row' schedule's vectors. ``stride2``: reads of every second
+    float as vectors too, which only the 'window' schedule takes (an im2col pack through them
+    measured up to 2x slower on ResNet-50's strided 3x3 convs than the patch matrix and a
+    GEMM)."""
+    return _with_dot_products(replace(
+        VECTOR, width=width, vtype=f"float{width}", mtype=f"int{width}",
+        functions=_vector_functions(width), load=f"vload{width}(0, {{ptr}} + {{off}})",
+        store=f"vstore{width}({{v}}, 0, {{ptr}} + {{off}});",
+        broadcast=f"((float{width})({{0}}))", broadcast_mask=f"((int{width})(-({{0}})))",
+        iota=f"((int{width})({', '.join(str(j) for j in range(width))}))",
+        lane="{v}.s{j:x}", compose=f"((float{width})({{0}}))",
+        load_stride2=_load_stride2(width) if stride2 else ""))
 
 
 def _load_stride2(width: int) -> str:

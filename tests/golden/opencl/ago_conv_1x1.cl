@@ -70,19 +70,19 @@ __kernel void fused_conv_relu_conv(__global const float* restrict x,
                             }
                         }
                         const float t17 = w1_[3 * r13 + 45 * kg_k + 9 * r12 + r14];
-                        vacc5 = fma(v15, ((float8)(t17)), vacc5);
+                        vacc5 = v15 * ((float8)(t17)) + vacc5;
                         const float t18 = w1_[3 * r13 + 45 * kg_k + 9 * r12 + r14 + 45];
-                        vacc6 = fma(v15, ((float8)(t18)), vacc6);
+                        vacc6 = v15 * ((float8)(t18)) + vacc6;
                         const float t19 = w1_[3 * r13 + 45 * kg_k + 9 * r12 + r14 + 90];
-                        vacc7 = fma(v15, ((float8)(t19)), vacc7);
+                        vacc7 = v15 * ((float8)(t19)) + vacc7;
                         const float t20 = w1_[3 * r13 + 45 * kg_k + 9 * r12 + r14 + 135];
-                        vacc8 = fma(v15, ((float8)(t20)), vacc8);
+                        vacc8 = v15 * ((float8)(t20)) + vacc8;
                         const float t21 = w1_[3 * r13 + 45 * kg_k + 9 * r12 + r14 + 180];
-                        vacc9 = fma(v15, ((float8)(t21)), vacc9);
+                        vacc9 = v15 * ((float8)(t21)) + vacc9;
                         const float t22 = w1_[3 * r13 + 45 * kg_k + 9 * r12 + r14 + 225];
-                        vacc10 = fma(v15, ((float8)(t22)), vacc10);
+                        vacc10 = v15 * ((float8)(t22)) + vacc10;
                         const float t23 = w1_[3 * r13 + 45 * kg_k + 9 * r12 + r14 + 270];
-                        vacc11 = fma(v15, ((float8)(t23)), vacc11);
+                        vacc11 = v15 * ((float8)(t23)) + vacc11;
                     }
                 }
             }
