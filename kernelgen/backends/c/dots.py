@@ -52,8 +52,8 @@ def dot_loop(printer: LanePrinter, nodes: list[Reduce], accs: list[str]) -> None
     lanes). The queries go in pairs, each pair's lanes in two blocks of ``width / 2``, so a
     block keeps ``width`` vector sums (8 registers in ``float8``: a CPU with 16 keeps its
     loads beside them); an odd count of queries goes one by one over all the lanes. Against
-    the transposed tiles, 1.2-1.3x on the fused attention of 8 heads x 256 x 64 (PoCL, AVX2;
-    docs/benchmarks.md, "Attention's scores as dot products")."""
+    the transposed tiles, 1.09-1.13x on fused attention (PoCL, AVX2; docs/benchmarks.md,
+    "Attention's scores as dot products")."""
     em, v, w = printer.em, printer.v, printer.v.width
     ((r, n),) = nodes[0].axes
     pair = 2 if len(nodes) % 2 == 0 else 1
