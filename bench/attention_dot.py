@@ -19,24 +19,17 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from unittest import mock
 
-import numpy as np
-
-import kernelgen as kg
 from kernelgen.backends.c import vector
 from kernelgen.backends.opencl import emit
-from kernelgen.measure import bench_interleaved
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from patterns import attention  # noqa: E402
-from pooling import write_rows  # noqa: E402
-
-SHAPES = ((8, 256, 64), (12, 128, 64), (4, 512, 64), (4, 128, 64))  # heads, sequence, depth
+from attention_exp import SHAPES, both, report, variant_row  # noqa: E402
 
 
 @contextmanager
@@ -47,39 +40,19 @@ def _separate_multiply_adds() -> Iterator[None]:
         yield
 
 
-@contextmanager
-def _both(*undone: Callable[[], AbstractContextManager[object]]) -> Iterator[None]:
-    with ExitStack() as stack:
-        for cm in undone:
-            stack.enter_context(cm())
-        yield
-
-
 TILES = partial(mock.patch.object, vector, "dot_product_ok", lambda *args, **kw: False)
 VARIANTS: dict[str, dict[str, Callable[[], AbstractContextManager[object]]]] = {
     "opencl": {"now": nullcontext, "transposed tiles": TILES,
                "separate multiply-adds": _separate_multiply_adds,
-               "before": partial(_both, TILES, _separate_multiply_adds)},
+               "before": partial(both, TILES, _separate_multiply_adds)},
     "neon": {"now": nullcontext, "one key at a time": TILES},
 }
 
 
 def row(backend: str, heads: int, seq: int, depth: int, repeat: int) -> dict[str, object]:
-    p = attention(heads, seq, depth)
-    args = [p.arrays[name] for name in ("q", "k", "s", "v")]
-    variants = VARIANTS[backend]
-    kernels = {}
-    for name, undone in variants.items():
-        with undone():
-            kernels[name] = kg.fuse(*p.ops, force=True).emit(backend, tuning="none")
-    want = kernels["now"](*args)
-    for kernel in kernels.values():
-        np.testing.assert_allclose(kernel(*args), want, rtol=1e-5, atol=1e-6)
-    ms = {name: t.median_ms for name, t in bench_interleaved(
-        {name: (k, args) for name, k in kernels.items()}, warmup=3, repeat=repeat).items()}
-    return {"backend": backend, "block": p.label, "ms": ms,
-            "gain": {name: ms[name] / ms["now"] for name in variants if name != "now"},
-            "tunables": {name: k.metadata["tunables"] for name, k in kernels.items()}}
+    """Each of ``backend``'s variants (``VARIANTS``), 3 rounds of warm-up, ``repeat`` timed."""
+    return {"backend": backend,
+            **variant_row(backend, heads, seq, depth, VARIANTS[backend], 3, repeat)}
 
 
 def main() -> int:
@@ -88,13 +61,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=30, help="rounds, one run of each a round")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
-    rows = []
-    for shape in SHAPES:
-        r = row(args.backend, *shape, repeat=args.repeat)
-        rows.append(r)
-        print(f"{r['block']:44s} " + ", ".join(f"{name} {ms:.3f} ms" for name, ms in
-                                               r["ms"].items()), flush=True)
-    write_rows(args.json, rows)
+    report((row(args.backend, *shape, repeat=args.repeat) for shape in SHAPES), args.json)
     return 0
 
 

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from functools import partial
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import numpy as np
@@ -41,32 +42,48 @@ VARIANTS: dict[str, Callable[[], AbstractContextManager[object]]] = {
     "float16": partial(mock.patch.object, schedule, "staged_row_width",
                        lambda loop, caps: schedule.STAGED_ROW_WIDTH),
 }
-VARIANTS["before"] = lambda: _both(VARIANTS["exp twice"](), VARIANTS["float16"]())
+VARIANTS["before"] = lambda: both(VARIANTS["exp twice"], VARIANTS["float16"])
 
 
 @contextmanager
-def _both(*undone: AbstractContextManager[object]) -> Iterator[None]:
+def both(*undone: Callable[[], AbstractContextManager[object]]) -> Iterator[None]:
+    """Every one of ``undone``'s changes undone at once."""
     with ExitStack() as stack:
         for cm in undone:
-            stack.enter_context(cm)
+            stack.enter_context(cm())
         yield
 
 
-def row(heads: int, seq: int, depth: int, rounds: int, repeat: int) -> dict[str, object]:
+def variant_row(backend: str, heads: int, seq: int, depth: int,
+                variants: dict[str, Callable[[], AbstractContextManager[object]]],
+                warmup: int, repeat: int) -> dict[str, object]:
+    """The pattern suite's attention emitted on ``backend`` under each of ``variants`` (one
+    named 'now'), checked against 'now' and timed round-robin: medians, each variant's time
+    over now's ('gain') and tunables."""
     p = attention(heads, seq, depth)
     args = [p.arrays[name] for name in ("q", "k", "s", "v")]
     kernels = {}
-    for name, undone in VARIANTS.items():
+    for name, undone in variants.items():
         with undone():
-            kernels[name] = kg.fuse(*p.ops, force=True).emit("opencl", tuning="none")
+            kernels[name] = kg.fuse(*p.ops, force=True).emit(backend, tuning="none")
     want = kernels["now"](*args)
     for kernel in kernels.values():
         np.testing.assert_allclose(kernel(*args), want, rtol=1e-5, atol=1e-6)
     ms = {name: t.median_ms for name, t in bench_interleaved(
-        {name: (k, args) for name, k in kernels.items()}, rounds, repeat).items()}
+        {name: (k, args) for name, k in kernels.items()}, warmup, repeat).items()}
     return {"block": p.label, "ms": ms,
-            "gain": {name: ms[name] / ms["now"] for name in VARIANTS if name != "now"},
+            "gain": {name: ms[name] / ms["now"] for name in variants if name != "now"},
             "tunables": {name: k.metadata["tunables"] for name, k in kernels.items()}}
+
+
+def report(rows: Iterable[dict[str, Any]], json: Path | None) -> None:
+    """Print each row's medians as it comes, then write them all to ``json``."""
+    done = []
+    for r in rows:
+        done.append(r)
+        print(f"{r['block']:44s} " + ", ".join(f"{name} {ms:.3f} ms" for name, ms in
+                                               r["ms"].items()), flush=True)
+    write_rows(json, done)
 
 
 def main() -> int:
@@ -75,13 +92,8 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
-    rows = []
-    for shape in SHAPES:
-        r = row(*shape, rounds=args.rounds, repeat=args.repeat)
-        rows.append(r)
-        print(f"{r['block']:44s} " + ", ".join(f"{name} {ms:.3f} ms" for name, ms in
-                                               r["ms"].items()), flush=True)
-    write_rows(args.json, rows)
+    report((variant_row("opencl", *shape, VARIANTS, args.rounds, args.repeat)
+            for shape in SHAPES), args.json)
     return 0
 
 

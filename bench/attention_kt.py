@@ -18,7 +18,7 @@ import kernelgen as kg
 from kernelgen.measure import bench_interleaved
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from attention_dot import SHAPES  # noqa: E402
+from attention_exp import SHAPES  # noqa: E402
 from patterns import attention  # noqa: E402
 from pooling import write_rows  # noqa: E402
 
