@@ -4,6 +4,7 @@ templates compute each producer element once by default (redundancy 1.0), as doe
 kernel, which stages each score row once per query (``kernelgen/lower/staging.py``)."""
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import replace
 
@@ -411,6 +412,7 @@ def test_tuner_searches_queries_per_work_item(backend_name: str, tmp_path) -> No
     loop = lower(kg.fuse(*ops, force=True), "attention")
     space = backends.get(backend_name).search_space(loop)
     assert {c.as_options().get("group_rows") for c in space} >= {1, 2, 4, 8}
-    result = tune(loop, backend_name, db=FastRunDB(tmp_path / "db"), repeat=2)
+    result = tune(loop, backend_name, db=FastRunDB(tmp_path / "db"), repeat=2,
+                  budget_s=math.inf)  # every status checked: no time budget
     assert all(c.status == "ok" for c in result.candidates), [c.status for c in result.candidates]
     assert result.best in space

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import math
+
 import numpy as np
 import pytest
 import sympy
@@ -257,7 +259,8 @@ def test_measured_choice_is_stored_and_used_by_default(tmp_path, monkeypatch) ->
     ops, arrays, _ = CASES[1].build()
     fused = kg.fuse(*ops)
     assert fastrun.stored_algorithm(fused, "opencl") is None
-    result = tune_algorithm(fused, "opencl", repeat=3, progress=lambda *a: None)
+    result = tune_algorithm(fused, "opencl", repeat=3, budget_s=math.inf,
+                            progress=lambda *a: None)
     statuses = {c.config.as_options()["algorithm"]: c.status for c in result.candidates}
     assert set(statuses) == set(ALGORITHMS)
     assert all(s == "ok" for s in statuses.values()), statuses
@@ -302,7 +305,8 @@ def test_tuner_discards_a_wrong_algorithm(tmp_path, monkeypatch) -> None:
         return lambda *arrays: made(*arrays) + 1e-2  # Winograd with a wrong last digit
 
     monkeypatch.setattr(kernelgen.tune, "compile", sabotaged)
-    result = tune_algorithm(fused, "opencl", repeat=2, progress=lambda *a: None)
+    result = tune_algorithm(fused, "opencl", repeat=2, budget_s=math.inf,
+                            progress=lambda *a: None)
     statuses = {c.config.as_options()["algorithm"]: c.status for c in result.candidates}
     assert statuses["winograd"] == "wrong"
     assert result.best.as_options()["algorithm"] != "winograd"
