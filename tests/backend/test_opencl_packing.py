@@ -186,3 +186,42 @@ def test_constant_weights_are_packed_once(monkeypatch: pytest.MonkeyPatch, m: in
         assert_close(variable(x, w), x.astype(np.float64) @ w, np.float32, scale=k)
     in_tile = variable.metadata["tunables"]["pack_in_tile"]
     assert counts[f"{variable.name}_pack"] == (0 if in_tile else 3)
+
+
+@pytest.mark.parametrize("backend", ["opencl", "neon"])
+@pytest.mark.parametrize("heads,seq,depth", [(1, 1, 1), (1, 5, 16), (2, 17, 13), (3, 41, 64)])
+def test_nt_products_pack_their_gathered_operand_by_default(backend: str, heads: int, seq: int,
+                                                            depth: int) -> None:
+    """Q·Kᵀ with K's Transpose fused: K runs along the reduction, not along the output's
+    columns, so the tiles would gather it a lane at a time; by default it is packed wherever
+    two row tiles or more read it, and read in place where one does. Every form agrees with
+    NumPy, with a scale epilogue (a single query and key runs no tiles at all)."""
+    require(backend)
+    q, k, scale = _f32(heads, seq, depth), _f32(heads, seq, depth), _f32(1)
+    kt = kg.transpose(kg.tensor("k", k.shape), (0, 2, 1))
+    mm = kg.matmul(kg.tensor("q", q.shape), kt)
+    fused = kg.fuse(kt, mm, kg.mul(mm, kg.tensor("s", (1,))), force=True)
+    kernel = fused.emit_kernel(backend, tuning="none")
+    tunables = kernel.metadata["tunables"]
+    if seq > 1 and tunables.get("vector_width"):  # the vector tiles (a device with vectors)
+        assert tunables["pack"] is (seq > tunables["tile"][0]), tunables
+    want = (q.astype(np.float64) @ k.transpose(0, 2, 1)) * scale
+    assert_close(kernel(q, k, scale), want.astype(np.float32), scale=depth)
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 37, 19), (5, 64, 1000), (37, 301, 131)])
+def test_gemm_trans_b_packs_constant_weights_once(m: int, k: int, n: int) -> None:
+    """A Gemm with transB=1 by constant weights (a classifier's last layer) reads them along
+    the reduction: packed once by default, even for one row of input, equal to NumPy."""
+    require("opencl")
+    w, bias = _f32(n, k), _f32(n)
+    gemm = kg.gemm(kg.tensor("x", (m, k)), kg.constant("w", w), kg.constant("b", bias),
+                   transB=1)
+    kernel = kg.fuse(gemm).emit_kernel("opencl", tuning="none")
+    if kernel.metadata["schedule"] != "tiled":
+        pytest.skip("the OpenCL device builds no float vectors (no packing template)")
+    assert kernel.metadata["tunables"]["pack"] and kernel.metadata["packed_once"]
+    for _ in range(2):
+        x = _f32(m, k)
+        assert_close(kernel(x), (x.astype(np.float64) @ w.T + bias).astype(np.float32),
+                     scale=k)

@@ -97,6 +97,11 @@ PACK_LOCAL = 16  # the packing launch's work-group
 # 64x1024x1024 0.69 / 0.91; 768^3 2.95 / 2.74 and 512^3 0.95-1.00 / 0.87-1.06 (about even).
 PACK_MIN_ROW_TILES = 4  # row tiles that read each panel, at least, for the pass to pay
 PACK_MIN_BYTES = 1 << 20
+# ... but a right operand contiguous along no output column (Q Kᵀ: K's rows run along the
+# reduction; a Gemm's transB) is otherwise gathered a lane at a time by every row tile: packed
+# whenever two row tiles read it, or once when it is constant. bench/nt_products.py on PoCL
+# (AMD EPYC), packed against gathered: attention scores 1.09-1.51x faster (1.07-1.15x the time
+# with Kᵀ given contiguous), Gemm transB by constant weights 1.44-2.26x.
 # Each column tile's work-item packing its own panel, then sweeping every row tile over it while
 # it is in cache (contraction_tile_pack.cl.tmpl, one launch), against a first kernel packing
 # every panel: im2col of a 3x3 64->64 conv at 56x56 (8x32 tiles, 74 KiB panels), generated and
@@ -407,11 +412,11 @@ def _tiled(base: OpenCLSchedule, requested: tuple[int, ...] | None, local: int |
         * prod(k.domain[i][1] for i in c.batch)
     if pack_in_tile and pack is None:  # pack_in_tile says how; pack=False wins over it
         pack = True
-    packed = _packs_right(k, c, pack, tiles_r, panel * panels)
-    # constant panels (a model's weights) are packed by the first kernel at the first launch
-    # only; packing them in the tile would redo it at every launch
+    # constant panels (weights) are packed at the first launch only: not in the tile (each launch)
     reads = operand_buffers(c.right)
     constant = PACK_CONSTANTS_ONCE and set(reads) <= k.constants
+    packed = _packs_right(k, c, pack, tiles_r, panel * panels,
+                          gathered=plan.right is None, constant=constant)
     in_tile = packed and (pack_in_tile if pack_in_tile is not None else not constant and
                           panels >= PACK_TILE_MIN_ITEMS and 4 * panel <= PACK_TILE_MAX_BYTES)
     left = flat_reduction(c, c.left, _ranges(k))
@@ -493,10 +498,12 @@ def _ago_vector_plan(k: LoopKernel, c: Contraction, tile: tuple[int, ...], expli
 
 
 def _packs_right(k: LoopKernel, c: Contraction, pack: bool | None, tiles_r: int,
-                 packed: int) -> bool:
+                 packed: int, *, gathered: bool, constant: bool) -> bool:
     """Whether the right operand is laid out in panels first (``pack``; by default when
-    ``PACK_MIN_ROW_TILES`` row tiles or more read an operand of at least ``PACK_MIN_BYTES``).
-    Never for an AGO block: its producer is computed within the tiles."""
+    ``PACK_MIN_ROW_TILES`` row tiles or more read an operand of at least ``PACK_MIN_BYTES``,
+    and for an operand ``gathered`` lane by lane, contiguous along no output column, whenever
+    it is constant or two row tiles or more read it: the NT product Q Kᵀ, or a Gemm's
+    transB). Never for an AGO block: its producer is computed within the tiles."""
     ago = operand_has_reduction(c.left) or operand_has_reduction(c.right)
     if pack and ago:
         raise ValueError(f"kernel '{k.name}': pack needs a contraction of plain operands; "
@@ -504,6 +511,8 @@ def _packs_right(k: LoopKernel, c: Contraction, pack: bool | None, tiles_r: int,
                          f"would materialise")
     if pack is not None or ago:
         return bool(pack)
+    if gathered and (constant or tiles_r >= 2):
+        return True
     return tiles_r >= PACK_MIN_ROW_TILES and 4 * packed >= PACK_MIN_BYTES
 
 
