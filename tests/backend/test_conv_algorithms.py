@@ -6,10 +6,9 @@ the heuristic, the measured choice stored in the Fast-Run database, and a wrong 
 tuner must discard."""
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import math
 
 import numpy as np
 import pytest
