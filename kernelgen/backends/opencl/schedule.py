@@ -100,8 +100,8 @@ PACK_MIN_BYTES = 1 << 20
 # ... but a right operand contiguous along no output column (Q Kᵀ: K's rows run along the
 # reduction; a Gemm's transB) is otherwise gathered a lane at a time by every row tile: packed
 # whenever two row tiles read it, or once when it is constant. bench/nt_products.py on PoCL
-# (AMD EPYC), packed against gathered: attention scores 1.09-1.51x faster (1.07-1.15x the time
-# with Kᵀ given contiguous), Gemm transB by constant weights 1.44-2.26x.
+# (AMD EPYC), packed against gathered, two runs: attention scores 1.09-1.66x faster (1.06-1.21x
+# the time with Kᵀ given contiguous), Gemm transB by constant weights 1.37-2.26x.
 # Each column tile's work-item packing its own panel, then sweeping every row tile over it while
 # it is in cache (contraction_tile_pack.cl.tmpl, one launch), against a first kernel packing
 # every panel: im2col of a 3x3 64->64 conv at 56x56 (8x32 tiles, 74 KiB panels), generated and
