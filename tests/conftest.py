@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -138,6 +139,21 @@ def opencl_caps() -> Capabilities:
     backend = backends.get("opencl")
     assert isinstance(backend, OpenCL)
     return backend.bound().caps
+
+
+def require_vectors_of(source: str) -> None:
+    """Skip a test that runs OpenCL code generated for a declared device (``for_device``) on
+    this process's device when the code takes float vectors wider than 4 that this device's
+    compiler does not build, by kernelgen's probe (``backends/opencl/probe.py``): pip's PoCL
+    3.0 (LLVM 14) aborts the whole process on float16 code on a CPU its LLVM does not know."""
+    opencl = opencl_caps()
+    used = {int(w) for w in re.findall(r"\bfloat(\d+)\b", source)}
+    missing = sorted(w for w in used if w > 4 and w not in opencl.vector_widths)
+    if missing:
+        device = backends.get("opencl").device_identity()
+        pytest.skip(f"the OpenCL device here ({device}) does not build "
+                    f"{', '.join(f'float{w}' for w in missing)}, which this code takes "
+                    f"(kernelgen's vector probe found {list(opencl.vector_widths)})")
 
 
 @pytest.fixture(params=BACKENDS)

@@ -14,6 +14,7 @@ from conftest import require
 
 import kernelgen as kg
 from kernelgen import backends
+from kernelgen.backends.opencl import probe
 from kernelgen.backends.opencl.runtime import device
 
 
@@ -48,6 +49,24 @@ def test_device_info_is_read_and_probed() -> None:
     assert list(info.vector_widths) == sorted(info.vector_widths, reverse=True)
     assert backends.get("opencl").caps.vector_widths == info.vector_widths or \
         info.kind != "cpu"
+
+
+def test_the_probe_catches_wrong_lanes() -> None:
+    """The probe runs each width's kernel on the device and compares it with NumPy: the
+    widths this device builds pass, and the same kernel with its deinterleaved lanes (a
+    stride-2 read's even lanes) picked in a wrong order fails, as pip's PoCL 3.0 computed
+    ``vload16(p).even`` on a Zen 4 (garbage in lanes 4-7)."""
+    require("opencl")
+    import pyopencl as cl
+    dev = device().device
+    for width in device().info.vector_widths:
+        assert probe.check(cl, dev, width) is None, width
+        right = probe.source(width)
+        assert "a.s2" in right
+        wrong = right.replace("a.s0, a.s2", "a.s2, a.s0", 1)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(probe, "source", lambda w, text=wrong: text)
+            assert "wrong values" in (probe.check(cl, dev, width) or "")
 
 
 def test_a_work_group_over_the_kernels_limit_is_an_error_naming_local_size() -> None:

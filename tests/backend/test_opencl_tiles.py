@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import assert_close, require
+from conftest import assert_close, require, require_vectors_of
 
 import kernelgen as kg
 from kernelgen import backends
@@ -89,6 +89,7 @@ def test_register_tiles_fit_the_devices_registers(device: str, side: int,
     tunables = kernel.metadata["tunables"]
     assert (tuple(tunables["tile"]), tunables["vector_width"]) == (tile, width)
     assert tuple(tunables["tile"]) == _expected_tile(29, side * side, be)
+    require_vectors_of(kernel.source)
     want = np.einsum("oc,nchw->nohw", w[:, :, 0, 0].astype(np.float64), x)
     assert_close(kernel(x, w), np.maximum(want, 0), np.float32, scale=19)
 
@@ -213,6 +214,7 @@ def test_a_tiles_epilogue_interleaves_its_column_vectors(device: str, m: int, k:
     stores = [i for i in range(start, end) if "vstore" in lines[i]]
     assert loads == list(range(loads[0], loads[0] + vectors))
     assert stores == list(range(end - vectors, end))
+    require_vectors_of(kernel.source)
     hd = a.astype(np.float64) @ w + bias
     want = 0.5 * hd * (1 + np.vectorize(math.erf)(hd / math.sqrt(2)))
     assert_close(kernel(a, w, bias), want, np.float32, scale=k)

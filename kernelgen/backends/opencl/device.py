@@ -144,7 +144,7 @@ def read(cl: Any, platform_index: int, device_index: int) -> DeviceInfo:
 
 def _identity(platform: Any, dev: Any) -> str:
     return " | ".join((platform.name.strip(), platform.version.strip(), dev.name.strip(),
-                       dev.driver_version.strip(), __version__))
+                       dev.driver_version.strip(), __version__, f"probe {probe.REVISION}"))
 
 
 def probed_widths(platform_index: int, device_index: int, identity: str) -> tuple[int, ...]:

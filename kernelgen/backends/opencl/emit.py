@@ -20,7 +20,8 @@ from ..printer import Scope, interleave, recomputed_inside
 from . import transposed, window
 from .columns import vector_epilogue
 from .language import (BARRIER, BUFFER_TYPES, FLOAT, INT, RESERVED_NAMES, RESERVED_PREFIXES,
-                       SCALAR_TYPES, VECTOR, Launch, OpenCLSource, vector_syntax)
+                       SCALAR_TYPES, VECTOR, Launch, OpenCLSource, stride2_helpers,
+                       vector_syntax)
 from .schedule import PACK_LOCAL, UNROLLED_LANES, OpenCLSchedule, TilePlan, TransposedReads
 from .window import WindowPlan
 
@@ -87,7 +88,7 @@ class OpenCLPrinter(ContractionEmitter):
         body, launch = {"elementwise": self._elementwise, "group": self._group,
                         "item": self._item, "row": self._row,
                         "tiled": self._tiled, "window": self._window}[self.sched.kind]()
-        return head + "\n" + body, launch
+        return head + "\n" + stride2_helpers(body) + body, launch
 
     def ndrange(self, axes: list[Axis], scope: Scope, clamp: bool = False,
                  lanes: int = 1, explicit_vectors: bool = False,

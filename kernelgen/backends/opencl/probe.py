@@ -23,7 +23,10 @@ WIDTHS = (4, 8, 16)  # narrowest first: a crash at one width keeps the answers b
 
 # Every vector construct the OpenCL templates print (backends/opencl/language.py: loads and
 # stores, fma, NaN-propagating max through a lane mask and select, halving with .lo/.hi, lane
-# access, composing a vector from lanes, the bit casts of the fast math library).
+# access, composing a vector from lanes, as a stride-2 read picks its even ones, the bit casts
+# of the fast math library). REVISION keys the cached answers: a new construct probes every
+# device again.
+REVISION = 2
 _KERNEL = string.Template("""
 __kernel void kg_probe(__global const float* x, __global float* y)
 {
@@ -33,7 +36,8 @@ __kernel void kg_probe(__global const float* x, __global float* y)
     int$w m = (c > a) | isnan(c);
     float$w d = select(a, c, m);                                 /* max(c, a), NaN kept */
     float$w p = as_float$w((convert_int$w(rint(a)) + 127) << 23); /* 2^rint(a) */
-    float$w e = d + p * 0.0f + (float$w)(a.s0);
+    float$w q = (float$w)($deinterleaved);                      /* even lanes, odd */
+    float$w e = d + p * 0.0f + (float$w)(a.s0) + q;
     vstore$w(e, 0, y + $w * i);
 $halve
     y[$w * get_global_size(0) + i] = s1;
@@ -42,19 +46,22 @@ $halve
 
 
 def source(width: int) -> str:
-    """The probe kernel at ``width`` lanes: ``y[W*i + j] = max(1.5 x, x) + x[W*i]`` and, past
-    the vectors, each work-item's lane sum by halving ``.lo + .hi``."""
+    """The probe kernel at ``width`` lanes: ``y[W*i + j] = max(1.5 x, x) + x[W*i]`` plus the
+    item's lanes deinterleaved (even ones first) and, past the vectors, each work-item's lane
+    sum by halving ``.lo + .hi``."""
     halve, v, w = [], "e", width
     while w > 1:
         w //= 2
         halve.append(f"    float{w if w > 1 else ''} s{w} = {v}.lo + {v}.hi;")
         v = f"s{w}"
-    return _KERNEL.substitute(w=width, halve="\n".join(halve))
+    lanes = [f"a.s{j:x}" for j in [*range(0, width, 2), *range(1, width, 2)]]
+    return _KERNEL.substitute(w=width, halve="\n".join(halve), deinterleaved=", ".join(lanes))
 
 
 def expected(x: np.ndarray, width: int, items: int) -> np.ndarray:
     lanes = x[:width * items].reshape(items, width)
-    e = np.maximum(1.5 * lanes, lanes) + lanes[:, :1]
+    e = np.maximum(1.5 * lanes, lanes) + lanes[:, :1] + \
+        np.concatenate([lanes[:, 0::2], lanes[:, 1::2]], axis=1)
     return np.concatenate([e.ravel(), e.sum(axis=1)]).astype(np.float32)
 
 
