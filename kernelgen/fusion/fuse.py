@@ -283,8 +283,10 @@ def _decide_edges(block: list[Op], force: bool, conservative: bool
             edges.append(EdgeRule(v.name, op.name, rule))
             fused_types.append(rule.fused or MappingType.MANY_TO_MANY)
         acc[id(op)] = max(fused_types, key=_DIRECTNESS.index) if fused_types else op.mapping_type
+        # no input read through a remap that moves elements: a Reorganize that does not fold
+        # to the flat offset, or a Shuffle (a transpose), whatever free reshapes surround it
         free[id(op)] = acc[id(op)] is MappingType.REORGANIZE and all(
-            folds or t is not MappingType.REORGANIZE
+            folds or t not in (MappingType.REORGANIZE, MappingType.SHUFFLE)
             for folds, t in zip(op.free_reshapes, op.input_mapping_types)) and all(
             free[id(v)] or acc[id(v)] is MappingType.ONE_TO_ONE
             for v in op.inputs if id(v) in members)

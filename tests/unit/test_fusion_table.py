@@ -128,7 +128,8 @@ def test_colour_strings():
 def test_a_free_reshape_fuses_as_one_to_one():
     """A Reorganize edge whose reshape folds back to the flat offset (``folds_to_flat``) is
     green beside a reduction or an expansion, where the table's cell says measure: it moves no
-    element. A transpose (Shuffle), or a reshape of a transpose, keeps the table's yellow."""
+    element. A transpose (Shuffle), or a reshape of a transpose (also between two free
+    reshapes, as ShuffleNet's channel shuffle), keeps the table's yellow."""
     x = kg.tensor("x", (2, 6, 5, 7))
     pooled = kg.global_pool("GlobalAveragePool", x)
     flat = kg.flatten(pooled)
@@ -155,6 +156,16 @@ def test_a_free_reshape_fuses_as_one_to_one():
     mm = kg.matmul(reshaped, kg.tensor("b", (9, 4)))
     chain = rules(t, reshaped, mm)
     assert chain[(reshaped.name, mm.name)].colour is Colour.YELLOW
+    # ShuffleNet's channel shuffle: free reshapes on both sides of the transpose do not make
+    # the shuffled channels a free reshape of the conv's input
+    x = kg.tensor("s", (1, 12, 5, 5))
+    split = kg.reshape(x, (1, 2, 6, 5, 5))
+    swapped = kg.transpose(split, (0, 2, 1, 3, 4))
+    merged = kg.reshape(swapped, (1, 12, 5, 5))
+    conv = kg.conv(merged, kg.tensor("k", (4, 12, 1, 1)))
+    assert folds_to_flat(split.index_maps[0]) and folds_to_flat(merged.index_maps[0])
+    shuffle = rules(split, swapped, merged, conv)
+    assert shuffle[(merged.name, conv.name)].colour is Colour.YELLOW
     # beside a One-to-One op the table's cells are green already and keep their reasons
     relu = kg.relu(flat)
     assert rules(flat, relu)[(flat.name, relu.name)] == fusion_rule(
