@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -144,16 +143,16 @@ def opencl_caps() -> Capabilities:
 def require_vectors_of(source: str) -> None:
     """Skip a test that runs OpenCL code generated for a declared device (``for_device``) on
     this process's device when the code takes float vectors wider than 4 that this device's
-    compiler does not build, by kernelgen's probe (``backends/opencl/probe.py``): pip's PoCL
-    3.0 (LLVM 14) aborts the whole process on float16 code on a CPU its LLVM does not know."""
-    opencl = opencl_caps()
-    used = {int(w) for w in re.findall(r"\bfloat(\d+)\b", source)}
-    missing = sorted(w for w in used if w > 4 and w not in opencl.vector_widths)
+    compiler does not build, by kernelgen's probe (``backends/opencl/probe.py``): the runtime
+    refuses such code (``runtime.build``; pip's PoCL 3.0, LLVM 14, aborts the whole process on
+    float16 code on a CPU its LLVM does not know)."""
+    from kernelgen.backends.opencl import runtime
+    info = runtime.device().info
+    missing = runtime.unbuildable_widths(source, info)
     if missing:
-        device = backends.get("opencl").device_identity()
-        pytest.skip(f"the OpenCL device here ({device}) does not build "
+        pytest.skip(f"the OpenCL device here ({info.name}) does not build "
                     f"{', '.join(f'float{w}' for w in missing)}, which this code takes "
-                    f"(kernelgen's vector probe found {list(opencl.vector_widths)})")
+                    f"(kernelgen's vector probe found {list(info.vector_widths)})")
 
 
 @pytest.fixture(params=BACKENDS)

@@ -69,6 +69,32 @@ def test_the_probe_catches_wrong_lanes() -> None:
             assert "wrong values" in (probe.check(cl, dev, width) or "")
 
 
+def test_code_with_vectors_the_device_rejects_is_refused_by_name() -> None:
+    """A kernel generated for a declared CPU (``cpu-avx512``: float16 tiles) and run on a
+    device whose probe rejected float16 is refused with an error naming the kernel, the
+    width and the widths the device builds, before its compiler sees it (pip's PoCL 3.0
+    aborted the process there). The same kernel runs on a device that builds float16."""
+    require("opencl")
+    from kernelgen.backends.opencl import runtime
+    avx512 = backends.REGISTRY["opencl"].for_device("cpu-avx512")  # type: ignore[attr-defined]
+    rng = np.random.default_rng(16)
+    a, b = rng.standard_normal((13, 31), np.float32), rng.standard_normal((31, 67), np.float32)
+    kernel = kg.fuse(kg.matmul(kg.tensor("a", a.shape), kg.tensor("b", b.shape))).emit_kernel(
+        avx512, tuning="none", tile=(8, 32))
+    assert "float16" in kernel.source
+    dev = device()
+    narrow = replace(dev, info=replace(dev.info, vector_widths=(8, 4)))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(runtime, "_device", narrow)
+        with pytest.raises(kg.KernelgenError) as error:
+            kernel(a, b)
+    message = str(error.value)
+    assert all(part in message for part in (f"'{kernel.name}'", "float16", dev.name, "8/4"))
+    assert "float8" not in message.split("build correctly")[0]  # float8 is not blamed
+    if 16 in dev.info.vector_widths:
+        np.testing.assert_allclose(kernel(a, b), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+
+
 def test_a_work_group_over_the_kernels_limit_is_an_error_naming_local_size() -> None:
     require("opencl")
     info = device().info

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextvars
 import os
+import re
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -192,13 +193,30 @@ def concurrently(groups: Sequence[Sequence[Callable[[], None]]]) -> None:
     cl.enqueue_barrier(main, wait_for=done)
 
 
+def unbuildable_widths(source: str, info: DeviceInfo) -> list[int]:
+    """The ``floatN`` widths above 4 that ``source`` declares and the device's vector probe
+    rejected (``probe.py``): code generated for another device (``for_device``) can hold them."""
+    used = {int(w) for w in re.findall(r"\bfloat(\d+)\b", source)}
+    return sorted(w for w in used if w > 4 and w not in info.vector_widths)
+
+
 def build(source: str, name: str) -> Any:
-    """The compiled kernel ``name`` from ``source``, built once per process."""
+    """The compiled kernel ``name`` from ``source``, built once per process. A source with
+    vector widths the device's probe rejected is refused before its compiler sees it: pip's
+    PoCL 3.0 aborts the whole process on ``float16`` code on CPUs its LLVM does not know."""
     cl = _import_cl()
     with _lock:
         program = _programs.get(source)
     if program is None:
         dev = device()
+        missing = unbuildable_widths(source, dev.info)
+        if missing:
+            names = ", ".join(f"float{w}" for w in missing)
+            raise KernelgenError(
+                f"OpenCL kernel '{name}' uses {names}, which the device '{dev.name}' does not "
+                f"build correctly (kernelgen's vector probe accepted float vectors of "
+                f"{'/'.join(map(str, dev.info.vector_widths)) or 'no'} lanes); generate the "
+                f"kernel for this device (the default target) or for one with those widths")
         try:
             program = cl.Program(dev.context, source).build()
         except cl.RuntimeError as exc:
