@@ -326,6 +326,9 @@ CASES: dict[str, Case] = {c.name: c for c in (
     Case("row-two-vectors-and-a-tail", softmax(3, 19), {"cpu": ("row+staged",), "gpu": ("row",)},
          {"schedule": "row"}),
     Case("softmax-default", softmax(4, 600), {"cpu": ("row+staged",), "gpu": ("group",)}),
+    # short rows: 5 a work-item on a CPU by default (unroll.SHORT_ROW_FLOATS)
+    Case("softmax-short-rows-default", softmax(40, 37),
+         {"cpu": ("row+staged",), "gpu": ("group",)}),
     Case("group-instance-norm", instance_norm, ("group",), {"schedule": "group"}),
     Case("item-softmax", softmax(5, 13), ("item",), {"schedule": "item"}, ci=True),
     Case("item-layernorm", layer_norm, ("item",), {"schedule": "item"}),

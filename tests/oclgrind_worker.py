@@ -110,9 +110,10 @@ def environment(target: str, log: str) -> dict[str, str]:
         # source makes, so each is checked.
         "OCLGRIND_BUILD_OPTIONS": "-cl-opt-disable",
         "PYOPENCL_NO_CACHE": "1",  # its binary cache ignores OCLGRIND_BUILD_OPTIONS
-        # kernels are generated for the target's declared widths, so the simulator's own are
-        # never used: skip the probe (a child process whose kernels would log here too)
-        "KERNELGEN_OPENCL_VECTOR_WIDTHS": "4",
+        # kernels are generated for the target's declared widths; the runtime refuses widths
+        # the device does not build, and Oclgrind builds all three (its probe passes them):
+        # skip the probe (a child process whose kernels would log here too)
+        "KERNELGEN_OPENCL_VECTOR_WIDTHS": "16,8,4",
     }
 
 

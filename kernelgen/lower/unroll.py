@@ -196,12 +196,22 @@ def group_row_choices(kernel: LoopKernel) -> tuple[int, ...]:
     return tuple(out)
 
 
+# A staged row of shared terms only (a softmax's exp row) this short still groups: its points
+# share no loads but a broadcast mask's, and a work-item per row pays a work-group's overhead
+# for little work. bench/short_rows.py, masked softmax, 1 row against the most (ms): OpenCL
+# (PoCL) 768x64 0.063 / 0.049, 1536x128 0.139 / 0.116, 512x128 0.065 / 0.056, and no gain from
+# 197 floats on (6144x384: 1.47 / 1.76); NEON (SIMDe) 1.07-1.10x at 64 and 128, none above.
+SHORT_ROW_FLOATS = 128
+
+
 def default_group_rows(kernel: LoopKernel) -> int:
     """The most group points per work-item up to ``GROUP_ROWS`` that leave at least
     ``MIN_GROUP_ITEMS`` work-items (or 1). One where no staged row computes a reduction of its
-    own: its points then share no loads (a softmax's staged exp row, OpenCL 'row' on PoCL,
-    1024x4096: 2.5 ms one row a work-item against 2.8 with 8; 4096x1024: 3.2 against 4.1)."""
-    if shared_terms_only(kernel):
+    own and the rows are longer than ``SHORT_ROW_FLOATS``: its points then share no loads (a
+    softmax's staged exp row, OpenCL 'row' on PoCL, 1024x4096: 2.5 ms one row a work-item
+    against 2.8 with 8; 4096x1024: 3.2 against 4.1)."""
+    if shared_terms_only(kernel) and \
+            sum(st.buffer.numel for st in kernel.staged) > SHORT_ROW_FLOATS:
         return 1
     points = prod(kernel.domain[g][1] for g in kernel.group)
     return max(r for r in group_row_choices(kernel)

@@ -31,7 +31,7 @@ def _rows(shape: tuple[int, ...]) -> np.ndarray:
     return x
 
 
-@pytest.mark.parametrize("shape", [(3, 1), (5, 37), (2, 300), (4, 3, 13)],
+@pytest.mark.parametrize("shape", [(3, 1), (5, 37), (2, 300), (4, 3, 13), (7, 16, 29)],
                          ids=lambda s: "x".join(map(str, s)))
 def test_softmax_with_its_exp_row_staged_equals_numpy(backend: str, shape) -> None:
     x = _rows(shape)
@@ -87,6 +87,23 @@ def test_every_opencl_schedule_runs_a_staged_softmax(options: dict) -> None:
     staged = cpu and options.get("schedule", "row") == "row"
     assert bool(kernel.metadata.get("staged_rows")) == staged
     assert_close(kernel(x), _softmax(x), "float32")
+
+
+@pytest.mark.parametrize("target", ["cpu-avx2", "neon"])
+def test_short_rows_take_several_a_work_item_by_default(target: str) -> None:
+    """A softmax's staged exp row shares no loads between rows, so long rows keep one a
+    work-item; rows of at most 128 floats take up to 8 (a work-item's overhead amortised),
+    leaving at least 8 work-items. Generated for a declared CPU and for NEON C."""
+    from kernelgen import backends
+    backend = backends.REGISTRY["opencl"].for_device(target) if target.startswith("cpu") \
+        else backends.get(target)  # type: ignore[attr-defined]
+
+    def rows(shape: tuple[int, ...]) -> int:
+        kernel = kg.fuse(kg.softmax(kg.tensor("x", shape), -1)).emit(backend, tuning="none")
+        return int(kernel.metadata["tunables"]["group_rows"])
+    assert rows((64, 128)) == 8 and rows((11, 5, 64)) == 5  # 55 rows: 5 divides them
+    assert rows((64, 129)) == rows((1024, 4096)) == 1
+    assert rows((40, 128)) == 5  # 8 rows would leave 5 work-items
 
 
 def test_softmax_over_a_strided_axis_equals_numpy(backend: str) -> None:
