@@ -6,33 +6,37 @@ in ms). Whether a later session of the same plan runs slower than the first, as
 machine's drift between the two timings.
 
     python bench/sessions_interleaved.py [--model bert_layer] [--fusion dnnfusion] \\
-        [--sessions 3] [--rewrite] [--rounds 40]
+        [--sessions 3] [--rewrite] [--rounds 40] [--json FILE]
 """
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from pooling import write_rows  # noqa: E402
 from whole_models import MODELS  # noqa: E402
 
 import kernelgen as kg  # noqa: E402
-from kernelgen.cli.model import _feeds  # noqa: E402
+from kernelgen.cli.model import _feeds, _ort_session  # noqa: E402
 from kernelgen.graph import import_onnx  # noqa: E402
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="bert_layer", choices=sorted(MODELS))
-    ap.add_argument("--fusion", default="dnnfusion")
+    ap.add_argument("--fusion", default="dnnfusion", help="planners, comma-separated")
     ap.add_argument("--backend", default="opencl")
     ap.add_argument("--sessions", type=int, default=3)
     ap.add_argument("--rewrite", action="store_true", help="every second session rewritten")
     ap.add_argument("--rounds", type=int, default=40)
+    ap.add_argument("--json", type=Path, default=None, help="the rows, appended to the file's")
     args = ap.parse_args()
     build, shape_args = MODELS[args.model]
     proto = build()
@@ -40,26 +44,47 @@ def main() -> int:
               for name, dims in (s.split("=") for s in shape_args)}
     feeds = _feeds(import_onnx(proto, shapes or None), None)
     sessions = {}
-    for i in range(args.sessions):
-        rewrite = args.rewrite and i % 2 == 1
-        start = time.perf_counter()
-        sessions[f"session {i + 1}{' (rewritten)' if rewrite else ''}"] = kg.compile_model(
-            proto, backend=args.backend, fusion=args.fusion, input_shapes=shapes or None,
-            rewrite=rewrite)
-        print(f"session {i + 1}: compiled in {time.perf_counter() - start:.2f} s", flush=True)
+    for fusion in args.fusion.split(","):
+        for i in range(args.sessions):
+            rewrite = args.rewrite and i % 2 == 1
+            name = f"{fusion} {i + 1}{' (rewritten)' if rewrite else ''}"
+            start = time.perf_counter()
+            sessions[name] = kg.compile_model(proto, backend=args.backend, fusion=fusion,
+                                              input_shapes=shapes or None, rewrite=rewrite)
+            print(f"{name}: compiled in {time.perf_counter() - start:.2f} s, "
+                  f"{len(sessions[name].plan.launches)} launches", flush=True)
     outputs = [s.run(None, feeds) for s in sessions.values()]
     for got in outputs[1:]:
         for a, b in zip(outputs[0], got):
-            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-    times: dict[str, list[float]] = {name: [] for name in sessions}
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    runs = {name: partial(session.run, None, feeds) for name, session in sessions.items()}
+    ort = _ort_session(proto, optimise=True, threads=2)
+    if ort is not None:
+        runs["onnxruntime"] = partial(ort.run, None, dict(feeds))
+        for a, b in zip(outputs[0], runs["onnxruntime"]()):
+            np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4)
+    times: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(args.rounds):
-        for name, session in sessions.items():
+        for name, run in runs.items():
             start = time.perf_counter()
-            session.run(None, feeds)
+            run()
             times[name].append((time.perf_counter() - start) * 1e3)
+    ort_ms = float(np.median(times["onnxruntime"])) if ort is not None else None
+    rows = []
     for name, ts in times.items():
+        ratio = f", onnxruntime / this {ort_ms / np.median(ts):.2f}" if ort_ms else ""
         print(f"{name}: {np.median(ts):.3f} ms (p20 {np.percentile(ts, 20):.3f}, "
-              f"p80 {np.percentile(ts, 80):.3f})")
+              f"p80 {np.percentile(ts, 80):.3f}){ratio}")
+        launches = len(sessions[name].plan.launches) if name in sessions else None
+        rows.append({"model": args.model, "backend": args.backend, "session": name,
+                     "launches": launches, "ms": round(float(np.median(ts)), 4),
+                     "p20": round(float(np.percentile(ts, 20)), 4),
+                     "p80": round(float(np.percentile(ts, 80)), 4),
+                     "onnxruntime_over_this": round(ort_ms / float(np.median(ts)), 3)
+                     if ort_ms else None})
+    if args.json is not None and args.json.exists():
+        rows = json.loads(args.json.read_text())["rows"] + rows
+    write_rows(args.json, rows)
     return 0
 
 
