@@ -198,9 +198,10 @@ def group_row_choices(kernel: LoopKernel) -> tuple[int, ...]:
 
 # A staged row of shared terms only (a softmax's exp row) this short still groups: its points
 # share no loads but a broadcast mask's, and a work-item per row pays a work-group's overhead
-# for little work. bench/short_rows.py, masked softmax, 1 row against the most (ms): OpenCL
-# (PoCL) 768x64 0.063 / 0.049, 1536x128 0.139 / 0.116, 512x128 0.065 / 0.056, and no gain from
-# 197 floats on (6144x384: 1.47 / 1.76); NEON (SIMDe) 1.07-1.10x at 64 and 128, none above.
+# for little work. bench/short_rows.py (bench/results/short-rows-2026-11-29.json), masked
+# softmax, one row against 8 (ms): OpenCL (PoCL) 768x64 0.134 / 0.119, 512x128 0.135 / 0.121,
+# 1536x128 0.259 / 0.256 (1.08-1.22x in two runs before); from 197 floats on no gain (6144x384:
+# 1.13 against 1.30-1.53 with 2-8 rows); NEON C (SIMDe) 1.06-1.11x at 64 and 128, none above.
 SHORT_ROW_FLOATS = 128
 
 
