@@ -234,7 +234,7 @@ def _group_size(kernel: LoopKernel, k: int) -> int | None:
     for expr, _ in _index_exprs(kernel.hoisted):
         divs = [d for d in expr.atoms(FloorDiv) if d.args[0] == s]
         divisors.update(int(d.args[1]) for d in divs)
-        plain = plain or s in expr.xreplace({d: 0 for d in divs}).free_symbols
+        plain = plain or s in expr.xreplace({d: sympy.S.Zero for d in divs}).free_symbols
     if len(divisors) != 1 or not plain:
         return None
     q = divisors.pop()

@@ -156,6 +156,25 @@ def test_deeply_inlined_reductions() -> None:
     assert_close(got, want, scale=10)
 
 
+@pytest.mark.parametrize("shape", [(1, 2, 2), (3, 5, 7)])
+def test_a_reshape_read_through_one_floor_division(backend: str, shape: tuple[int, ...]) -> None:
+    """Regression (found by Hypothesis on NEON): relu(x + b) -> softmax -> transpose ->
+    reshape to 1-D; at (1, 2, 2) a hoisted reduction's index is the floor division
+    ``o0 // 2`` itself, which the grouped-convolution split (``lower/passes.py:
+    split_groups``) replaced by a Python 0 and failed on. Against NumPy on every backend."""
+    x, b = kg.tensor("x", shape), kg.tensor("b", shape[2:])
+    a = kg.add(x, b)
+    r = kg.relu(a)
+    s = kg.softmax(r, 1)
+    t = kg.transpose(s, [0, 2, 1])
+    y = kg.reshape(t, [int(np.prod(shape))])
+    X, B = data(shape), data(shape[2:])
+    (got,) = run(backend, kg.fuse(a, r, s, t, y, force=True), X, B)
+    z = np.maximum(X + B, 0)
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    assert_close(got, (e / e.sum(axis=1, keepdims=True)).transpose(0, 2, 1).ravel())
+
+
 def test_reversed_strided_slice_concatenated_with_itself(backend: str) -> None:
     """Regression (found by Hypothesis on NEON): GCC 12.2 at -O3 with AVX2 masked loads
     if-converted this kernel's guarded reads, with their negative stride, into wrong code
