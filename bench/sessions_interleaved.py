@@ -24,8 +24,9 @@ from pooling import write_rows  # noqa: E402
 from whole_models import MODELS  # noqa: E402
 
 import kernelgen as kg  # noqa: E402
-from kernelgen.cli.model import _feeds, _ort_session  # noqa: E402
+from kernelgen.cli.model import _feeds, _ort_session, parse_shapes  # noqa: E402
 from kernelgen.graph import import_onnx  # noqa: E402
+from kernelgen.measure import round_robin  # noqa: E402
 
 
 def main() -> int:
@@ -40,8 +41,7 @@ def main() -> int:
     args = ap.parse_args()
     build, shape_args = MODELS[args.model]
     proto = build()
-    shapes = {name: tuple(int(d) for d in dims.split(","))
-              for name, dims in (s.split("=") for s in shape_args)}
+    shapes = parse_shapes(shape_args)
     feeds = _feeds(import_onnx(proto, shapes or None), None)
     sessions = {}
     for fusion in args.fusion.split(","):
@@ -63,25 +63,18 @@ def main() -> int:
         runs["onnxruntime"] = partial(ort.run, None, dict(feeds))
         for a, b in zip(outputs[0], runs["onnxruntime"]()):
             np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4)
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(args.rounds):
-        for name, run in runs.items():
-            start = time.perf_counter()
-            run()
-            times[name].append((time.perf_counter() - start) * 1e3)
+    times = round_robin(runs, warmup=0, repeat=args.rounds)
     ort_ms = float(np.median(times["onnxruntime"])) if ort is not None else None
     rows = []
     for name, ts in times.items():
-        ratio = f", onnxruntime / this {ort_ms / np.median(ts):.2f}" if ort_ms else ""
-        print(f"{name}: {np.median(ts):.3f} ms (p20 {np.percentile(ts, 20):.3f}, "
-              f"p80 {np.percentile(ts, 80):.3f}){ratio}")
+        ms, p20, p80 = (float(np.percentile(ts, q)) for q in (50, 20, 80))
+        ratio = f", onnxruntime / this {ort_ms / ms:.2f}" if ort_ms else ""
+        print(f"{name}: {ms:.3f} ms (p20 {p20:.3f}, p80 {p80:.3f}){ratio}")
         launches = len(sessions[name].plan.launches) if name in sessions else None
         rows.append({"model": args.model, "backend": args.backend, "session": name,
-                     "launches": launches, "ms": round(float(np.median(ts)), 4),
-                     "p20": round(float(np.percentile(ts, 20)), 4),
-                     "p80": round(float(np.percentile(ts, 80)), 4),
-                     "onnxruntime_over_this": round(ort_ms / float(np.median(ts)), 3)
-                     if ort_ms else None})
+                     "launches": launches, "ms": round(ms, 4), "p20": round(p20, 4),
+                     "p80": round(p80, 4),
+                     "onnxruntime_over_this": round(ort_ms / ms, 3) if ort_ms else None})
     if args.json is not None and args.json.exists():
         rows = json.loads(args.json.read_text())["rows"] + rows
     write_rows(args.json, rows)

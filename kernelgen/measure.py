@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -125,21 +125,26 @@ def bench(kernels: Kernel | Sequence[Kernel] | Program, *inputs: np.ndarray, war
     return _measurement(kernels, times)
 
 
+def round_robin(calls: Mapping[str, Callable[[], object]], warmup: int = 3, repeat: int = 20
+                ) -> dict[str, list[float]]:
+    """Each call's wall times in ms, ``repeat`` rounds of one call of each after ``warmup``
+    untimed rounds, so that drift in the machine's state (the other core's load, frequency)
+    hits every call alike and their ratios stay meaningful on a noisy machine."""
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for k in range(warmup + repeat):
+        for name, call in calls.items():
+            t0 = time.perf_counter()
+            call()
+            if k >= warmup:
+                times[name].append((time.perf_counter() - t0) * 1e3)
+    return times
+
+
 def bench_interleaved(variants: dict[str, tuple[Any, Sequence[np.ndarray]]],
                       warmup: int = 3, repeat: int = 20) -> dict[str, Measurement]:
-    """Time several variants round-robin (one run of each per round), so that drift in the
-    machine's state (the other core's load, frequency) hits every variant alike and their ratios
-    stay meaningful on a noisy machine."""
+    """Time several variants round-robin (``round_robin``)."""
     runners = {name: runner(kernels, *arrays) for name, (kernels, arrays) in variants.items()}
-    for _ in range(warmup):
-        for run_once in runners.values():
-            run_once()
-    times: dict[str, list[float]] = {name: [] for name in runners}
-    for _ in range(repeat):
-        for name, run_once in runners.items():
-            t0 = time.perf_counter()
-            run_once()
-            times[name].append((time.perf_counter() - t0) * 1e3)
+    times = round_robin(runners, warmup, repeat)
     return {name: _measurement(variants[name][0], times[name]) for name in runners}
 
 

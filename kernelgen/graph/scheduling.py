@@ -29,6 +29,7 @@ import time
 import weakref
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -42,6 +43,7 @@ from ..fastrun import FastRunDB
 from ..ir.fingerprint import fingerprint
 from ..ir.loop import Buffer
 from ..ir.node import Constant, Op, Placeholder, Value
+from ..measure import round_robin
 from ..ops.elementwise import UNARY, unary
 from ..ops.shape import slice_op
 from ..version import __version__
@@ -511,13 +513,8 @@ def whole_runs(models: dict[str, CompiledModel], rounds: int = 7, warmup: int = 
     rng = np.random.default_rng(0)
     feeds = {v.name: rng.standard_normal(v.shape).astype(v.dtype.numpy) if v.dtype.is_float
              else np.zeros(v.shape, v.dtype.numpy) for v in first.graph.inputs}
-    times: dict[str, list[float]] = {name: [] for name in models}
-    for k in range(warmup + rounds):
-        for name, model in models.items():
-            start = time.perf_counter()
-            model.run(feeds)
-            if k >= warmup:
-                times[name].append((time.perf_counter() - start) * 1e3)
+    times = round_robin({name: partial(model.run, feeds) for name, model in models.items()},
+                        warmup, rounds)
     return {name: statistics.median(t) for name, t in times.items()}
 
 
