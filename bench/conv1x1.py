@@ -1,8 +1,9 @@
 """1x1 convolutions, the GEMMs of real models: every pointwise convolution of ResNet-50 and
-MobileNetV2 (224x224, batch 1) and ShuffleNet v2's branch convolutions, each with its ReLU
-fused (BN folds into the weights in a model compile), on OpenCL with the default schedule (what
-a model compiled without tuning runs) against onnxruntime (2 threads) timed right before and
-after. Round-robin beside the default: a few other register tiles (how far the default is
+MobileNetV2 (224x224, batch 1), ShuffleNet v2's branch convolutions and two of SqueezeNet 1.1,
+each with its ReLU fused (BN folds into the weights in a model compile), on OpenCL with the
+default schedule (what a model compiled without tuning runs) against onnxruntime (2 threads) in
+the same rounds. Round-robin beside the default: the other operand order (lanes along output
+channels or along pixels, ``swap_operands``), a few other register tiles (how far the default is
 from the best of them) and, where the reduction is short enough for the rule before it, the
 default tile with its reduction loop unrolled completely (``schedule.UNROLL_K_MAX_FMAS`` raised
 for that one emit) and, on a device with 16 SIMD registers (AVX2), the tiles AVX-512 takes
@@ -10,13 +11,15 @@ for that one emit) and, on a device with 16 SIMD registers (AVX2), the tiles AVX
 default's work-groups hold column tiles (``group_columns``), the same kernel in groups of row
 tiles. Each output is checked against onnxruntime's first.
 
-    python bench/conv1x1.py [--repeat 200] [--only 16->96] [--json bench/results/conv1x1.json]
+    python bench/conv1x1.py [--repeat 200] [--only 16->96] [--orders-only] \
+        [--json bench/results/conv1x1.json]
 
 With ``--models squeezenet,resnet50`` on such a device, instead: each light model's DNNFusion
 plan compiled with the device's register tiles and with AVX-512's, whole runs of both
 round-robin (``bench/pooling.py: plans_with_and_without``); with ``--models ... --switch
 row-groups``, compiled as it is and with every contraction in work-groups of row tiles (no
-``group_columns`` by default).
+``group_columns`` by default); with ``--switch operand-order``, as it is and with no operands
+exchanged by default (``swap_operands``).
 """
 from __future__ import annotations
 
@@ -35,10 +38,10 @@ import kernelgen as kg
 from kernelgen import backends
 from kernelgen.backends.opencl import schedule as opencl_schedule
 from kernelgen.backends.opencl.columns import few_registers
-from kernelgen.measure import bench_interleaved
+from kernelgen.measure import round_robin, runner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conv import ort_session, time_ort  # noqa: E402
+from conv import ort_session  # noqa: E402
 from pooling import plans_with_and_without  # noqa: E402
 
 # (input channels, output channels, map side, stride, model)
@@ -57,16 +60,28 @@ SHAPES = (
     (320, 1280, 7, 1, "MobileNetV2"),
     (116, 116, 28, 1, "ShuffleNet v2"), (232, 232, 14, 1, "ShuffleNet v2"),
     (464, 464, 7, 1, "ShuffleNet v2"),
+    (512, 64, 13, 1, "SqueezeNet 1.1"), (512, 1000, 13, 1, "SqueezeNet 1.1"),
 )
 OTHER_TILES = ((8, 32), (4, 64), (6, 64))
 NARROW_OTHER_TILES = ((6, 16), (4, 24), (3, 32))  # with 16 registers, in 8-lane vectors
+ORT = "onnxruntime"
 UNROLLED = '_Pragma("unroll") for (int kg_k'  # the GEMM's reduction loop, unrolled
 
 
-def variants(fused: kg.FusedOp, x: np.ndarray, ref: np.ndarray) -> dict[str, tuple]:
-    """The default emit, the other tiles and (where it differs) the unrolled reduction, each
-    checked against ``ref``."""
+def variants(fused: kg.FusedOp, x: np.ndarray, ref: np.ndarray, orders_only: bool = False
+             ) -> dict[str, tuple]:
+    """The default emit, the other operand order (``swap_operands``), the other tiles and
+    (where it differs) the unrolled reduction, each checked against ``ref``; with
+    ``orders_only``, the default and the other order alone."""
     out = {"default": fused.emit("opencl")}
+    if hasattr(out["default"], "kernels"):  # a strided conv: its gather, then the GEMM
+        pass
+    elif out["default"].metadata["tunables"].get("swap_operands"):
+        out["pixel vectors"] = fused.emit("opencl", swap_operands=False)
+    else:
+        out["channel vectors"] = fused.emit("opencl", swap_operands=True)
+    if orders_only:
+        return _checked(out, x, ref)
     narrow = few_registers(backends.get("opencl").caps)
     if narrow:  # the default before the tiles followed the register file
         with _avx512_tiles():
@@ -88,9 +103,13 @@ def variants(fused: kg.FusedOp, x: np.ndarray, ref: np.ndarray) -> dict[str, tup
         opencl_schedule.UNROLL_K_MAX_FMAS = before
     if UNROLLED in unrolled.source and UNROLLED not in out["default"].source:
         out["default, reduction unrolled"] = unrolled
-    for program in out.values():
+    return _checked(out, x, ref)
+
+
+def _checked(programs: dict[str, object], x: np.ndarray, ref: np.ndarray) -> dict[str, tuple]:
+    for program in programs.values():
         np.testing.assert_allclose(program(x), ref, rtol=1e-3, atol=1e-3)
-    return {name: (program, [x]) for name, program in out.items()}
+    return {name: (program, [x]) for name, program in programs.items()}
 
 
 def _tile(program) -> list[int] | None:
@@ -111,6 +130,18 @@ def _row_groups() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _pixel_vectors() -> Iterator[None]:
+    """No contraction's operands exchanged by default (``swap_operands``): a 1x1
+    convolution's lanes along its pixels, as before that rule."""
+    own = opencl_schedule.swaps_by_default
+    opencl_schedule.swaps_by_default = lambda *args: False
+    try:
+        yield
+    finally:
+        opencl_schedule.swaps_by_default = own
+
+
+@contextlib.contextmanager
 def _avx512_tiles() -> Iterator[None]:
     """Every contraction tiled as on a CPU with 32 registers of 16 lanes."""
     own = opencl_schedule.register_tiles
@@ -122,7 +153,7 @@ def _avx512_tiles() -> Iterator[None]:
 
 
 def row(c: int, m: int, side: int, stride: int, model: str, repeat: int,
-        rng: np.random.Generator) -> dict[str, object]:
+        rng: np.random.Generator, orders_only: bool = False) -> dict[str, object]:
     xs = (1, c, side, side)
     x = rng.standard_normal(xs).astype(np.float32)
     w = (rng.standard_normal((m, c, 1, 1)) / np.sqrt(c)).astype(np.float32)
@@ -133,10 +164,13 @@ def row(c: int, m: int, side: int, stride: int, model: str, repeat: int,
     def ort_run() -> list[np.ndarray]:
         return sess.run(None, {"x": x})
     ref = np.maximum(ort_run()[0], 0)
-    timed = variants(fused, x, ref)
-    before = time_ort(ort_run, repeat)
-    times = {name: t.median_ms for name, t in bench_interleaved(timed, 1, repeat).items()}
-    ort_ms = float(np.median(before + time_ort(ort_run, repeat)))
+    timed = variants(fused, x, ref, orders_only)
+    # onnxruntime in the same rounds: the machine's drift hits it and every variant alike
+    calls = {name: runner(program, *arrays) for name, (program, arrays) in timed.items()}
+    medians = {name: float(np.median(t)) for name, t in
+               round_robin({**calls, ORT: ort_run}, 1, repeat).items()}
+    ort_ms = medians.pop(ORT)
+    times = medians
     best = min(times, key=times.__getitem__)
     side_out = -(-side // stride)
     flop = 2 * c * m * side_out * side_out
@@ -152,18 +186,24 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=200)
     ap.add_argument("--only", default=None, help="run the shapes whose name contains this")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--orders-only", action="store_true",
+                    help="time the default and the other operand order alone")
     ap.add_argument("--models", default=None,
                     help="comma-separated light models: whole runs, these tiles and AVX-512's")
-    ap.add_argument("--switch", choices=("avx512", "row-groups"), default="avx512",
+    ap.add_argument("--switch", choices=("avx512", "row-groups", "operand-order"),
+                    default="avx512",
                     help="with --models: what the second compile switches off")
     args = ap.parse_args()
     if args.models:
         if args.switch == "avx512":
             plans_with_and_without(args.models.split(","), ("own tiles", "AVX-512 tiles"),
                                    _avx512_tiles)
-        else:
+        elif args.switch == "row-groups":
             plans_with_and_without(args.models.split(","),
                                    ("column-tile groups", "row-tile groups"), _row_groups)
+        else:
+            plans_with_and_without(args.models.split(","),
+                                   ("default order", "pixel vectors"), _pixel_vectors)
         return 0
     rng = np.random.default_rng(0)
     rows = []
@@ -172,7 +212,7 @@ def main() -> int:
         name = f"{c}->{m} @{side}"
         if args.only and args.only not in name:
             continue
-        r = row(c, m, side, stride, model, args.repeat, rng)
+        r = row(c, m, side, stride, model, args.repeat, rng, args.orders_only)
         rows.append(r)
         others = ", ".join(f"{k} {v:.3f}" for k, v in r["ms"].items() if k != "default")
         print(f"{r['conv']:24s} {r['onnxruntime_ms']:7.3f} {r['ms']['default']:8.3f} "

@@ -352,6 +352,10 @@ CASES: dict[str, Case] = {c.name: c for c in (
     Case("tiled-tile-8x4", matmul(7, 13, 11), ("tiled",), {"tile": (8, 4)}),
     Case("tiled-column-tile-groups", matmul(13, 9, 37), ("tiled",),
          {"group_columns": True, "tile": (6, 16)}, ci=True),
+    # a 1x1 conv's output channels as lanes, its weights packed once: rows crossing images,
+    # a shifted last channel tile
+    Case("tiled-swapped-operands", conv((2, 11, 3, 3), (37, 11, 1, 1)), ("tiled+pack",),
+         {"swap_operands": True, "tile": (4, 16)}, ci=True),
     Case("tiled-conv-7x7-stride2", conv((1, 3, 11, 11), (2, 3, 7, 7), pads=[3, 3, 3, 3],
                                         strides=[2, 2]), ("tiled+scalar",),
          {"algorithm": "implicit_gemm"}),

@@ -9,10 +9,11 @@ from functools import lru_cache
 import sympy
 
 from ...dtypes import DType
-from ...ir.expr import Expr
+from ...ir.expr import Expr, extent
 from ...ir.loop import Buffer, LoopKernel
 from ...ir.substitute import flatten_axes, flatten_offset
-from ...lower.contraction import Contraction, contraction, operand_has_reduction
+from ...lower.contraction import (Contraction, contraction, operand_buffers,
+                                  operand_has_reduction)
 from ...shapes import prod
 from ..base import Capabilities
 from ..c.vector import vectorizable
@@ -44,6 +45,24 @@ WIDE_MAX_WASTE = 1.1
 # 1.08-1.77x faster, over 7x7 maps 0.98-1.25x.
 NARROW_TILE = (6, 2)  # rows, vectors: the default with 16 registers
 NARROW_WIDE_TILE = (4, 3)
+# Operands exchanged (``swap_operands``): a 1x1 convolution over a small map has few pixels an
+# output channel (49 at 7x7, 169 at 13x13, 196 at 14x14), which 32-wide pixel tiles cover with
+# 14-31 % of the columns computed in vain. With the lanes along the output channels instead
+# (the weights, constants, packed into panels once) and the pixels as rows, a row count that
+# divides the pixels wastes none; but the output is contiguous along the pixels, so the
+# exchanged tile's epilogue runs lane by lane. It pays where the FMAs saved an output point
+# outweigh that (``SWAP_MIN_SAVED`` reduction points), or where the weights are large enough
+# (``SWAP_MIN_LEFT_BYTES``) that the pixel tiles' strided weight rows stall. Round-robin on
+# PoCL (AMD EPYC, AVX-512), bench/conv1x1.py --orders-only, three runs, exchanged against pixel
+# vectors: ResNet-50's four 1x1 convs over 14x14 and 7x7 maps (1-4 MiB of weights) 1.16-1.89x,
+# SqueezeNet's 512->1000 at 13x13 1.19-1.21x, the five others the rule takes 0.96-1.18x; below
+# the thresholds the ratios scattered around 1 (384->64 at 14x14: 0.88-1.15x), and ShuffleNet
+# v1's grouped 136->136 convs at 7x7 with a residual add ran 0.74-0.88x (docs/benchmarks.md).
+SWAP_MIN_WASTE = WIDE_MAX_WASTE  # the pixel tiles' columns computed over those stored, above
+SWAP_MIN_REDUCTION = 128  # reduction points, at least
+SWAP_MIN_SAVED = 64  # (pixel tiles' waste - exchanged tiles' waste) x reduction points
+SWAP_MIN_LEFT_BYTES = 1 << 20
+SWAP_ROWS = range(6, 15)  # 2 vectors of sums a row: 28 of AVX-512's 32 registers at most
 
 
 @dataclass(frozen=True)
@@ -110,6 +129,57 @@ def wide_plan(k: LoopKernel, c: Contraction, plan: VectorPlan, tiles: RegisterTi
         return None
     wide = vector_plan(k, c, (rows, tile_n), False, tiles.widths)
     return wide if wide is not None and wide.right is not None else None
+
+
+def swapped_plan(k: LoopKernel, c: Contraction, tile: tuple[int, int] | None,
+                 tiles: RegisterTiles) -> tuple[Contraction, VectorPlan, int] | None:
+    """The operands of ``c`` exchanged: the left operand's axes as vector columns (its values
+    gathered lane by lane, or packed into panels), ``tile`` (rows, columns) or the device's
+    default columns with as many rows (``SWAP_ROWS``) as waste the fewest, nearest the
+    default's; with the contraction, its column plan and the rows a tile. None where the left
+    operand has no axes of its own or is a fused producer (AGO)."""
+    if not c.rows or operand_has_reduction(c.left) or operand_has_reduction(c.right):
+        return None
+    swapped = c.swapped()
+    want = tile or tiles.default_tile()
+    plan = vector_plan(k, swapped, want, False, tiles.widths)
+    if plan is None:
+        return None
+    n_rows = prod(k.domain[i][1] for i in swapped.rows)
+    rows = tile[0] if tile else min(
+        SWAP_ROWS, key=lambda r: (-(-n_rows // r) * r, abs(r - tiles.default[0])))
+    return swapped, plan, min(rows, n_rows)
+
+
+def swaps_by_default(k: LoopKernel, c: Contraction, plan: VectorPlan | None,
+                     caps: Capabilities) -> bool:
+    """Whether the default exchanges the operands on a CPU with 32 SIMD registers (where it
+    was measured): where ``plan``'s vectors read the right operand in place but waste columns
+    (``SWAP_MIN_WASTE``), the left operand is constants only (its panels are then packed
+    once), and the exchanged tiles compute fewer points, by ``SWAP_MIN_SAVED`` reduction
+    points an output point or over a left operand of ``SWAP_MIN_LEFT_BYTES``."""
+    tiles = register_tiles(caps)
+    if plan is None or plan.right is None or not c.rows or few_registers(caps) or \
+            not caps.simd_within_work_item or extent(c.reduce) < SWAP_MIN_REDUCTION or \
+            not set(operand_buffers(c.left)) <= k.constants:
+        return False
+    if _waste(k, plan.run, plan.tile_n) <= SWAP_MIN_WASTE:
+        return False
+    other = swapped_plan(k, c, None, tiles)
+    if other is None:
+        return False
+    swapped, columns, rows = other
+    before = _waste(k, c.rows, tiles.default[0]) * _waste(k, plan.run, plan.tile_n)
+    after = _waste(k, swapped.rows, rows) * _waste(k, columns.run, columns.tile_n)
+    left_bytes = 4 * extent(c.reduce) * prod(k.domain[i][1] for i in c.rows + c.batch)
+    return after < before and ((before - after) * extent(c.reduce) >= SWAP_MIN_SAVED or
+                               left_bytes >= SWAP_MIN_LEFT_BYTES)
+
+
+def _waste(k: LoopKernel, axes: tuple[int, ...], tile: int) -> float:
+    """Points tiles of ``tile`` compute along ``axes`` over the points there are."""
+    n = prod(k.domain[i][1] for i in axes)
+    return -(-n // tile) * tile / n
 
 
 @lru_cache(maxsize=256)  # asked by the tuner's search space and by choose, per emit

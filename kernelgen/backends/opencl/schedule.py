@@ -21,7 +21,8 @@ set them.
   pairs) as register tiles of rows x float16 column vectors (contraction*.cl.tmpl), its right
   operand read in place or packed into panels first (``pack``; ``pack_in_tile``: by each column
   tile's own work-item); read in place, in work-groups of row tiles or, where the left operand
-  is the large one, of one row tile's column tiles (``group_columns``).
+  is the large one, of one row tile's column tiles (``group_columns``). Over a small map a 1x1
+  conv's lanes run along its output channels instead of its pixels (``swap_operands``).
 - ``window``: a sliding-window contraction with no rows (a depthwise or grouped conv): each
   work-item owns a few output rows (``window_rows``) and the whole row as vectors, reading each
   input row once for all of them (window.cl.tmpl).
@@ -48,8 +49,8 @@ from ..base import (PRIVATE, Capabilities, Schedule, check_derived, check_option
 from ..c.contraction import FLAT_K, flat_reduction
 from ..c.vector import vector_reduction_ok
 from . import transposed
-from .columns import (VectorPlan, few_registers, opencl_contraction, register_tiles,
-                      vector_plan, wide_plan)
+from .columns import (RegisterTiles, VectorPlan, few_registers, opencl_contraction,
+                      register_tiles, swapped_plan, swaps_by_default, vector_plan, wide_plan)
 from .language import VECTOR
 from .window import WINDOW_LOCAL, WINDOW_MAX_RUN, WindowPlan, is_pooling, opencl_window
 
@@ -149,6 +150,9 @@ class OpenCLSchedule(Schedule):
     # 'tiled' in place: a work-group holds column tiles of one row tile (they share its rows of
     # the left operand) instead of row tiles of one column tile (sharing a right panel)
     group_columns: bool | None = None
+    # 'tiled': the lanes along the left operand's axes instead (a 1x1 conv's output channels, not
+    # its pixels), that operand packed into panels (once, when it is constants)
+    swap_operands: bool | None = None
     unroll: tuple[int, ...] | None = None  # 'elementwise': domain points a work-item computes
     window_rows: int | None = None  # 'window': rows of the outer axis a work-item owns
     plan: TilePlan | WindowPlan | TransposedReads | None = field(
@@ -222,7 +226,7 @@ def choose(loop: LoopKernel, options: Mapping[str, Any], caps: Capabilities) -> 
             sched = replace(sched, vector_width=staged if loop.staged else caps.vector_width)
     elif kind == "tiled":
         sched = _tiled(base, tile, local, options.get("pack"), options.get("pack_in_tile"),
-                       caps, options.get("group_columns"))
+                       caps, options.get("group_columns"), options.get("swap_operands"))
     elif kind == "group":
         sched = replace(base, local_size=group_local(loop, base.local_size, caps))
     else:
@@ -322,9 +326,10 @@ def _check_applies(loop: LoopKernel, kind: str, options: Mapping[str, Any]) -> N
     if options.get("window_rows") is not None and kind != "window":
         raise ValueError(f"window_rows applies to the 'window' schedule; kernel "
                          f"'{loop.name}' runs '{kind}'")
-    if options.get("group_columns") is not None and kind != "tiled":
-        raise ValueError(f"group_columns applies to the 'tiled' schedule; kernel "
-                         f"'{loop.name}' runs '{kind}'")
+    for name in ("group_columns", "swap_operands"):
+        if options.get(name) is not None and kind != "tiled":
+            raise ValueError(f"{name} applies to the 'tiled' schedule; kernel "
+                             f"'{loop.name}' runs '{kind}'")
     if options.get("group_rows") not in (None, 1) and kind not in STAGED_KINDS:
         raise ValueError(f"group_rows applies to the {STAGED_KINDS} schedules; kernel "
                          f"'{loop.name}' runs '{kind}'")
@@ -357,7 +362,7 @@ def _window(base: OpenCLSchedule, rows: int | None, local: int | None,
 
 def _tiled(base: OpenCLSchedule, requested: tuple[int, ...] | None, local: int | None,
            pack: bool | None, pack_in_tile: bool | None, caps: Capabilities,
-           group_columns: bool | None = None) -> OpenCLSchedule:
+           group_columns: bool | None = None, swap: bool | None = None) -> OpenCLSchedule:
     """The contraction's template, operand order, tile, packing and work-group."""
     k = base.loop
     widths = caps.vector_widths
@@ -375,24 +380,13 @@ def _tiled(base: OpenCLSchedule, requested: tuple[int, ...] | None, local: int |
         prod(k.domain[i][1] for i in c.cols) <= AGO_MAX_COLUMNS
     rows: int | None = None
     plan = None
+    if swap and registers is None:
+        raise ValueError(f"kernel '{k.name}': swap_operands applies to the vector template "
+                         f"(float32 outputs on a device that builds float vectors)")
+    swapped = False
     if registers is not None:
-        # AGO's producer-as-vector tiles keep the widest vectors (measured on AVX-512 only)
-        ago = _ago_vector_plan(k, c, tile, explicit, widths)
-        if ago is not None:
-            c, plan, rows = ago
-        else:
-            plan = vector_plan(k, c, tile, full_columns, registers.widths)
-            if (plan is None or plan.right is None) and not operand_has_reduction(c.left):
-                # the sum is symmetric: vectorise the left operand's run if it has one
-                # (a 1x1 conv reads pixels contiguously but output channels strided)
-                swapped = c.swapped()
-                other = vector_plan(k, swapped, tile, False, registers.widths)
-                if other is not None and other.right is not None:
-                    plan, c = other, swapped
-            wide = None if explicit or full_columns or plan is None or \
-                not caps.simd_within_work_item else wide_plan(k, c, plan, registers)
-            if wide is not None:
-                tile, plan = (registers.wide[0], wide.tile_n), wide
+        c, plan, rows, swapped = _vector_columns(k, c, tile, explicit, full_columns, pack,
+                                                 swap, registers, caps)
     if plan is None:  # the scalar template
         if group_columns is not None:
             raise ValueError(f"kernel '{k.name}': group_columns applies to the vector "
@@ -404,7 +398,7 @@ def _tiled(base: OpenCLSchedule, requested: tuple[int, ...] | None, local: int |
         return replace(base, tile=(tm, tn),
                        local_size=min(local or default_local(caps), SCALAR_MAX_LOCAL),
                        plan=TilePlan(c, None, c.left, c.right))
-    tm = rows or min(tile[0], _rows(k, c))
+    tm = min(rows or tile[0], _rows(k, c))
     tiles_r = -(-_rows(k, c) // tm)
     panel = prod(n for _, n in c.reduce.axes) * plan.tile_n
     n_run = prod(k.domain[i][1] for i in plan.run)
@@ -415,8 +409,10 @@ def _tiled(base: OpenCLSchedule, requested: tuple[int, ...] | None, local: int |
     # constant panels (weights) are packed at the first launch only: not in the tile (each launch)
     reads = operand_buffers(c.right)
     constant = PACK_CONSTANTS_ONCE and set(reads) <= k.constants
-    packed = _packs_right(k, c, pack, tiles_r, panel * panels,
-                          gathered=plan.right is None, constant=constant)
+    # exchanged operands read the constant one from panels packed once, whatever ``pack`` says
+    packed = (swapped and constant) or _packs_right(k, c, pack, tiles_r, panel * panels,
+                                                    gathered=plan.right is None,
+                                                    constant=constant)
     in_tile = packed and (pack_in_tile if pack_in_tile is not None else not constant and
                           panels >= PACK_TILE_MIN_ITEMS and 4 * panel <= PACK_TILE_MAX_BYTES)
     left = flat_reduction(c, c.left, _ranges(k))
@@ -432,9 +428,46 @@ def _tiled(base: OpenCLSchedule, requested: tuple[int, ...] | None, local: int |
                    pack_once=tuple(reads) if packed and constant and not in_tile else (),
                    vector_width=plan.width,
                    group_columns=group_columns if not packed else None,
+                   swap_operands=True if swapped else swap,
                    local_size=local or (PACK_TILE_LOCAL if in_tile else VECTOR_LOCAL),
                    plan=TilePlan(c, plan, left, right, _producer_group(c, left, right),
                                  unroll_k=_unrolls(c, tm, plan)))
+
+
+def _vector_columns(k: LoopKernel, c: Contraction, tile: tuple[int, ...], explicit: bool,
+                    full_columns: bool, pack: bool | None, swap: bool | None,
+                    registers: RegisterTiles, caps: Capabilities
+                    ) -> tuple[Contraction, VectorPlan | None, int | None, bool]:
+    """The vector template's operand order, column plan and rows a tile (None: the tile's),
+    and whether the operands were exchanged (``swap_operands``, by default where
+    ``swaps_by_default``)."""
+    # AGO's producer-as-vector tiles keep the widest vectors (measured on AVX-512 only)
+    ago = _ago_vector_plan(k, c, tile, explicit, registers.widths)
+    if ago is not None:
+        if swap:
+            raise ValueError(f"kernel '{k.name}': swap_operands applies to a contraction of "
+                             f"plain operands; this one computes a fused producer (AGO)")
+        return (*ago, False)
+    plan = vector_plan(k, c, tile, full_columns, registers.widths)
+    if (plan is None or plan.right is None) and not operand_has_reduction(c.left):
+        # the sum is symmetric: vectorise the left operand's run if it has one
+        # (a 1x1 conv reads pixels contiguously but output channels strided)
+        other = vector_plan(k, c.swapped(), tile, False, registers.widths)
+        if other is not None and other.right is not None:
+            plan, c = other, c.swapped()
+    if swap is None:
+        swap = not explicit and pack is not True and swaps_by_default(k, c, plan, caps)
+    if swap:
+        exchanged = swapped_plan(k, c, (tile[0], tile[1]) if explicit else None, registers)
+        if exchanged is None:
+            raise ValueError(f"kernel '{k.name}': swap_operands needs a left operand with axes "
+                             f"of its own, as many points as a vector at least")
+        return (*exchanged, True)
+    wide = None if explicit or full_columns or plan is None or \
+        not caps.simd_within_work_item else wide_plan(k, c, plan, registers)
+    if wide is not None:
+        return c, wide, registers.wide[0], False
+    return c, plan, None, False
 
 
 def _groups_columns(k: LoopKernel, c: Contraction, tiles_r: int, tiles_c: int) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ...ir.loop import LoopKernel
 from ...lower import unroll
 from ...lower.contraction import operand_has_reduction
+from ...shapes import prod
 from ..base import Capabilities, Config
 from .columns import few_registers, opencl_contraction
 from .schedule import row_vectorizable
@@ -48,7 +49,12 @@ def search_space(loop: LoopKernel, caps: Capabilities) -> list[Config]:
         # five likeliest tiles first, so a short budget still measures every one
         ways = ({"pack": False, "group_columns": False}, {"pack": False, "group_columns": True},
                 {"pack": True, "pack_in_tile": True}, {"pack": True, "pack_in_tile": False})
-        return [*(Config.of(**t.as_options(), **way) for t in tiles[:5] for way in ways),
+        # both operand orders with their own default tiles (``columns.swapped_plan``), next
+        n_rows = prod(loop.domain[i][1] for i in c.rows) if c.rows else 0
+        orders = [Config.of(swap_operands=s) for s in (True, False)] \
+            if c.cols and caps.vector_widths and n_rows >= caps.vector_widths[-1] else []
+        return [Config.of(), *orders,
+                *(Config.of(**t.as_options(), **way) for t in tiles[:5] for way in ways),
                 *(Config.of(**t.as_options(), pack=False) for t in tiles[5:])]
     if loop.staged:  # a staged row is one work-item's array; queries a work-item share loads
         staged = [Config.of(schedule="row", group_rows=r) for r in
