@@ -24,13 +24,13 @@ exchanged by default (``swap_operands``).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import ContextManager
+from unittest import mock
 
 import numpy as np
 
@@ -74,12 +74,10 @@ def variants(fused: kg.FusedOp, x: np.ndarray, ref: np.ndarray, orders_only: boo
     (where it differs) the unrolled reduction, each checked against ``ref``; with
     ``orders_only``, the default and the other order alone."""
     out = {"default": fused.emit("opencl")}
-    if hasattr(out["default"], "kernels"):  # a strided conv: its gather, then the GEMM
-        pass
-    elif out["default"].metadata["tunables"].get("swap_operands"):
-        out["pixel vectors"] = fused.emit("opencl", swap_operands=False)
-    else:
-        out["channel vectors"] = fused.emit("opencl", swap_operands=True)
+    if not hasattr(out["default"], "kernels"):  # a strided conv: its gather, then the GEMM
+        swapped = bool(out["default"].metadata["tunables"].get("swap_operands"))
+        out["pixel vectors" if swapped else "channel vectors"] = \
+            fused.emit("opencl", swap_operands=not swapped)
     if orders_only:
         return _checked(out, x, ref)
     narrow = few_registers(backends.get("opencl").caps)
@@ -95,12 +93,8 @@ def variants(fused: kg.FusedOp, x: np.ndarray, ref: np.ndarray, orders_only: boo
             out[f"tile {tile[0]}x{tile[1]}"] = program
     if out["default"].metadata["tunables"].get("group_columns"):  # as before that rule
         out["groups of row tiles"] = fused.emit("opencl", group_columns=False)
-    before = opencl_schedule.UNROLL_K_MAX_FMAS
-    opencl_schedule.UNROLL_K_MAX_FMAS = 1 << 30
-    try:
+    with mock.patch.object(opencl_schedule, "UNROLL_K_MAX_FMAS", 1 << 30):
         unrolled = fused.emit("opencl")
-    finally:
-        opencl_schedule.UNROLL_K_MAX_FMAS = before
     if UNROLLED in unrolled.source and UNROLLED not in out["default"].source:
         out["default, reduction unrolled"] = unrolled
     return _checked(out, x, ref)
@@ -118,38 +112,22 @@ def _tile(program) -> list[int] | None:
     return kernel.metadata["tunables"].get("tile")
 
 
-@contextlib.contextmanager
-def _row_groups() -> Iterator[None]:
+def _row_groups() -> ContextManager[object]:
     """Every contraction's work-groups of row tiles, as before ``group_columns``."""
-    before = opencl_schedule.GROUP_COLUMNS_MIN_RATIO
-    opencl_schedule.GROUP_COLUMNS_MIN_RATIO = 1 << 62
-    try:
-        yield
-    finally:
-        opencl_schedule.GROUP_COLUMNS_MIN_RATIO = before
+    return mock.patch.object(opencl_schedule, "GROUP_COLUMNS_MIN_RATIO", 1 << 62)
 
 
-@contextlib.contextmanager
-def _pixel_vectors() -> Iterator[None]:
+def _pixel_vectors() -> ContextManager[object]:
     """No contraction's operands exchanged by default (``swap_operands``): a 1x1
     convolution's lanes along its pixels, as before that rule."""
-    own = opencl_schedule.swaps_by_default
-    opencl_schedule.swaps_by_default = lambda *args: False
-    try:
-        yield
-    finally:
-        opencl_schedule.swaps_by_default = own
+    return mock.patch.object(opencl_schedule, "swaps_by_default", lambda *args: False)
 
 
-@contextlib.contextmanager
-def _avx512_tiles() -> Iterator[None]:
+def _avx512_tiles() -> ContextManager[object]:
     """Every contraction tiled as on a CPU with 32 registers of 16 lanes."""
     own = opencl_schedule.register_tiles
-    opencl_schedule.register_tiles = lambda caps: own(replace(caps, vector_registers=32))
-    try:
-        yield
-    finally:
-        opencl_schedule.register_tiles = own
+    return mock.patch.object(opencl_schedule, "register_tiles",
+                             lambda caps: own(replace(caps, vector_registers=32)))
 
 
 def row(c: int, m: int, side: int, stride: int, model: str, repeat: int,
@@ -167,10 +145,9 @@ def row(c: int, m: int, side: int, stride: int, model: str, repeat: int,
     timed = variants(fused, x, ref, orders_only)
     # onnxruntime in the same rounds: the machine's drift hits it and every variant alike
     calls = {name: runner(program, *arrays) for name, (program, arrays) in timed.items()}
-    medians = {name: float(np.median(t)) for name, t in
-               round_robin({**calls, ORT: ort_run}, 1, repeat).items()}
-    ort_ms = medians.pop(ORT)
-    times = medians
+    times = {name: float(np.median(t)) for name, t in
+             round_robin({**calls, ORT: ort_run}, 1, repeat).items()}
+    ort_ms = times.pop(ORT)
     best = min(times, key=times.__getitem__)
     side_out = -(-side // stride)
     flop = 2 * c * m * side_out * side_out

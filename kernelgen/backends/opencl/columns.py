@@ -163,13 +163,14 @@ def swaps_by_default(k: LoopKernel, c: Contraction, plan: VectorPlan | None,
             not caps.simd_within_work_item or extent(c.reduce) < SWAP_MIN_REDUCTION or \
             not set(operand_buffers(c.left)) <= k.constants:
         return False
-    if _waste(k, plan.run, plan.tile_n) <= SWAP_MIN_WASTE:
+    columns_waste = _waste(k, plan.run, plan.tile_n)
+    if columns_waste <= SWAP_MIN_WASTE:
         return False
     other = swapped_plan(k, c, None, tiles)
     if other is None:
         return False
     swapped, columns, rows = other
-    before = _waste(k, c.rows, tiles.default[0]) * _waste(k, plan.run, plan.tile_n)
+    before = _waste(k, c.rows, tiles.default[0]) * columns_waste
     after = _waste(k, swapped.rows, rows) * _waste(k, columns.run, columns.tile_n)
     left_bytes = 4 * extent(c.reduce) * prod(k.domain[i][1] for i in c.rows + c.batch)
     return after < before and ((before - after) * extent(c.reduce) >= SWAP_MIN_SAVED or

@@ -452,9 +452,10 @@ def _vector_columns(k: LoopKernel, c: Contraction, tile: tuple[int, ...], explic
     if (plan is None or plan.right is None) and not operand_has_reduction(c.left):
         # the sum is symmetric: vectorise the left operand's run if it has one
         # (a 1x1 conv reads pixels contiguously but output channels strided)
-        other = vector_plan(k, c.swapped(), tile, False, registers.widths)
+        swapped = c.swapped()
+        other = vector_plan(k, swapped, tile, False, registers.widths)
         if other is not None and other.right is not None:
-            plan, c = other, c.swapped()
+            plan, c = other, swapped
     if swap is None:
         swap = not explicit and pack is not True and swaps_by_default(k, c, plan, caps)
     if swap:

@@ -5,9 +5,8 @@ from __future__ import annotations
 from ...ir.loop import LoopKernel
 from ...lower import unroll
 from ...lower.contraction import operand_has_reduction
-from ...shapes import prod
 from ..base import Capabilities, Config
-from .columns import few_registers, opencl_contraction
+from .columns import few_registers, opencl_contraction, register_tiles, swapped_plan
 from .schedule import row_vectorizable
 from .transposed import tile_plan
 from .window import is_pooling, opencl_window
@@ -49,10 +48,9 @@ def search_space(loop: LoopKernel, caps: Capabilities) -> list[Config]:
         # five likeliest tiles first, so a short budget still measures every one
         ways = ({"pack": False, "group_columns": False}, {"pack": False, "group_columns": True},
                 {"pack": True, "pack_in_tile": True}, {"pack": True, "pack_in_tile": False})
-        # both operand orders with their own default tiles (``columns.swapped_plan``), next
-        n_rows = prod(loop.domain[i][1] for i in c.rows) if c.rows else 0
-        orders = [Config.of(swap_operands=s) for s in (True, False)] \
-            if c.cols and caps.vector_widths and n_rows >= caps.vector_widths[-1] else []
+        # both operand orders with their own default tiles, next, where they can be exchanged
+        orders = [Config.of(swap_operands=s) for s in (True, False)] if caps.vector_widths and \
+            swapped_plan(loop, c, None, register_tiles(caps)) is not None else []
         return [Config.of(), *orders,
                 *(Config.of(**t.as_options(), **way) for t in tiles[:5] for way in ways),
                 *(Config.of(**t.as_options(), pack=False) for t in tiles[5:])]
