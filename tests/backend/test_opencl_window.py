@@ -40,7 +40,7 @@ BLOCKS = {  # name: (x shape, w shape, conv attributes)
                                                          "strides": [2, 2]}),
     "5x5-stride2-45-wide": ((1, 4, 11, 45), (4, 1, 5, 5), {"pads": [2, 2, 2, 2], "group": 4,
                                                             "strides": [2, 2]}),
-    # the last vector's read ends one element past the input: read lane by lane there
+    # the last vector's read ends at the input's last float (4 lanes: 8 columns)
     "3x3-stride2-buffer-end": ((1, 2, 3, 17), (2, 1, 3, 3), {"group": 2, "strides": [2, 2]}),
     # grouped convs with at least WINDOW_LOOP_MIN input channels a group: a loop over them
     # (the 1x1 with fewer than SPLIT_MIN_CHANNELS outputs a group; with more, the lowering
@@ -94,8 +94,8 @@ def test_window_is_the_default_and_matches_onnx(name: str, epilogue: str) -> Non
     # input row, unless no vector read inside the row covers an edge vector's lanes (a row
     # shorter than two vectors, padding wider than the rest of the row): then the generic
     # guarded load with its lane-by-lane fallback. A stride-2 read (twice its lanes, then
-    # the even ones: one vload's .even up to 4 lanes, a kg_vload_even helper past them) tests
-    # that it ends inside the buffer.
+    # the even ones: one vload's .even up to 2 lanes, a kg_vload_even helper past them) tests
+    # that it ends inside the buffer where it reads past its last lane's float (the .even).
     if "an edge" not in source:
         assert source.count("if (") <= 1 + sum(BLOCKS[name][2].get("pads", [0] * 4)[::2])
     else:

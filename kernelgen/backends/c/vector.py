@@ -167,7 +167,8 @@ class VectorPrinter:
             if self._tested(node):
                 return self._guarded_load(node)
             offset = self.em.index(node.offset.xreplace({self.sym: self.base_expr}))
-            return self.v.load.format(ptr=self.em.arg_names[node.buffer], off=offset)
+            load = self.v.load if self._stride(node) == 1 else self.v.load_stride2
+            return load.format(ptr=self.em.arg_names[node.buffer], off=offset)
         if isinstance(node, Call):
             return self.v.functions[node.fn].format(*(self.expr(a) for a in node.args))
         if isinstance(node, Select):
@@ -277,9 +278,10 @@ class VectorPrinter:
         return int(sympy.expand(node.offset).coeff(self.sym))
 
     def _tested(self, node: Load) -> bool:
-        """Whether the vector read needs run-time tests: a guard, or a stride-2 read, which
-        reads one element past its last lane (that element may lie past the buffer)."""
-        return node.guard is not sympy.true or self._stride(node) != 1
+        """Whether the vector read needs run-time tests: a guard, or a stride-2 read that
+        reads past its last lane's element (which may lie past the buffer)."""
+        return node.guard is not sympy.true or (self._stride(node) != 1 and
+                                                self.v.stride2_past > 0)
 
     def _guarded_load(self, node: Load) -> str:
         """A load that reads 0 outside its guard: zero when the lane-free part fails, one
@@ -296,10 +298,9 @@ class VectorPrinter:
         first, last = sympy.Integer(0), sympy.Integer(v.width - 1)
         buffer = em.buffers[node.buffer]
         stride = self._stride(node)
-        # the last element the vector read touches: the last lane's, or one past it (stride 2)
-        read_end = at(node.offset, first) + stride * v.width - 1 if stride == 2 else \
-            at(node.offset, last)
-        past_end = sympy.true if stride == 1 else read_end < buffer.numel
+        # the last element the vector read touches: the last lane's, or past it (stride 2)
+        read_end = at(node.offset, last) + (v.stride2_past if stride == 2 else 0)
+        past_end = read_end < buffer.numel if stride == 2 and v.stride2_past else sympy.true
 
         def binding(term: sympy.Basic) -> sympy.Expr:
             """The lane where ``term`` is tightest: the first for a lower bound on ``sym``."""
@@ -348,8 +349,9 @@ class VectorPrinter:
         """The vector of ``node``'s lanes ``known`` (zeros elsewhere): one read, moved into
         place from lane ``start`` when some lanes fail (``_shift_start``)."""
         em, v = self.em, self.v
-        read = v.load.format(ptr=em.arg_names[node.buffer],
-                             off=em.index(self._at(node.offset, start or 0)))
+        load = v.load if self._stride(node) == 1 else v.load_stride2
+        read = load.format(ptr=em.arg_names[node.buffer],
+                           off=em.index(self._at(node.offset, start or 0)))
         if len(known) == v.width:
             return read
         assert start is not None
@@ -532,7 +534,8 @@ def read_together(printers: Sequence[VectorPrinter], loads: Iterable[Load]) -> N
     passing lanes, under one test of each lane-free guard part for all of them (a window's
     input row is tested once, not once per vector: 0.15 against 0.24 ms for a depthwise 3x3
     on PoCL); each printer's ``expr`` then finds them named. The printers share one scope.
-    Other loads (stride-2 reads among them) are left to ``expr``."""
+    A stride-2 read joins them where it reads no float past its last lane's; other loads are
+    left to ``expr``."""
     if not printers:
         return
     v, em, scope = printers[0].v, printers[0].em, printers[0].scope
@@ -541,7 +544,9 @@ def read_together(printers: Sequence[VectorPrinter], loads: Iterable[Load]) -> N
     for node in dict.fromkeys(loads):
         for p in printers:
             split = None if node in p.names else split_guard(node.guard, p.sym)
-            if split is None or node.guard is sympy.true or p._stride(node) != 1:
+            stride = p._stride(node)
+            if split is None or node.guard is sympy.true or stride not in (1, 2) or \
+                    (stride == 2 and v.stride2_past):
                 continue
             uniform, linear = split
             known = p._known_lanes(linear)

@@ -34,9 +34,11 @@ class VectorSyntax:
     sign_masks: Mapping[str, str] = field(default_factory=dict)
     mask_and: str = "({0}) & ({1})"
     mask_load: str = ""
-    # every second element from {ptr} + {off}, reading 2 * width of them ('' = none): a
-    # stride-2 window's run (NEON's deinterleaving vld2q_f32)
+    # every second element from {ptr} + {off} ('' = none): a stride-2 window's run (NEON's
+    # deinterleaving vld2q_f32); it reads ``stride2_past`` elements past its last lane's (the
+    # odd one after it, which may lie past the buffer: such a read is tested at run time)
     load_stride2: str = ""
+    stride2_past: int = 1
     fma: str = ""                   # {0} * {1} + {2} fused ('' = none)
     lane: str = ""                  # lane {j} (an int) of vector {v} ('' = none)
     compose: str = ""               # a vector from comma-separated lane values {0} ('' = none)

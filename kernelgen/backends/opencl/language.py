@@ -171,36 +171,41 @@ def vector_syntax(width: int, stride2: bool = False) -> VectorSyntax:
         broadcast=f"((float{width})({{0}}))", broadcast_mask=f"((int{width})(-({{0}})))",
         iota=f"((int{width})({', '.join(str(j) for j in range(width))}))",
         lane="{v}.s{j:x}", compose=f"((float{width})({{0}}))",
-        load_stride2=_load_stride2(width) if stride2 else ""))
+        load_stride2=_load_stride2(width) if stride2 else "",
+        stride2_past=1 if width <= 2 else 0))
 
 
 def _load_stride2(width: int) -> str:
-    """Every second float of ``2 * width`` from ``{ptr} + {off}``: a stride-2 window's run
-    (a strided depthwise conv). Up to 4 lanes the ``.even`` lanes of one double-width load;
-    wider, a helper that fills the halves from two loads of ``width`` (``stride2_helpers``)."""
-    if width <= 4:
+    """Every second float from ``{ptr} + {off}``: a stride-2 window's run (a strided depthwise
+    conv, a max-pool). Up to 2 lanes the ``.even`` lanes of one double-width load (reading one
+    float past the last lane's); wider, a helper that fills the halves from two loads of
+    ``width`` reading no float past the last lane's (``stride2_helpers``)."""
+    if width <= 2:
         return f"vload{2 * width}(0, {{ptr}} + {{off}}).even"
     return f"kg_vload_even{width}({{ptr}} + {{off}})"
 
 
 def stride2_helpers(source: str) -> str:
-    """The ``kg_vload_even<N>`` functions ``source`` calls, defined: two N-wide loads and a
-    vector of their even lanes, composed lane by lane. pip's PoCL 3.0 (LLVM 14) on an AVX-512
-    Zen 4 returns garbage in lanes 4-7 of ``vload16(...).even`` (and of the same lanes picked
-    from a float16); a vector literal of the two loads' ``.even`` halves crashes Oclgrind
-    21.10's uninitialised-value check, and filling ``.lo``/``.hi`` ran 8% slower on PoCL 3.1.
-    This one ran as fast as the single wide load on PoCL 3.1 and Intel's runtime
-    (MobileNetV2's strided depthwise convs); at 4 lanes the single ``vload8`` stays, up to
-    1.3x faster on pip's PoCL."""
+    """The ``kg_vload_even<N>`` functions ``source`` calls, defined: two N-wide loads, the
+    second one float back so that they end at the last lane's float, and a vector of the lanes
+    at even offsets from ``p``, composed lane by lane. Reading no float past the last lane's,
+    a read inside a window's guard (or an unpadded one) needs no run-time test: without the
+    test and lane-by-lane fallback at each tap, the 3x3/2 max-pools of SqueezeNet, ResNet-50,
+    ShuffleNet and Inception v1 ran 1.6-2.8x faster on PoCL (a double-width ``vload8``'s
+    ``.even`` at 4 lanes included: 2.0-2.4x). pip's PoCL 3.0 (LLVM 14) on an AVX-512 Zen 4
+    returns garbage in lanes 4-7 of ``vload16(...).even``; a vector literal of two loads'
+    ``.even`` halves crashes Oclgrind 21.10's uninitialised-value check, and filling
+    ``.lo``/``.hi`` ran 8% slower on PoCL 3.1."""
     defined = []
-    for width in (8, 16):
+    for width in (4, 8, 16):
         if f"kg_vload_even{width}(" in source:
-            lanes = [f"{v}.s{j:x}" for v in "ab" for j in range(0, width, 2)]
+            lanes = [f"a.s{j:x}" for j in range(0, width, 2)] + \
+                [f"b.s{j:x}" for j in range(1, width, 2)]
             defined.append(
-                f"// every second float of the {2 * width} from p\n"
+                f"// every second float of the {2 * width - 1} from p\n"
                 f"float{width} kg_vload_even{width}(const __global float* p)\n{{\n"
                 f"    const float{width} a = vload{width}(0, p), "
-                f"b = vload{width}(0, p + {width});\n"
+                f"b = vload{width}(0, p + {width - 1});\n"
                 f"    return (float{width})({', '.join(lanes)});\n}}\n\n")
     return "".join(defined)
 
