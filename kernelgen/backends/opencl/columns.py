@@ -63,6 +63,14 @@ SWAP_MIN_REDUCTION = 128  # reduction points, at least
 SWAP_MIN_SAVED = 64  # (pixel tiles' waste - exchanged tiles' waste) x reduction points
 SWAP_MIN_LEFT_BYTES = 1 << 20
 SWAP_ROWS = range(6, 15)  # 2 vectors of sums a row: 28 of AVX-512's 32 registers at most
+# A stride-2 run of the right operand (``column_plan``), measured round-robin against the patch
+# matrix and its GEMM on PoCL (AMD EPYC, AVX-512, bench/strided_convs.py, three runs of 300
+# rounds): with output rows of 28 and more, whose runs take 16 lanes, the 7x7 stem of ResNet-50
+# 1.16-1.17x, ShuffleNet's 3x3 stem 1.25-1.32x, MobileNetV2's 1.01-1.16x, ResNet-50's 3x3 and
+# 1x1 over 56x56 1.25-1.26x and 1.08-1.11x, SqueezeNet's stem 0.97-0.99x; rows of 14 and 7,
+# whose runs take 8 and 4 lanes, ran 0.3-0.8x as fast in a first run. Not measured with
+# 8-lane registers (AVX2).
+STRIDE2_MIN_LANES = 16
 
 
 @dataclass(frozen=True)
@@ -218,6 +226,22 @@ def vector_epilogue(k: LoopKernel, c: Contraction, plan: VectorPlan, masks: bool
             return None
         out.append((buf, offset, value))
     return out
+
+
+def column_plan(k: LoopKernel, c: Contraction, tile: tuple[int, ...], full_columns: bool,
+                widths: tuple[int, ...], caps: Capabilities) -> VectorPlan | None:
+    """``vector_plan``'s contiguous run; where the right operand has none, on a CPU, a run it
+    reads every second float of (a stride-2 conv's patches, ``kg_vload_even``) if that run
+    takes vectors of ``STRIDE2_MIN_LANES``. Such a conv then packs its patches in its tiles,
+    or reads them in place, instead of writing a patch matrix for a second kernel."""
+    plan = vector_plan(k, c, tile, full_columns, widths)
+    if plan is None or plan.right is not None or full_columns or \
+            not caps.simd_within_work_item:
+        return plan
+    strided = vector_plan(k, c, tile, False, widths, stride2=True)
+    if strided is None or strided.right is None or strided.width < STRIDE2_MIN_LANES:
+        return plan
+    return strided
 
 
 def vector_plan(k: LoopKernel, c: Contraction, tile: tuple[int, ...], full_columns: bool,

@@ -386,7 +386,7 @@ class OpenCLPrinter(ContractionEmitter):
         b.add(f"_Pragma(\"unroll\") for (int kg_v = 0; kg_v < {tn // w}; ++kg_v) {{")
         lane = b.child()
         lane.add(f"const {t} kg_col = kg_c0 + kg_v * {w};")
-        value = VectorPrinter(self, cols.flat, "kg_col", lane, vector_syntax(w))
+        value = VectorPrinter(self, cols.flat, "kg_col", lane, vector_syntax(w, stride2=True))
         value.reduce_together(rows)
         for g, row in enumerate(rows):
             lane.add(f"kg_b[{g}][kg_v] = {value.expr(row)};")

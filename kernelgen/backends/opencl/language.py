@@ -161,9 +161,8 @@ RESERVED_PREFIXES = (
 def vector_syntax(width: int, stride2: bool = False) -> VectorSyntax:
     """``floatN`` code with lane numbers, lane access and dot products: the contraction
     templates' and the staged 'row' schedule's vectors. ``stride2``: reads of every second
-    float as vectors too, which only the 'window' schedule takes (an im2col pack through them
-    measured up to 2x slower on ResNet-50's strided 3x3 convs than the patch matrix and a
-    GEMM)."""
+    float as vectors too (the 'window' schedule's strided windows, and the 'tiled' one's
+    strided patches where ``columns.column_plan`` takes them)."""
     return _with_dot_products(replace(
         VECTOR, width=width, vtype=f"float{width}", mtype=f"int{width}",
         functions=_vector_functions(width), load=f"vload{width}(0, {{ptr}} + {{off}})",

@@ -49,7 +49,7 @@ from ..base import (PRIVATE, Capabilities, Schedule, check_derived, check_option
 from ..c.contraction import FLAT_K, flat_reduction
 from ..c.vector import vector_reduction_ok
 from . import transposed
-from .columns import (RegisterTiles, VectorPlan, few_registers, opencl_contraction,
+from .columns import (RegisterTiles, VectorPlan, column_plan, few_registers, opencl_contraction,
                       register_tiles, swapped_plan, swaps_by_default, vector_plan, wide_plan)
 from .language import VECTOR
 from .window import WINDOW_LOCAL, WINDOW_MAX_RUN, WindowPlan, is_pooling, opencl_window
@@ -448,12 +448,12 @@ def _vector_columns(k: LoopKernel, c: Contraction, tile: tuple[int, ...], explic
             raise ValueError(f"kernel '{k.name}': swap_operands applies to a contraction of "
                              f"plain operands; this one computes a fused producer (AGO)")
         return (*ago, False)
-    plan = vector_plan(k, c, tile, full_columns, registers.widths)
+    plan = column_plan(k, c, tile, full_columns, registers.widths, caps)
     if (plan is None or plan.right is None) and not operand_has_reduction(c.left):
         # the sum is symmetric: vectorise the left operand's run if it has one
         # (a 1x1 conv reads pixels contiguously but output channels strided)
         swapped = c.swapped()
-        other = vector_plan(k, swapped, tile, False, registers.widths)
+        other = column_plan(k, swapped, tile, False, registers.widths, caps)
         if other is not None and other.right is not None:
             plan, c = other, swapped
     if swap is None:
