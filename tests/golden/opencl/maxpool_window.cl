@@ -3,6 +3,13 @@
 #define KG_FLOORDIV(a, b) (((a) - (((a) % (b) + (b)) % (b))) / (b))
 #define KG_FLOORMOD(a, b) ((((a) % (b)) + (b)) % (b))
 
+// every second float of the 7 from p
+float4 kg_vload_even4(const __global float* p)
+{
+    const float4 a = vload4(0, p), b = vload4(0, p + 3);
+    return (float4)(a.s0, a.s2, b.s1, b.s3);
+}
+
 // Sliding-window contraction (a depthwise convolution, or a pooling window whose taps are
 // combined by its own operator instead of an FMA): each work-item owns 1 consecutive
 // points of the axis outside the vector run and the whole run, 3 vectors of 4 lanes
@@ -21,422 +28,162 @@ __kernel void fused_relu_maxpool(__global const float* restrict x,
     float4 kg_acc0_0 = ((float4)((-INFINITY)));
     float4 kg_acc0_1 = ((float4)((-INFINITY)));
     float4 kg_acc0_2 = ((float4)((-INFINITY)));
-    const int4 kg_lanes0 = (int4)(0) + ((int4)(0, 1, 2, 3));
-    const int4 v1 = (((int4)(-(2 * o1 >= 1)))) & ((2 * kg_lanes0 >= 1));
+    float4 v1 = ((float4)(0.0f));
     float4 v2 = ((float4)(0.0f));
-    if (2 * o1 >= 1) {
-        if (0) {
-            v2 = vload8(0, x + 273 * o0 + 42 * o1 - 22).even;
-        } else if ((273 * o0 + 42 * o1 >= 22) && (273 * o0 + 42 * o1 < 1107)) {
-            v2 = select(((float4)(0.0f)), vload8(0, x + 273 * o0 + 42 * o1 - 22).even, (2 * kg_lanes0 >= 1));
-        } else {  // an edge: lanes outside the guard read 0
-            float lanes3[4];
-            for (int kg_lane = 0; kg_lane < 4; ++kg_lane)
-                lanes3[kg_lane] = (2 * kg_lane >= 1) ? x[2 * kg_lane + 273 * o0 + 42 * o1 - 22] : 0.0f;
-            v2 = vload4(0, lanes3 + 0);
-        }
-    }
-    const float4 v4 = (((v2 > ((float4)(0.0f))) | (v2 != v2)) ? v2 : ((float4)(0.0f)));
-    const float4 v5 = select(((float4)((-INFINITY))), v4, v1);
-    kg_acc0_0 = (((kg_acc0_0 > v5) | (kg_acc0_0 != kg_acc0_0)) ? kg_acc0_0 : v5);
-    const int4 kg_lanes4 = (int4)(4) + ((int4)(0, 1, 2, 3));
-    const int4 v6 = (((int4)(-(2 * o1 >= 1)))) & ((2 * kg_lanes4 >= 1));
+    float4 v3 = ((float4)(0.0f));
+    float4 v4 = ((float4)(0.0f));
+    float4 v5 = ((float4)(0.0f));
+    float4 v6 = ((float4)(0.0f));
     float4 v7 = ((float4)(0.0f));
+    float4 v8 = ((float4)(0.0f));
+    float4 v9 = ((float4)(0.0f));
     if (2 * o1 >= 1) {
-        if (273 * o0 + 42 * o1 < 1099) {
-            v7 = vload8(0, x + 273 * o0 + 42 * o1 - 14).even;
-        } else if ((273 * o0 + 42 * o1 >= 14) && (273 * o0 + 42 * o1 < 1099)) {
-            v7 = select(((float4)(0.0f)), vload8(0, x + 273 * o0 + 42 * o1 - 14).even, (2 * kg_lanes4 >= 1));
-        } else {  // an edge: lanes outside the guard read 0
-            float lanes8[4];
-            for (int kg_lane = 0; kg_lane < 4; ++kg_lane)
-                lanes8[kg_lane] = (2 * kg_lane >= -7) ? x[2 * kg_lane + 273 * o0 + 42 * o1 - 14] : 0.0f;
-            v7 = vload4(0, lanes8 + 0);
-        }
+        const float4 v10 = kg_vload_even4(x + 273 * o0 + 42 * o1 - 20);
+        v1 = ((float4)(0.0f, v10.s0, v10.s1, v10.s2));
+        v2 = kg_vload_even4(x + 273 * o0 + 42 * o1 - 14);
+        v3 = kg_vload_even4(x + 273 * o0 + 42 * o1 - 8);
+        v4 = kg_vload_even4(x + 273 * o0 + 42 * o1 - 21);
+        v5 = kg_vload_even4(x + 273 * o0 + 42 * o1 - 13);
+        v6 = kg_vload_even4(x + 273 * o0 + 42 * o1 - 7);
+        v7 = kg_vload_even4(x + 273 * o0 + 42 * o1 - 20);
+        v8 = kg_vload_even4(x + 273 * o0 + 42 * o1 - 12);
+        const float4 v11 = kg_vload_even4(x + 273 * o0 + 42 * o1 - 8);
+        v9 = ((float4)(v11.s1, v11.s2, v11.s3, 0.0f));
     }
-    const float4 v9 = (((v7 > ((float4)(0.0f))) | (v7 != v7)) ? v7 : ((float4)(0.0f)));
-    const float4 v10 = select(((float4)((-INFINITY))), v9, v6);
-    kg_acc0_1 = (((kg_acc0_1 > v10) | (kg_acc0_1 != kg_acc0_1)) ? kg_acc0_1 : v10);
+    const int4 kg_lanes0 = (int4)(0) + ((int4)(0, 1, 2, 3));
+    const int4 v12 = (((int4)(-(2 * o1 >= 1)))) & ((2 * kg_lanes0 >= 1));
+    const float4 v13 = (((v1 > ((float4)(0.0f))) | (v1 != v1)) ? v1 : ((float4)(0.0f)));
+    const float4 v14 = select(((float4)((-INFINITY))), v13, v12);
+    kg_acc0_0 = (((kg_acc0_0 > v14) | (kg_acc0_0 != kg_acc0_0)) ? kg_acc0_0 : v14);
+    const int4 kg_lanes4 = (int4)(4) + ((int4)(0, 1, 2, 3));
+    const int4 v15 = (((int4)(-(2 * o1 >= 1)))) & ((2 * kg_lanes4 >= 1));
+    const float4 v16 = (((v2 > ((float4)(0.0f))) | (v2 != v2)) ? v2 : ((float4)(0.0f)));
+    const float4 v17 = select(((float4)((-INFINITY))), v16, v15);
+    kg_acc0_1 = (((kg_acc0_1 > v17) | (kg_acc0_1 != kg_acc0_1)) ? kg_acc0_1 : v17);
     const int4 kg_lanes7 = (int4)(7) + ((int4)(0, 1, 2, 3));
-    const int4 v11 = (((int4)(-(2 * o1 >= 1)))) & ((2 * kg_lanes7 >= 1));
-    float4 v12 = ((float4)(0.0f));
-    if (2 * o1 >= 1) {
-        if (273 * o0 + 42 * o1 < 1093) {
-            v12 = vload8(0, x + 273 * o0 + 42 * o1 - 8).even;
-        } else if ((273 * o0 + 42 * o1 >= 8) && (273 * o0 + 42 * o1 < 1093)) {
-            v12 = select(((float4)(0.0f)), vload8(0, x + 273 * o0 + 42 * o1 - 8).even, (2 * kg_lanes7 >= 1));
-        } else {  // an edge: lanes outside the guard read 0
-            float lanes13[4];
-            for (int kg_lane = 0; kg_lane < 4; ++kg_lane)
-                lanes13[kg_lane] = (2 * kg_lane >= -13) ? x[2 * kg_lane + 273 * o0 + 42 * o1 - 8] : 0.0f;
-            v12 = vload4(0, lanes13 + 0);
-        }
-    }
-    const float4 v14 = (((v12 > ((float4)(0.0f))) | (v12 != v12)) ? v12 : ((float4)(0.0f)));
-    const float4 v15 = select(((float4)((-INFINITY))), v14, v11);
-    kg_acc0_2 = (((kg_acc0_2 > v15) | (kg_acc0_2 != kg_acc0_2)) ? kg_acc0_2 : v15);
-    const bool t16 = 2 * o1 >= 1;
-    float4 v17 = ((float4)(0.0f));
-    if (2 * o1 >= 1) {
-        if (273 * o0 + 42 * o1 < 1106) {
-            v17 = vload8(0, x + 273 * o0 + 42 * o1 - 21).even;
-        } else {  // an edge: lanes outside the guard read 0
-            float lanes18[4];
-            for (int kg_lane = 0; kg_lane < 4; ++kg_lane)
-                lanes18[kg_lane] = (1) ? x[2 * kg_lane + 273 * o0 + 42 * o1 - 21] : 0.0f;
-            v17 = vload4(0, lanes18 + 0);
-        }
-    }
-    const float4 v19 = (((v17 > ((float4)(0.0f))) | (v17 != v17)) ? v17 : ((float4)(0.0f)));
-    const float4 v20 = select(((float4)((-INFINITY))), v19, ((int4)(-(t16))));
-    kg_acc0_0 = (((kg_acc0_0 > v20) | (kg_acc0_0 != kg_acc0_0)) ? kg_acc0_0 : v20);
-    float4 v21 = ((float4)(0.0f));
-    if (2 * o1 >= 1) {
-        if (273 * o0 + 42 * o1 < 1098) {
-            v21 = vload8(0, x + 273 * o0 + 42 * o1 - 13).even;
-        } else {  // an edge: lanes outside the guard read 0
-            float lanes22[4];
-            for (int kg_lane = 0; kg_lane < 4; ++kg_lane)
-                lanes22[kg_lane] = (1) ? x[2 * kg_lane + 273 * o0 + 42 * o1 - 13] : 0.0f;
-            v21 = vload4(0, lanes22 + 0);
-        }
-    }
-    const float4 v23 = (((v21 > ((float4)(0.0f))) | (v21 != v21)) ? v21 : ((float4)(0.0f)));
-    const float4 v24 = select(((float4)((-INFINITY))), v23, ((int4)(-(t16))));
-    kg_acc0_1 = (((kg_acc0_1 > v24) | (kg_acc0_1 != kg_acc0_1)) ? kg_acc0_1 : v24);
-    float4 v25 = ((float4)(0.0f));
-    if (2 * o1 >= 1) {
-        if (273 * o0 + 42 * o1 < 1092) {
-            v25 = vload8(0, x + 273 * o0 + 42 * o1 - 7).even;
-        } else {  // an edge: lanes outside the guard read 0
-            float lanes26[4];
-            for (int kg_lane = 0; kg_lane < 4; ++kg_lane)
-                lanes26[kg_lane] = (1) ? x[2 * kg_lane + 273 * o0 + 42 * o1 - 7] : 0.0f;
-            v25 = vload4(0, lanes26 + 0);
-        }
-    }
-    const float4 v27 = (((v25 > ((float4)(0.0f))) | (v25 != v25)) ? v25 : ((float4)(0.0f)));
-    const float4 v28 = select(((float4)((-INFINITY))), v27, ((int4)(-(t16))));
-    kg_acc0_2 = (((kg_acc0_2 > v28) | (kg_acc0_2 != kg_acc0_2)) ? kg_acc0_2 : v28);
-    const int4 v29 = (((int4)(-(2 * o1 >= 1)))) & ((2 * kg_lanes0 < 20));
-    float4 v30 = ((float4)(0.0f));
-    if (2 * o1 >= 1) {
-        if (273 * o0 + 42 * o1 < 1105) {
-            v30 = vload8(0, x + 273 * o0 + 42 * o1 - 20).even;
-        } else if ((273 * o0 + 42 * o1 >= 20) && (273 * o0 + 42 * o1 < 1105)) {
-            v30 = select(((float4)(0.0f)), vload8(0, x + 273 * o0 + 42 * o1 - 20).even, (2 * kg_lanes0 < 20));
-        } else {  // an edge: lanes outside the guard read 0
-            float lanes31[4];
-            for (int kg_lane = 0; kg_lane < 4; ++kg_lane)
-                lanes31[kg_lane] = (2 * kg_lane < 20) ? x[2 * kg_lane + 273 * o0 + 42 * o1 - 20] : 0.0f;
-            v30 = vload4(0, lanes31 + 0);
-        }
-    }
-    const float4 v32 = (((v30 > ((float4)(0.0f))) | (v30 != v30)) ? v30 : ((float4)(0.0f)));
-    const float4 v33 = select(((float4)((-INFINITY))), v32, v29);
-    kg_acc0_0 = (((kg_acc0_0 > v33) | (kg_acc0_0 != kg_acc0_0)) ? kg_acc0_0 : v33);
-    const int4 v34 = (((int4)(-(2 * o1 >= 1)))) & ((2 * kg_lanes4 < 20));
-    float4 v35 = ((float4)(0.0f));
-    if (2 * o1 >= 1) {
-        if (273 * o0 + 42 * o1 < 1097) {
-            v35 = vload8(0, x + 273 * o0 + 42 * o1 - 12).even;
-        } else if ((273 * o0 + 42 * o1 >= 12) && (273 * o0 + 42 * o1 < 1097)) {
-            v35 = select(((float4)(0.0f)), vload8(0, x + 273 * o0 + 42 * o1 - 12).even, (2 * kg_lanes4 < 20));
-        } else {  // an edge: lanes outside the guard read 0
-            float lanes36[4];
-            for (int kg_lane = 0; kg_lane < 4; ++kg_lane)
-                lanes36[kg_lane] = (2 * kg_lane < 12) ? x[2 * kg_lane + 273 * o0 + 42 * o1 - 12] : 0.0f;
-            v35 = vload4(0, lanes36 + 0);
-        }
-    }
-    const float4 v37 = (((v35 > ((float4)(0.0f))) | (v35 != v35)) ? v35 : ((float4)(0.0f)));
-    const float4 v38 = select(((float4)((-INFINITY))), v37, v34);
-    kg_acc0_1 = (((kg_acc0_1 > v38) | (kg_acc0_1 != kg_acc0_1)) ? kg_acc0_1 : v38);
-    const int4 v39 = (((int4)(-(2 * o1 >= 1)))) & ((2 * kg_lanes7 < 20));
-    float4 v40 = ((float4)(0.0f));
-    if (2 * o1 >= 1) {
-        if (0) {
-            v40 = vload8(0, x + 273 * o0 + 42 * o1 - 6).even;
-        } else if ((273 * o0 + 42 * o1 >= 6) && (273 * o0 + 42 * o1 < 1091)) {
-            v40 = select(((float4)(0.0f)), vload8(0, x + 273 * o0 + 42 * o1 - 6).even, (2 * kg_lanes7 < 20));
-        } else {  // an edge: lanes outside the guard read 0
-            float lanes41[4];
-            for (int kg_lane = 0; kg_lane < 4; ++kg_lane)
-                lanes41[kg_lane] = (2 * kg_lane < 6) ? x[2 * kg_lane + 273 * o0 + 42 * o1 - 6] : 0.0f;
-            v40 = vload4(0, lanes41 + 0);
-        }
-    }
-    const float4 v42 = (((v40 > ((float4)(0.0f))) | (v40 != v40)) ? v40 : ((float4)(0.0f)));
-    const float4 v43 = select(((float4)((-INFINITY))), v42, v39);
-    kg_acc0_2 = (((kg_acc0_2 > v43) | (kg_acc0_2 != kg_acc0_2)) ? kg_acc0_2 : v43);
-    const int4 v44 = (2 * kg_lanes0 >= 1);
-    float4 v45 = ((float4)(0.0f));
-    if (0) {
-        v45 = vload8(0, x + 273 * o0 + 42 * o1 - 1).even;
-    } else if ((273 * o0 + 42 * o1 >= 1) && (273 * o0 + 42 * o1 < 1086)) {
-        v45 = select(((float4)(0.0f)), vload8(0, x + 273 * o0 + 42 * o1 - 1).even, (2 * kg_lanes0 >= 1));
-    } else {  // an edge: lanes outside the guard read 0
-        float lanes46[4];
-        for (int kg_lane = 0; kg_lane < 4; ++kg_lane)
-            lanes46[kg_lane] = (2 * kg_lane >= 1) ? x[2 * kg_lane + 273 * o0 + 42 * o1 - 1] : 0.0f;
-        v45 = vload4(0, lanes46 + 0);
-    }
-    const float4 v47 = (((v45 > ((float4)(0.0f))) | (v45 != v45)) ? v45 : ((float4)(0.0f)));
-    const float4 v48 = select(((float4)((-INFINITY))), v47, v44);
-    kg_acc0_0 = (((kg_acc0_0 > v48) | (kg_acc0_0 != kg_acc0_0)) ? kg_acc0_0 : v48);
-    const int4 v49 = (2 * kg_lanes4 >= 1);
-    float4 v50 = ((float4)(0.0f));
-    if (273 * o0 + 42 * o1 < 1078) {
-        v50 = vload8(0, x + 273 * o0 + 42 * o1 + 7).even;
-    } else if (273 * o0 + 42 * o1 < 1078) {
-        v50 = select(((float4)(0.0f)), vload8(0, x + 273 * o0 + 42 * o1 + 7).even, (2 * kg_lanes4 >= 1));
-    } else {  // an edge: lanes outside the guard read 0
-        float lanes51[4];
-        for (int kg_lane = 0; kg_lane < 4; ++kg_lane)
-            lanes51[kg_lane] = (2 * kg_lane >= -7) ? x[2 * kg_lane + 273 * o0 + 42 * o1 + 7] : 0.0f;
-        v50 = vload4(0, lanes51 + 0);
-    }
-    const float4 v52 = (((v50 > ((float4)(0.0f))) | (v50 != v50)) ? v50 : ((float4)(0.0f)));
-    const float4 v53 = select(((float4)((-INFINITY))), v52, v49);
+    const int4 v18 = (((int4)(-(2 * o1 >= 1)))) & ((2 * kg_lanes7 >= 1));
+    const float4 v19 = (((v3 > ((float4)(0.0f))) | (v3 != v3)) ? v3 : ((float4)(0.0f)));
+    const float4 v20 = select(((float4)((-INFINITY))), v19, v18);
+    kg_acc0_2 = (((kg_acc0_2 > v20) | (kg_acc0_2 != kg_acc0_2)) ? kg_acc0_2 : v20);
+    const bool t21 = 2 * o1 >= 1;
+    const float4 v22 = (((v4 > ((float4)(0.0f))) | (v4 != v4)) ? v4 : ((float4)(0.0f)));
+    const float4 v23 = select(((float4)((-INFINITY))), v22, ((int4)(-(t21))));
+    kg_acc0_0 = (((kg_acc0_0 > v23) | (kg_acc0_0 != kg_acc0_0)) ? kg_acc0_0 : v23);
+    const float4 v24 = (((v5 > ((float4)(0.0f))) | (v5 != v5)) ? v5 : ((float4)(0.0f)));
+    const float4 v25 = select(((float4)((-INFINITY))), v24, ((int4)(-(t21))));
+    kg_acc0_1 = (((kg_acc0_1 > v25) | (kg_acc0_1 != kg_acc0_1)) ? kg_acc0_1 : v25);
+    const float4 v26 = (((v6 > ((float4)(0.0f))) | (v6 != v6)) ? v6 : ((float4)(0.0f)));
+    const float4 v27 = select(((float4)((-INFINITY))), v26, ((int4)(-(t21))));
+    kg_acc0_2 = (((kg_acc0_2 > v27) | (kg_acc0_2 != kg_acc0_2)) ? kg_acc0_2 : v27);
+    const int4 v28 = (((int4)(-(2 * o1 >= 1)))) & ((2 * kg_lanes0 < 20));
+    const float4 v29 = (((v7 > ((float4)(0.0f))) | (v7 != v7)) ? v7 : ((float4)(0.0f)));
+    const float4 v30 = select(((float4)((-INFINITY))), v29, v28);
+    kg_acc0_0 = (((kg_acc0_0 > v30) | (kg_acc0_0 != kg_acc0_0)) ? kg_acc0_0 : v30);
+    const int4 v31 = (((int4)(-(2 * o1 >= 1)))) & ((2 * kg_lanes4 < 20));
+    const float4 v32 = (((v8 > ((float4)(0.0f))) | (v8 != v8)) ? v8 : ((float4)(0.0f)));
+    const float4 v33 = select(((float4)((-INFINITY))), v32, v31);
+    kg_acc0_1 = (((kg_acc0_1 > v33) | (kg_acc0_1 != kg_acc0_1)) ? kg_acc0_1 : v33);
+    const int4 v34 = (((int4)(-(2 * o1 >= 1)))) & ((2 * kg_lanes7 < 20));
+    const float4 v35 = (((v9 > ((float4)(0.0f))) | (v9 != v9)) ? v9 : ((float4)(0.0f)));
+    const float4 v36 = select(((float4)((-INFINITY))), v35, v34);
+    kg_acc0_2 = (((kg_acc0_2 > v36) | (kg_acc0_2 != kg_acc0_2)) ? kg_acc0_2 : v36);
+    const float4 v40 = kg_vload_even4(x + 273 * o0 + 42 * o1 + 1);
+    const float4 v37 = ((float4)(0.0f, v40.s0, v40.s1, v40.s2));
+    const float4 v38 = kg_vload_even4(x + 273 * o0 + 42 * o1 + 7);
+    const float4 v39 = kg_vload_even4(x + 273 * o0 + 42 * o1 + 13);
+    const int4 v41 = (2 * kg_lanes0 >= 1);
+    const float4 v42 = (((v37 > ((float4)(0.0f))) | (v37 != v37)) ? v37 : ((float4)(0.0f)));
+    const float4 v43 = select(((float4)((-INFINITY))), v42, v41);
+    kg_acc0_0 = (((kg_acc0_0 > v43) | (kg_acc0_0 != kg_acc0_0)) ? kg_acc0_0 : v43);
+    const int4 v44 = (2 * kg_lanes4 >= 1);
+    const float4 v45 = (((v38 > ((float4)(0.0f))) | (v38 != v38)) ? v38 : ((float4)(0.0f)));
+    const float4 v46 = select(((float4)((-INFINITY))), v45, v44);
+    kg_acc0_1 = (((kg_acc0_1 > v46) | (kg_acc0_1 != kg_acc0_1)) ? kg_acc0_1 : v46);
+    const int4 v47 = (2 * kg_lanes7 >= 1);
+    const float4 v48 = (((v39 > ((float4)(0.0f))) | (v39 != v39)) ? v39 : ((float4)(0.0f)));
+    const float4 v49 = select(((float4)((-INFINITY))), v48, v47);
+    kg_acc0_2 = (((kg_acc0_2 > v49) | (kg_acc0_2 != kg_acc0_2)) ? kg_acc0_2 : v49);
+    const float4 v50 = kg_vload_even4(x + 273 * o0 + 42 * o1);
+    const float4 v51 = (((v50 > ((float4)(0.0f))) | (v50 != v50)) ? v50 : ((float4)(0.0f)));
+    kg_acc0_0 = (((kg_acc0_0 > v51) | (kg_acc0_0 != kg_acc0_0)) ? kg_acc0_0 : v51);
+    const float4 v52 = kg_vload_even4(x + 273 * o0 + 42 * o1 + 8);
+    const float4 v53 = (((v52 > ((float4)(0.0f))) | (v52 != v52)) ? v52 : ((float4)(0.0f)));
     kg_acc0_1 = (((kg_acc0_1 > v53) | (kg_acc0_1 != kg_acc0_1)) ? kg_acc0_1 : v53);
-    const int4 v54 = (2 * kg_lanes7 >= 1);
-    float4 v55 = ((float4)(0.0f));
-    if (273 * o0 + 42 * o1 < 1072) {
-        v55 = vload8(0, x + 273 * o0 + 42 * o1 + 13).even;
-    } else if (273 * o0 + 42 * o1 < 1072) {
-        v55 = select(((float4)(0.0f)), vload8(0, x + 273 * o0 + 42 * o1 + 13).even, (2 * kg_lanes7 >= 1));
-    } else {  // an edge: lanes outside the guard read 0
-        float lanes56[4];
-        for (int kg_lane = 0; kg_lane < 4; ++kg_lane)
-            lanes56[kg_lane] = (2 * kg_lane >= -13) ? x[2 * kg_lane + 273 * o0 + 42 * o1 + 13] : 0.0f;
-        v55 = vload4(0, lanes56 + 0);
-    }
-    const float4 v57 = (((v55 > ((float4)(0.0f))) | (v55 != v55)) ? v55 : ((float4)(0.0f)));
-    const float4 v58 = select(((float4)((-INFINITY))), v57, v54);
-    kg_acc0_2 = (((kg_acc0_2 > v58) | (kg_acc0_2 != kg_acc0_2)) ? kg_acc0_2 : v58);
-    float4 v59 = ((float4)(0.0f));
-    if (273 * o0 + 42 * o1 < 1085) {
-        v59 = vload8(0, x + 273 * o0 + 42 * o1).even;
-    } else {  // an edge: lanes outside the guard read 0
-        float lanes60[4];
-        for (int kg_lane = 0; kg_lane < 4; ++kg_lane)
-            lanes60[kg_lane] = (1) ? x[2 * kg_lane + 273 * o0 + 42 * o1] : 0.0f;
-        v59 = vload4(0, lanes60 + 0);
-    }
-    const float4 v61 = (((v59 > ((float4)(0.0f))) | (v59 != v59)) ? v59 : ((float4)(0.0f)));
-    kg_acc0_0 = (((kg_acc0_0 > v61) | (kg_acc0_0 != kg_acc0_0)) ? kg_acc0_0 : v61);
-    float4 v62 = ((float4)(0.0f));
-    if (273 * o0 + 42 * o1 < 1077) {
-        v62 = vload8(0, x + 273 * o0 + 42 * o1 + 8).even;
-    } else {  // an edge: lanes outside the guard read 0
-        float lanes63[4];
-        for (int kg_lane = 0; kg_lane < 4; ++kg_lane)
-            lanes63[kg_lane] = (1) ? x[2 * kg_lane + 273 * o0 + 42 * o1 + 8] : 0.0f;
-        v62 = vload4(0, lanes63 + 0);
-    }
-    const float4 v64 = (((v62 > ((float4)(0.0f))) | (v62 != v62)) ? v62 : ((float4)(0.0f)));
-    kg_acc0_1 = (((kg_acc0_1 > v64) | (kg_acc0_1 != kg_acc0_1)) ? kg_acc0_1 : v64);
-    float4 v65 = ((float4)(0.0f));
-    if (273 * o0 + 42 * o1 < 1071) {
-        v65 = vload8(0, x + 273 * o0 + 42 * o1 + 14).even;
-    } else {  // an edge: lanes outside the guard read 0
-        float lanes66[4];
-        for (int kg_lane = 0; kg_lane < 4; ++kg_lane)
-            lanes66[kg_lane] = (1) ? x[2 * kg_lane + 273 * o0 + 42 * o1 + 14] : 0.0f;
-        v65 = vload4(0, lanes66 + 0);
-    }
-    const float4 v67 = (((v65 > ((float4)(0.0f))) | (v65 != v65)) ? v65 : ((float4)(0.0f)));
-    kg_acc0_2 = (((kg_acc0_2 > v67) | (kg_acc0_2 != kg_acc0_2)) ? kg_acc0_2 : v67);
-    const int4 v68 = (2 * kg_lanes0 < 20);
+    const float4 v54 = kg_vload_even4(x + 273 * o0 + 42 * o1 + 14);
+    const float4 v55 = (((v54 > ((float4)(0.0f))) | (v54 != v54)) ? v54 : ((float4)(0.0f)));
+    kg_acc0_2 = (((kg_acc0_2 > v55) | (kg_acc0_2 != kg_acc0_2)) ? kg_acc0_2 : v55);
+    const float4 v56 = kg_vload_even4(x + 273 * o0 + 42 * o1 + 1);
+    const float4 v57 = kg_vload_even4(x + 273 * o0 + 42 * o1 + 9);
+    const float4 v59 = kg_vload_even4(x + 273 * o0 + 42 * o1 + 13);
+    const float4 v58 = ((float4)(v59.s1, v59.s2, v59.s3, 0.0f));
+    const int4 v60 = (2 * kg_lanes0 < 20);
+    const float4 v61 = (((v56 > ((float4)(0.0f))) | (v56 != v56)) ? v56 : ((float4)(0.0f)));
+    const float4 v62 = select(((float4)((-INFINITY))), v61, v60);
+    kg_acc0_0 = (((kg_acc0_0 > v62) | (kg_acc0_0 != kg_acc0_0)) ? kg_acc0_0 : v62);
+    const int4 v63 = (2 * kg_lanes4 < 20);
+    const float4 v64 = (((v57 > ((float4)(0.0f))) | (v57 != v57)) ? v57 : ((float4)(0.0f)));
+    const float4 v65 = select(((float4)((-INFINITY))), v64, v63);
+    kg_acc0_1 = (((kg_acc0_1 > v65) | (kg_acc0_1 != kg_acc0_1)) ? kg_acc0_1 : v65);
+    const int4 v66 = (2 * kg_lanes7 < 20);
+    const float4 v67 = (((v58 > ((float4)(0.0f))) | (v58 != v58)) ? v58 : ((float4)(0.0f)));
+    const float4 v68 = select(((float4)((-INFINITY))), v67, v66);
+    kg_acc0_2 = (((kg_acc0_2 > v68) | (kg_acc0_2 != kg_acc0_2)) ? kg_acc0_2 : v68);
     float4 v69 = ((float4)(0.0f));
-    if (273 * o0 + 42 * o1 < 1084) {
-        v69 = vload8(0, x + 273 * o0 + 42 * o1 + 1).even;
-    } else if (273 * o0 + 42 * o1 < 1084) {
-        v69 = select(((float4)(0.0f)), vload8(0, x + 273 * o0 + 42 * o1 + 1).even, (2 * kg_lanes0 < 20));
-    } else {  // an edge: lanes outside the guard read 0
-        float lanes70[4];
-        for (int kg_lane = 0; kg_lane < 4; ++kg_lane)
-            lanes70[kg_lane] = (2 * kg_lane < 20) ? x[2 * kg_lane + 273 * o0 + 42 * o1 + 1] : 0.0f;
-        v69 = vload4(0, lanes70 + 0);
-    }
-    const float4 v71 = (((v69 > ((float4)(0.0f))) | (v69 != v69)) ? v69 : ((float4)(0.0f)));
-    const float4 v72 = select(((float4)((-INFINITY))), v71, v68);
-    kg_acc0_0 = (((kg_acc0_0 > v72) | (kg_acc0_0 != kg_acc0_0)) ? kg_acc0_0 : v72);
-    const int4 v73 = (2 * kg_lanes4 < 20);
+    float4 v70 = ((float4)(0.0f));
+    float4 v71 = ((float4)(0.0f));
+    float4 v72 = ((float4)(0.0f));
+    float4 v73 = ((float4)(0.0f));
     float4 v74 = ((float4)(0.0f));
-    if (273 * o0 + 42 * o1 < 1076) {
-        v74 = vload8(0, x + 273 * o0 + 42 * o1 + 9).even;
-    } else if (273 * o0 + 42 * o1 < 1076) {
-        v74 = select(((float4)(0.0f)), vload8(0, x + 273 * o0 + 42 * o1 + 9).even, (2 * kg_lanes4 < 20));
-    } else {  // an edge: lanes outside the guard read 0
-        float lanes75[4];
-        for (int kg_lane = 0; kg_lane < 4; ++kg_lane)
-            lanes75[kg_lane] = (2 * kg_lane < 12) ? x[2 * kg_lane + 273 * o0 + 42 * o1 + 9] : 0.0f;
-        v74 = vload4(0, lanes75 + 0);
-    }
-    const float4 v76 = (((v74 > ((float4)(0.0f))) | (v74 != v74)) ? v74 : ((float4)(0.0f)));
-    const float4 v77 = select(((float4)((-INFINITY))), v76, v73);
-    kg_acc0_1 = (((kg_acc0_1 > v77) | (kg_acc0_1 != kg_acc0_1)) ? kg_acc0_1 : v77);
-    const int4 v78 = (2 * kg_lanes7 < 20);
-    float4 v79 = ((float4)(0.0f));
-    if (0) {
-        v79 = vload8(0, x + 273 * o0 + 42 * o1 + 15).even;
-    } else if (273 * o0 + 42 * o1 < 1070) {
-        v79 = select(((float4)(0.0f)), vload8(0, x + 273 * o0 + 42 * o1 + 15).even, (2 * kg_lanes7 < 20));
-    } else {  // an edge: lanes outside the guard read 0
-        float lanes80[4];
-        for (int kg_lane = 0; kg_lane < 4; ++kg_lane)
-            lanes80[kg_lane] = (2 * kg_lane < 6) ? x[2 * kg_lane + 273 * o0 + 42 * o1 + 15] : 0.0f;
-        v79 = vload4(0, lanes80 + 0);
-    }
-    const float4 v81 = (((v79 > ((float4)(0.0f))) | (v79 != v79)) ? v79 : ((float4)(0.0f)));
-    const float4 v82 = select(((float4)((-INFINITY))), v81, v78);
-    kg_acc0_2 = (((kg_acc0_2 > v82) | (kg_acc0_2 != kg_acc0_2)) ? kg_acc0_2 : v82);
-    const int4 v83 = (((int4)(-(2 * o1 < 12)))) & ((2 * kg_lanes0 >= 1));
-    float4 v84 = ((float4)(0.0f));
+    float4 v75 = ((float4)(0.0f));
+    float4 v76 = ((float4)(0.0f));
+    float4 v77 = ((float4)(0.0f));
     if (2 * o1 < 12) {
-        if (0) {
-            v84 = vload8(0, x + 273 * o0 + 42 * o1 + 20).even;
-        } else if (273 * o0 + 42 * o1 < 1065) {
-            v84 = select(((float4)(0.0f)), vload8(0, x + 273 * o0 + 42 * o1 + 20).even, (2 * kg_lanes0 >= 1));
-        } else {  // an edge: lanes outside the guard read 0
-            float lanes85[4];
-            for (int kg_lane = 0; kg_lane < 4; ++kg_lane)
-                lanes85[kg_lane] = (2 * kg_lane >= 1) ? x[2 * kg_lane + 273 * o0 + 42 * o1 + 20] : 0.0f;
-            v84 = vload4(0, lanes85 + 0);
-        }
+        const float4 v78 = kg_vload_even4(x + 273 * o0 + 42 * o1 + 22);
+        v69 = ((float4)(0.0f, v78.s0, v78.s1, v78.s2));
+        v70 = kg_vload_even4(x + 273 * o0 + 42 * o1 + 28);
+        v71 = kg_vload_even4(x + 273 * o0 + 42 * o1 + 34);
+        v72 = kg_vload_even4(x + 273 * o0 + 42 * o1 + 21);
+        v73 = kg_vload_even4(x + 273 * o0 + 42 * o1 + 29);
+        v74 = kg_vload_even4(x + 273 * o0 + 42 * o1 + 35);
+        v75 = kg_vload_even4(x + 273 * o0 + 42 * o1 + 22);
+        v76 = kg_vload_even4(x + 273 * o0 + 42 * o1 + 30);
+        const float4 v79 = kg_vload_even4(x + 273 * o0 + 42 * o1 + 34);
+        v77 = ((float4)(v79.s1, v79.s2, v79.s3, 0.0f));
     }
-    const float4 v86 = (((v84 > ((float4)(0.0f))) | (v84 != v84)) ? v84 : ((float4)(0.0f)));
-    const float4 v87 = select(((float4)((-INFINITY))), v86, v83);
-    kg_acc0_0 = (((kg_acc0_0 > v87) | (kg_acc0_0 != kg_acc0_0)) ? kg_acc0_0 : v87);
-    const int4 v88 = (((int4)(-(2 * o1 < 12)))) & ((2 * kg_lanes4 >= 1));
-    float4 v89 = ((float4)(0.0f));
-    if (2 * o1 < 12) {
-        if (273 * o0 + 42 * o1 < 1057) {
-            v89 = vload8(0, x + 273 * o0 + 42 * o1 + 28).even;
-        } else if (273 * o0 + 42 * o1 < 1057) {
-            v89 = select(((float4)(0.0f)), vload8(0, x + 273 * o0 + 42 * o1 + 28).even, (2 * kg_lanes4 >= 1));
-        } else {  // an edge: lanes outside the guard read 0
-            float lanes90[4];
-            for (int kg_lane = 0; kg_lane < 4; ++kg_lane)
-                lanes90[kg_lane] = (2 * kg_lane >= -7) ? x[2 * kg_lane + 273 * o0 + 42 * o1 + 28] : 0.0f;
-            v89 = vload4(0, lanes90 + 0);
-        }
-    }
-    const float4 v91 = (((v89 > ((float4)(0.0f))) | (v89 != v89)) ? v89 : ((float4)(0.0f)));
-    const float4 v92 = select(((float4)((-INFINITY))), v91, v88);
-    kg_acc0_1 = (((kg_acc0_1 > v92) | (kg_acc0_1 != kg_acc0_1)) ? kg_acc0_1 : v92);
-    const int4 v93 = (((int4)(-(2 * o1 < 12)))) & ((2 * kg_lanes7 >= 1));
-    float4 v94 = ((float4)(0.0f));
-    if (2 * o1 < 12) {
-        if (273 * o0 + 42 * o1 < 1051) {
-            v94 = vload8(0, x + 273 * o0 + 42 * o1 + 34).even;
-        } else if (273 * o0 + 42 * o1 < 1051) {
-            v94 = select(((float4)(0.0f)), vload8(0, x + 273 * o0 + 42 * o1 + 34).even, (2 * kg_lanes7 >= 1));
-        } else {  // an edge: lanes outside the guard read 0
-            float lanes95[4];
-            for (int kg_lane = 0; kg_lane < 4; ++kg_lane)
-                lanes95[kg_lane] = (2 * kg_lane >= -13) ? x[2 * kg_lane + 273 * o0 + 42 * o1 + 34] : 0.0f;
-            v94 = vload4(0, lanes95 + 0);
-        }
-    }
-    const float4 v96 = (((v94 > ((float4)(0.0f))) | (v94 != v94)) ? v94 : ((float4)(0.0f)));
-    const float4 v97 = select(((float4)((-INFINITY))), v96, v93);
-    kg_acc0_2 = (((kg_acc0_2 > v97) | (kg_acc0_2 != kg_acc0_2)) ? kg_acc0_2 : v97);
-    const bool t98 = 2 * o1 < 12;
-    float4 v99 = ((float4)(0.0f));
-    if (2 * o1 < 12) {
-        if (273 * o0 + 42 * o1 < 1064) {
-            v99 = vload8(0, x + 273 * o0 + 42 * o1 + 21).even;
-        } else {  // an edge: lanes outside the guard read 0
-            float lanes100[4];
-            for (int kg_lane = 0; kg_lane < 4; ++kg_lane)
-                lanes100[kg_lane] = (1) ? x[2 * kg_lane + 273 * o0 + 42 * o1 + 21] : 0.0f;
-            v99 = vload4(0, lanes100 + 0);
-        }
-    }
-    const float4 v101 = (((v99 > ((float4)(0.0f))) | (v99 != v99)) ? v99 : ((float4)(0.0f)));
-    const float4 v102 = select(((float4)((-INFINITY))), v101, ((int4)(-(t98))));
-    kg_acc0_0 = (((kg_acc0_0 > v102) | (kg_acc0_0 != kg_acc0_0)) ? kg_acc0_0 : v102);
-    float4 v103 = ((float4)(0.0f));
-    if (2 * o1 < 12) {
-        if (273 * o0 + 42 * o1 < 1056) {
-            v103 = vload8(0, x + 273 * o0 + 42 * o1 + 29).even;
-        } else {  // an edge: lanes outside the guard read 0
-            float lanes104[4];
-            for (int kg_lane = 0; kg_lane < 4; ++kg_lane)
-                lanes104[kg_lane] = (1) ? x[2 * kg_lane + 273 * o0 + 42 * o1 + 29] : 0.0f;
-            v103 = vload4(0, lanes104 + 0);
-        }
-    }
-    const float4 v105 = (((v103 > ((float4)(0.0f))) | (v103 != v103)) ? v103 : ((float4)(0.0f)));
-    const float4 v106 = select(((float4)((-INFINITY))), v105, ((int4)(-(t98))));
-    kg_acc0_1 = (((kg_acc0_1 > v106) | (kg_acc0_1 != kg_acc0_1)) ? kg_acc0_1 : v106);
-    float4 v107 = ((float4)(0.0f));
-    if (2 * o1 < 12) {
-        if (273 * o0 + 42 * o1 < 1050) {
-            v107 = vload8(0, x + 273 * o0 + 42 * o1 + 35).even;
-        } else {  // an edge: lanes outside the guard read 0
-            float lanes108[4];
-            for (int kg_lane = 0; kg_lane < 4; ++kg_lane)
-                lanes108[kg_lane] = (1) ? x[2 * kg_lane + 273 * o0 + 42 * o1 + 35] : 0.0f;
-            v107 = vload4(0, lanes108 + 0);
-        }
-    }
-    const float4 v109 = (((v107 > ((float4)(0.0f))) | (v107 != v107)) ? v107 : ((float4)(0.0f)));
-    const float4 v110 = select(((float4)((-INFINITY))), v109, ((int4)(-(t98))));
-    kg_acc0_2 = (((kg_acc0_2 > v110) | (kg_acc0_2 != kg_acc0_2)) ? kg_acc0_2 : v110);
-    const int4 v111 = (((int4)(-(2 * o1 < 12)))) & ((2 * kg_lanes0 < 20));
-    float4 v112 = ((float4)(0.0f));
-    if (2 * o1 < 12) {
-        if (273 * o0 + 42 * o1 < 1063) {
-            v112 = vload8(0, x + 273 * o0 + 42 * o1 + 22).even;
-        } else if (273 * o0 + 42 * o1 < 1063) {
-            v112 = select(((float4)(0.0f)), vload8(0, x + 273 * o0 + 42 * o1 + 22).even, (2 * kg_lanes0 < 20));
-        } else {  // an edge: lanes outside the guard read 0
-            float lanes113[4];
-            for (int kg_lane = 0; kg_lane < 4; ++kg_lane)
-                lanes113[kg_lane] = (2 * kg_lane < 20) ? x[2 * kg_lane + 273 * o0 + 42 * o1 + 22] : 0.0f;
-            v112 = vload4(0, lanes113 + 0);
-        }
-    }
-    const float4 v114 = (((v112 > ((float4)(0.0f))) | (v112 != v112)) ? v112 : ((float4)(0.0f)));
-    const float4 v115 = select(((float4)((-INFINITY))), v114, v111);
-    kg_acc0_0 = (((kg_acc0_0 > v115) | (kg_acc0_0 != kg_acc0_0)) ? kg_acc0_0 : v115);
-    const int4 v116 = (((int4)(-(2 * o1 < 12)))) & ((2 * kg_lanes4 < 20));
-    float4 v117 = ((float4)(0.0f));
-    if (2 * o1 < 12) {
-        if (273 * o0 + 42 * o1 < 1055) {
-            v117 = vload8(0, x + 273 * o0 + 42 * o1 + 30).even;
-        } else if (273 * o0 + 42 * o1 < 1055) {
-            v117 = select(((float4)(0.0f)), vload8(0, x + 273 * o0 + 42 * o1 + 30).even, (2 * kg_lanes4 < 20));
-        } else {  // an edge: lanes outside the guard read 0
-            float lanes118[4];
-            for (int kg_lane = 0; kg_lane < 4; ++kg_lane)
-                lanes118[kg_lane] = (2 * kg_lane < 12) ? x[2 * kg_lane + 273 * o0 + 42 * o1 + 30] : 0.0f;
-            v117 = vload4(0, lanes118 + 0);
-        }
-    }
-    const float4 v119 = (((v117 > ((float4)(0.0f))) | (v117 != v117)) ? v117 : ((float4)(0.0f)));
-    const float4 v120 = select(((float4)((-INFINITY))), v119, v116);
-    kg_acc0_1 = (((kg_acc0_1 > v120) | (kg_acc0_1 != kg_acc0_1)) ? kg_acc0_1 : v120);
-    const int4 v121 = (((int4)(-(2 * o1 < 12)))) & ((2 * kg_lanes7 < 20));
-    float4 v122 = ((float4)(0.0f));
-    if (2 * o1 < 12) {
-        if (0) {
-            v122 = vload8(0, x + 273 * o0 + 42 * o1 + 36).even;
-        } else if (273 * o0 + 42 * o1 < 1049) {
-            v122 = select(((float4)(0.0f)), vload8(0, x + 273 * o0 + 42 * o1 + 36).even, (2 * kg_lanes7 < 20));
-        } else {  // an edge: lanes outside the guard read 0
-            float lanes123[4];
-            for (int kg_lane = 0; kg_lane < 4; ++kg_lane)
-                lanes123[kg_lane] = (2 * kg_lane < 6) ? x[2 * kg_lane + 273 * o0 + 42 * o1 + 36] : 0.0f;
-            v122 = vload4(0, lanes123 + 0);
-        }
-    }
-    const float4 v124 = (((v122 > ((float4)(0.0f))) | (v122 != v122)) ? v122 : ((float4)(0.0f)));
-    const float4 v125 = select(((float4)((-INFINITY))), v124, v121);
-    kg_acc0_2 = (((kg_acc0_2 > v125) | (kg_acc0_2 != kg_acc0_2)) ? kg_acc0_2 : v125);
+    const int4 v80 = (((int4)(-(2 * o1 < 12)))) & ((2 * kg_lanes0 >= 1));
+    const float4 v81 = (((v69 > ((float4)(0.0f))) | (v69 != v69)) ? v69 : ((float4)(0.0f)));
+    const float4 v82 = select(((float4)((-INFINITY))), v81, v80);
+    kg_acc0_0 = (((kg_acc0_0 > v82) | (kg_acc0_0 != kg_acc0_0)) ? kg_acc0_0 : v82);
+    const int4 v83 = (((int4)(-(2 * o1 < 12)))) & ((2 * kg_lanes4 >= 1));
+    const float4 v84 = (((v70 > ((float4)(0.0f))) | (v70 != v70)) ? v70 : ((float4)(0.0f)));
+    const float4 v85 = select(((float4)((-INFINITY))), v84, v83);
+    kg_acc0_1 = (((kg_acc0_1 > v85) | (kg_acc0_1 != kg_acc0_1)) ? kg_acc0_1 : v85);
+    const int4 v86 = (((int4)(-(2 * o1 < 12)))) & ((2 * kg_lanes7 >= 1));
+    const float4 v87 = (((v71 > ((float4)(0.0f))) | (v71 != v71)) ? v71 : ((float4)(0.0f)));
+    const float4 v88 = select(((float4)((-INFINITY))), v87, v86);
+    kg_acc0_2 = (((kg_acc0_2 > v88) | (kg_acc0_2 != kg_acc0_2)) ? kg_acc0_2 : v88);
+    const bool t89 = 2 * o1 < 12;
+    const float4 v90 = (((v72 > ((float4)(0.0f))) | (v72 != v72)) ? v72 : ((float4)(0.0f)));
+    const float4 v91 = select(((float4)((-INFINITY))), v90, ((int4)(-(t89))));
+    kg_acc0_0 = (((kg_acc0_0 > v91) | (kg_acc0_0 != kg_acc0_0)) ? kg_acc0_0 : v91);
+    const float4 v92 = (((v73 > ((float4)(0.0f))) | (v73 != v73)) ? v73 : ((float4)(0.0f)));
+    const float4 v93 = select(((float4)((-INFINITY))), v92, ((int4)(-(t89))));
+    kg_acc0_1 = (((kg_acc0_1 > v93) | (kg_acc0_1 != kg_acc0_1)) ? kg_acc0_1 : v93);
+    const float4 v94 = (((v74 > ((float4)(0.0f))) | (v74 != v74)) ? v74 : ((float4)(0.0f)));
+    const float4 v95 = select(((float4)((-INFINITY))), v94, ((int4)(-(t89))));
+    kg_acc0_2 = (((kg_acc0_2 > v95) | (kg_acc0_2 != kg_acc0_2)) ? kg_acc0_2 : v95);
+    const int4 v96 = (((int4)(-(2 * o1 < 12)))) & ((2 * kg_lanes0 < 20));
+    const float4 v97 = (((v75 > ((float4)(0.0f))) | (v75 != v75)) ? v75 : ((float4)(0.0f)));
+    const float4 v98 = select(((float4)((-INFINITY))), v97, v96);
+    kg_acc0_0 = (((kg_acc0_0 > v98) | (kg_acc0_0 != kg_acc0_0)) ? kg_acc0_0 : v98);
+    const int4 v99 = (((int4)(-(2 * o1 < 12)))) & ((2 * kg_lanes4 < 20));
+    const float4 v100 = (((v76 > ((float4)(0.0f))) | (v76 != v76)) ? v76 : ((float4)(0.0f)));
+    const float4 v101 = select(((float4)((-INFINITY))), v100, v99);
+    kg_acc0_1 = (((kg_acc0_1 > v101) | (kg_acc0_1 != kg_acc0_1)) ? kg_acc0_1 : v101);
+    const int4 v102 = (((int4)(-(2 * o1 < 12)))) & ((2 * kg_lanes7 < 20));
+    const float4 v103 = (((v77 > ((float4)(0.0f))) | (v77 != v77)) ? v77 : ((float4)(0.0f)));
+    const float4 v104 = select(((float4)((-INFINITY))), v103, v102);
+    kg_acc0_2 = (((kg_acc0_2 > v104) | (kg_acc0_2 != kg_acc0_2)) ? kg_acc0_2 : v104);
     vstore4(kg_acc0_0, 0, y + 11 * o1 + 77 * o0);
     vstore4(kg_acc0_1, 0, y + 11 * o1 + 77 * o0 + 4);
     vstore4(kg_acc0_2, 0, y + 11 * o1 + 77 * o0 + 7);
