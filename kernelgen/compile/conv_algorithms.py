@@ -15,8 +15,8 @@ epilogue (bias, BN, activation, residual...) fused.
   then runs every row tile on it (``pack_in_tile``; with few column tiles a first launch
   packs them all); Triton packs each program's block of output pixels (``pack``), then
   sweeps every block of output channels. Where the patches cannot be the packed operand (a
-  stride along the row, except on OpenCL a stride of 2 over output rows that take the widest
-  vectors: ``columns.column_plan``) it is two kernels: a (C·KH·KW) × (OH·OW) patch matrix
+  stride along the row, except on an OpenCL CPU a stride of 2 over output rows that take
+  16-lane vectors: ``columns.column_plan``) it is two kernels: a (C·KH·KW) × (OH·OW) patch matrix
   per image, contiguous along output pixels, then a plain GEMM. (An OpenCL work-group
   packing its panel into local memory, then running the tiles from it, measured 1.7× slower
   on PoCL than the implicit GEMM it was made from: 3.2 against 1.8 ms, 3×3 64→64 at 56×56.)
