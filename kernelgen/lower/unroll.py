@@ -6,8 +6,13 @@ a 4x4 tile from 16 loads instead of 64, the output transform a 2x2 block from 16
 36, and neither keeps the divisions and sign selects that pick taps per point.
 
 A plan is one factor per domain axis: 1 keeps the axis parallel, its extent unrolls it
-completely, and a divisor splits it into a parallel outer axis and an unrolled inner one
-(``s = f * outer + r``).
+completely, and a smaller factor splits it into a parallel outer axis and an unrolled inner one
+(``s = f * outer + r``). A factor that does not divide the extent leaves the last outer point
+with copies past the axis's end (an odd output side split by 2: Winograd's output transform
+over a 55x55 map): those store only where ``s`` is inside (``Unrolled.guards``), and such a
+plan is valid only where every load of those copies stays inside its buffer over the outer
+axis's whole range (``_partial_reads_in_bounds``), so that they may be read unconditionally and
+shared with the copies inside.
 """
 from __future__ import annotations
 
@@ -41,6 +46,8 @@ class Unrolled:
     copies: tuple[dict[sympy.Symbol, sympy.Expr], ...]
     ranges: dict[sympy.Symbol, int]
     outer_of: dict[sympy.Symbol, sympy.Symbol]  # a split domain symbol -> its parallel part
+    # per copy, where it stores: true, or inside the axes a factor does not divide
+    guards: tuple[sympy.Basic, ...] = ()
 
     def value(self, root: Expr, copy: dict[sympy.Symbol, sympy.Expr]) -> Expr:
         return specialise(root, copy, self.ranges)
@@ -52,6 +59,10 @@ class Unrolled:
 def split(kernel: LoopKernel, factors: tuple[int, ...]) -> Unrolled:
     """``kernel``'s domain unrolled by ``factors`` (one per domain axis)."""
     check(kernel, factors)
+    return _split(kernel, factors)
+
+
+def _split(kernel: LoopKernel, factors: tuple[int, ...]) -> Unrolled:
     ranges = dict(kernel.ranges)
     ranges.update(kernel.domain)
     parallel: list[Axis] = []
@@ -65,11 +76,22 @@ def split(kernel: LoopKernel, factors: tuple[int, ...]) -> Unrolled:
         else:
             outer = fresh_reduce_symbol("u")
             outer_of[s] = outer
-            parallel.append((outer, n // f))
-            ranges[outer] = n // f
+            parallel.append((outer, -(-n // f)))
+            ranges[outer] = -(-n // f)
             choices.append([(s, f * outer + r) for r in range(f)])
     copies = tuple(dict(c) for c in itertools.product(*choices))
-    return Unrolled(tuple(parallel), copies, ranges, outer_of)
+    extents = dict(kernel.domain)
+    guards = tuple(sympy.And(*(value < extents[s] for s, value in copy.items()
+                               if s in outer_of and extents[s] % f_of(kernel, factors, s)
+                               and value.subs(outer_of[s], ranges[outer_of[s]] - 1)
+                               >= extents[s]))
+                   for copy in copies)
+    return Unrolled(tuple(parallel), copies, ranges, outer_of, guards)
+
+
+def f_of(kernel: LoopKernel, factors: tuple[int, ...], s: sympy.Symbol) -> int:
+    """The factor ``factors`` gives domain symbol ``s``."""
+    return next(f for (t, _), f in zip(kernel.domain, factors) if t == s)
 
 
 def check(kernel: LoopKernel, factors: tuple[int, ...]) -> None:
@@ -78,15 +100,52 @@ def check(kernel: LoopKernel, factors: tuple[int, ...]) -> None:
     problem = None
     if len(factors) != len(extents):
         problem = f"needs one factor per domain axis ({len(extents)})"
-    elif any(f < 1 or n % f for f, n in zip(factors, extents)):
-        problem = "each factor must divide its axis's extent"
+    elif any(f < 1 or f > n for f, n in zip(factors, extents)):
+        problem = "each factor must lie between 1 and its axis's extent"
     elif prod(factors) > MAX_TILE_POINTS:
         problem = f"unrolls at most {MAX_TILE_POINTS} points"
     elif extents and prod(factors) == prod(extents) and prod(extents) > 1:
         problem = "must leave some parallel work"
+    elif any(n % f for f, n in zip(factors, extents)) and \
+            not _partial_reads_in_bounds(kernel, _split(kernel, factors)):
+        problem = ("a factor that does not divide its axis's extent leaves copies past the "
+                   "axis's end whose reads would leave a buffer")
     if problem:
         raise ValueError(f"unroll {tuple(factors)} for domain {extents} of kernel "
                          f"'{kernel.name}': {problem}")
+
+
+def _partial_reads_in_bounds(kernel: LoopKernel, unrolled: Unrolled) -> bool:
+    """Whether every load of the copies past an axis's end (guarded stores) reads inside its
+    buffer wherever the parallel and reduction symbols range: each offset linear in them, its
+    bounds from its coefficients' signs."""
+    numel = {b.name: b.numel for b in kernel.inputs + kernel.outputs}
+    ranges = {**unrolled.ranges, **dict(unrolled.parallel)}
+    for copy, guard in zip(unrolled.copies, unrolled.guards):
+        if guard is sympy.true:
+            continue
+        for st in kernel.stores:
+            for node in walk(unrolled.value(st.value, copy)):
+                if isinstance(node, Load) and not _inside(node.offset, ranges,
+                                                          numel.get(node.buffer, 0)):
+                    return False
+    return True
+
+
+def _inside(offset: sympy.Expr, ranges: dict[sympy.Symbol, int], numel: int) -> bool:
+    """Whether ``offset``, linear in symbols each ranging over [0, ranges[s]), stays within
+    [0, numel)."""
+    expr = sympy.expand(offset)
+    syms = expr.free_symbols
+    if not syms <= set(ranges) or any(not expr.coeff(s).is_number for s in syms):
+        return False
+    low = high = expr.subs({s: 0 for s in syms})
+    for s in syms:
+        c = expr.coeff(s)
+        low += min(0, c * (ranges[s] - 1))
+        high += max(0, c * (ranges[s] - 1))
+    rest = sympy.expand(expr - sum(expr.coeff(s) * s for s in syms))
+    return bool(rest.is_number) and low >= 0 and high < numel
 
 
 def none(kernel: LoopKernel) -> tuple[int, ...]:
@@ -102,8 +161,17 @@ def ranked(kernel: LoopKernel) -> tuple[tuple[int, ...], ...]:
     index (or twice that), and both together."""
     if kernel.grouped or not kernel.loads():
         return ()
-    scored = [(_distinct_share(kernel, f), prod(f), f) for f in _candidates(kernel)]
+    scored = [(_distinct_share(kernel, f), prod(f), f) for f in _candidates(kernel)
+              if _valid(kernel, f)]
     return tuple(f for share, _, f in sorted(scored) if share <= MAX_DISTINCT)
+
+
+def _valid(kernel: LoopKernel, factors: tuple[int, ...]) -> bool:
+    try:
+        check(kernel, factors)
+    except ValueError:
+        return False
+    return True
 
 
 def plan(kernel: LoopKernel) -> tuple[int, ...]:
@@ -133,8 +201,9 @@ def _candidates(kernel: LoopKernel) -> list[tuple[int, ...]]:
 
 
 def _divisors(kernel: LoopKernel) -> dict[sympy.Symbol, set[int]]:
-    """For each domain symbol, the constant divisors of floor divisions and modulos over it that
-    divide its extent (splitting by one turns those into constants)."""
+    """For each domain symbol, the constant divisors of floor divisions and modulos over it
+    (and twice them) below its extent: splitting by one turns those into constants (one that
+    does not divide the extent leaves guarded copies, ``check`` decides whether it may)."""
     extents = dict(kernel.domain)
     out: dict[sympy.Symbol, set[int]] = {}
     for st in kernel.stores:
@@ -146,7 +215,7 @@ def _divisors(kernel: LoopKernel) -> dict[sympy.Symbol, set[int]]:
                     a, d = atom.args
                     for s in a.free_symbols & set(extents):
                         for f in (int(d), 2 * int(d)) if d.is_Integer else ():
-                            if 1 < f <= MAX_POINTS and f < extents[s] and extents[s] % f == 0:
+                            if 1 < f <= MAX_POINTS and f < extents[s]:
                                 out.setdefault(s, set()).add(f)
     return out
 

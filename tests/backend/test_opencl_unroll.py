@@ -8,6 +8,7 @@ import itertools
 
 import numpy as np
 import pytest
+import sympy
 from conftest import assert_close, require
 from reference import evaluate_chain
 
@@ -34,15 +35,18 @@ def _winograd_stages(x_shape: tuple[int, ...], algorithm: str) -> tuple[Kernel, 
 @pytest.mark.parametrize("x_shape", [(1, 3, 10, 14), (2, 5, 9, 13), (1, 2, 6, 38)])
 def test_winograd_transforms_unroll_a_tile(x_shape: tuple[int, ...]) -> None:
     """The input transform unrolls its 4x4 transform positions (16 values from one tile's 16
-    loads); the output transform splits each even output axis by 2 (a 2x2 block per item).
-    Odd output sizes cannot split, and the result is right either way. Rows of more than 16
-    items run in work-groups a multiple of 16 wide, the items past the row idle (38 wide:
-    19 tiles in groups of 32)."""
+    loads); the output transform splits each output axis by 2 or 4 (blocks of whole 2x2
+    tiles). An odd output side splits too: the copies past its end read their tile (inside M)
+    and store nothing, and the result equals the reference. Rows of more than 16 items run in
+    work-groups a multiple of 16 wide, the items past the row idle (38 wide: 19 tiles in
+    groups of 32)."""
     require("opencl")
     first, last = _winograd_stages(x_shape, "winograd")
     assert first.metadata["tunables"]["unroll"][:2] == (4, 4)
-    even = x_shape[2] % 2 == 0 and x_shape[3] % 2 == 0
-    assert (2 in last.metadata["tunables"]["unroll"]) == even
+    factors = last.metadata["tunables"]["unroll"][-2:]
+    assert all(f in (2, 4) for f in factors)
+    past_the_end = any(n % f for n, f in zip(x_shape[2:], factors))
+    assert (") out0_[" in last.source or ") relu_" in last.source) == past_the_end
     for k in (first, last):
         width = k.metadata["launch"]["local_size"][0]
         assert width % 16 == 0 if x_shape[3] // 2 > 16 else width <= 16
@@ -85,11 +89,14 @@ def _blocks():
         "z": rng.standard_normal((4, 11)).astype(np.float32)}
 
 
-def _plans(extents: list[int]) -> list[tuple[int, ...]]:
-    """Every valid plan: factors dividing their extents, a few points, some parallel work."""
-    options = [[f for f in range(1, n + 1) if n % f == 0] for n in extents]
+def _plans(extents: list[int], loop) -> list[tuple[int, ...]]:
+    """Every valid plan: factors dividing their extents, or up to 4 not dividing them where
+    the copies past an axis's end read inside their buffers, a few points, some parallel
+    work."""
+    options = [[f for f in range(1, n + 1) if n % f == 0 or f <= 4] for n in extents]
     return [f for f in itertools.product(*options)
-            if prod(f) <= unroll.MAX_POINTS and prod(f) < prod(extents)]
+            if prod(f) <= unroll.MAX_POINTS and prod(f) < prod(extents)
+            and unroll._valid(loop, f)]
 
 
 @pytest.mark.parametrize("name,ops,feeds", list(_blocks()), ids=lambda v: v
@@ -100,7 +107,7 @@ def test_every_plan_equals_the_reference(name: str, ops, feeds) -> None:
     fused = kg.fuse(*ops, force=True)
     loop = fused.lower()
     arrays = [feeds[v.name] for v in fused.inputs]
-    plans = _plans([n for _, n in loop.domain])
+    plans = _plans([n for _, n in loop.domain], loop)
     assert len(plans) > 3, plans
     for plan in plans:
         kernel = fused.emit_kernel("opencl", tuning="none", unroll=plan)
@@ -128,7 +135,8 @@ def test_depth_to_space_splits_by_its_block() -> None:
 
 
 @pytest.mark.parametrize("plan,why", [((7,), "one factor per domain axis"),
-                                      ((1, 4), "divide"),
+                                      ((1, 4), "would leave a buffer"),
+                                      ((1, 9), "between 1 and"),
                                       ((7, 6), "parallel work")])
 def test_invalid_plans_are_refused(plan: tuple[int, ...], why: str) -> None:
     fused = kg.fuse(kg.transpose(kg.tensor("v", (6, 7)), [1, 0]))
@@ -136,3 +144,25 @@ def test_invalid_plans_are_refused(plan: tuple[int, ...], why: str) -> None:
     with pytest.raises(ValueError, match=why) as info:
         fused.emit_kernel("opencl", tuning="none", unroll=plan)
     assert fused.name in str(info.value)
+
+
+def test_a_factor_past_the_end_guards_its_copies() -> None:
+    """DepthToSpace sliced to a 5x7 map, split by 2 along both: the copies past the end of
+    the last outer points store nothing (guarded), and their loads, at ``x[.., y // 2, x // 2]``
+    = the outer points, stay inside. A split whose copies would read past the buffer (a plain
+    transpose) is refused (``test_invalid_plans_are_refused``)."""
+    x = kg.tensor("x", (1, 8, 3, 5))
+    d2s = kg.depth_to_space(x, 2)
+    sliced = kg.slice(d2s, [0, 0], [5, 7], [2, 3])
+    ops = [d2s, sliced, kg.exp(sliced)]
+    fused = kg.fuse(*ops)
+    loop = fused.lower()
+    assert [n for _, n in loop.domain] == [2, 5, 7]
+    plan = unroll.split(loop, (1, 2, 2))
+    assert [n for _, n in plan.parallel] == [2, 3, 4]
+    assert plan.guards[0] is sympy.true and all(g is not sympy.true for g in plan.guards[1:])
+    require("opencl")
+    feeds = {"x": np.random.default_rng(3).standard_normal((1, 8, 3, 5)).astype(np.float32)}
+    kernel = fused.emit_kernel("opencl", tuning="none", unroll=(1, 2, 2))
+    assert kernel.source.count("if (") >= 3  # the range test, then the three guarded copies
+    assert_close(kernel(feeds["x"]), evaluate_chain(ops, feeds)[ops[-1].name])
