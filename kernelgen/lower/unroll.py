@@ -81,17 +81,14 @@ def _split(kernel: LoopKernel, factors: tuple[int, ...]) -> Unrolled:
             choices.append([(s, f * outer + r) for r in range(f)])
     copies = tuple(dict(c) for c in itertools.product(*choices))
     extents = dict(kernel.domain)
-    guards = tuple(sympy.And(*(value < extents[s] for s, value in copy.items()
-                               if s in outer_of and extents[s] % f_of(kernel, factors, s)
-                               and value.subs(outer_of[s], ranges[outer_of[s]] - 1)
-                               >= extents[s]))
-                   for copy in copies)
-    return Unrolled(tuple(parallel), copies, ranges, outer_of, guards)
 
+    def guard(copy: dict[sympy.Symbol, sympy.Expr]) -> sympy.Basic:
+        """Inside every split axis this copy passes the end of at the last outer point."""
+        return sympy.And(*(value < extents[s] for s, value in copy.items() if s in outer_of
+                           and value.subs(outer_of[s], ranges[outer_of[s]] - 1) >= extents[s]))
 
-def f_of(kernel: LoopKernel, factors: tuple[int, ...], s: sympy.Symbol) -> int:
-    """The factor ``factors`` gives domain symbol ``s``."""
-    return next(f for (t, _), f in zip(kernel.domain, factors) if t == s)
+    return Unrolled(tuple(parallel), copies, ranges, outer_of,
+                    tuple(guard(copy) for copy in copies))
 
 
 def check(kernel: LoopKernel, factors: tuple[int, ...]) -> None:
