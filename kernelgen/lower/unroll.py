@@ -117,13 +117,12 @@ def _partial_reads_in_bounds(kernel: LoopKernel, unrolled: Unrolled) -> bool:
     buffer wherever the parallel and reduction symbols range: each offset linear in them, its
     bounds from its coefficients' signs."""
     numel = {b.name: b.numel for b in kernel.inputs + kernel.outputs}
-    ranges = {**unrolled.ranges, **dict(unrolled.parallel)}
     for copy, guard in zip(unrolled.copies, unrolled.guards):
         if guard is sympy.true:
             continue
         for st in kernel.stores:
             for node in walk(unrolled.value(st.value, copy)):
-                if isinstance(node, Load) and not _inside(node.offset, ranges,
+                if isinstance(node, Load) and not _inside(node.offset, unrolled.ranges,
                                                           numel.get(node.buffer, 0)):
                     return False
     return True
@@ -218,8 +217,8 @@ def _divisors(kernel: LoopKernel) -> dict[sympy.Symbol, set[int]]:
 
 
 def _distinct_share(kernel: LoopKernel, factors: tuple[int, ...]) -> float:
-    """Distinct loads over all loads of the copies ``factors`` makes."""
-    unrolled = split(kernel, factors)
+    """Distinct loads over all loads of the copies ``factors`` (a valid plan) makes."""
+    unrolled = _split(kernel, factors)
     distinct: set[Expr] = set()
     total = 0
     for copy in unrolled.copies:

@@ -166,9 +166,7 @@ class VectorPrinter:
         if isinstance(node, Load):
             if self._tested(node):
                 return self._guarded_load(node)
-            offset = self.em.index(node.offset.xreplace({self.sym: self.base_expr}))
-            load = self.v.load if self._stride(node) == 1 else self.v.load_stride2
-            return load.format(ptr=self.em.arg_names[node.buffer], off=offset)
+            return self._read(node)
         if isinstance(node, Call):
             return self.v.functions[node.fn].format(*(self.expr(a) for a in node.args))
         if isinstance(node, Select):
@@ -277,6 +275,13 @@ class VectorPrinter:
     def _stride(self, node: Load) -> int:
         return int(sympy.expand(node.offset).coeff(self.sym))
 
+    def _read(self, node: Load, lane: int = 0) -> str:
+        """One vector read of ``node`` from lane ``lane`` on, contiguous or every second
+        float, untested."""
+        load = self.v.load if self._stride(node) == 1 else self.v.load_stride2
+        return load.format(ptr=self.em.arg_names[node.buffer],
+                           off=self.em.index(self._at(node.offset, lane)))
+
     def _tested(self, node: Load) -> bool:
         """Whether the vector read needs run-time tests: a guard, or a stride-2 read that
         reads past its last lane's element (which may lie past the buffer)."""
@@ -314,8 +319,7 @@ class VectorPrinter:
             if node in self.names:
                 return self.names[node]
         inside = em.index(sympy.And(*(at(t, binding(t)) for t in linear), past_end))
-        load = v.load if stride == 1 else v.load_stride2
-        whole = load.format(ptr=ptr, off=em.index(at(node.offset, first)))
+        whole = self._read(node)
         mask = self._lane_mask(linear) if v.lane_masks and linear else None
         scope.add(f"{v.vtype} {name} = {zero};")
         block = scope if uniform is sympy.true else None
@@ -349,9 +353,7 @@ class VectorPrinter:
         """The vector of ``node``'s lanes ``known`` (zeros elsewhere): one read, moved into
         place from lane ``start`` when some lanes fail (``_shift_start``)."""
         em, v = self.em, self.v
-        load = v.load if self._stride(node) == 1 else v.load_stride2
-        read = load.format(ptr=em.arg_names[node.buffer],
-                           off=em.index(self._at(node.offset, start or 0)))
+        read = self._read(node, start or 0)
         if len(known) == v.width:
             return read
         assert start is not None
