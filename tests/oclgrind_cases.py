@@ -182,6 +182,20 @@ def average_pool() -> kg.FusedOp:
                                    count_include_pad=1))
 
 
+def lrn() -> kg.FusedOp:
+    """relu -> LRN over 7 channels of 2 images, 95 pixels: the window over channels tested a
+    vector at a time; one 64-pixel chunk, then a vector and 15 pixels lane by lane."""
+    pre = kg.relu(kg.tensor("x", (2, 7, 5, 19)))
+    return kg.fuse(pre, kg.lrn(pre, size=5, alpha=1e-2, beta=0.75, bias=2.0))
+
+
+def long_max_pool() -> kg.FusedOp:
+    """A 9x9 MaxPool at stride 2 (more taps than a pooling window takes): each output's own
+    max, its padded taps every second float, tested along the vector's lanes."""
+    x = kg.tensor("x", (1, 2, 11, 45))
+    return kg.fuse(kg.max_pool(x, [9, 9], pads=[4, 3, 4, 3], strides=[2, 2]))
+
+
 # --- contractions -------------------------------------------------------------------------
 
 def matmul(m: int, k: int, n: int, prologue: bool = False) -> Callable[[], kg.FusedOp]:
@@ -340,6 +354,9 @@ CASES: dict[str, Case] = {c.name: c for c in (
     Case("item-average-pool", average_pool, ("item",), {"schedule": "item"}),
     Case("window-average-pool", average_pool, ("window",), {"schedule": "window"}),
     Case("item-global-average-pool", global_average_pool, ("item",), {"schedule": "item"}),
+    Case("columns-lrn", lrn, {"cpu": ("columns",), "gpu": ("item",)}, ci=True),
+    Case("columns-long-max-pool", long_max_pool,
+         {"cpu": ("columns",), "gpu": ("item",)}),
     # contractions
     Case("tiled-matmul", matmul(7, 13, 37), ("tiled",), ci=True),
     Case("tiled-gemm-transposed", gemm_trans, ("tiled",)),

@@ -109,3 +109,20 @@ def evaluate_chain(ops: Sequence[kg.Op], feeds: dict[str, np.ndarray]) -> dict[s
     for op in ops:
         values[op.name] = reference(op, *(values[v.name] for v in op.inputs))
     return values
+
+
+def lrn_reference(x: np.ndarray, size: int, alpha: float, beta: float, bias: float
+                  ) -> np.ndarray:
+    """ONNX LRN as its definition states it, in float64: onnx 1.23's reference evaluator
+    loops over the batch axis where it means the channels (``onnx/reference/ops/op_lrn.py``),
+    so it is no arbiter for LRN (tests/graph/test_model_ops.py checks this one against
+    onnxruntime)."""
+    x64 = x.astype(np.float64)
+    out = np.empty_like(x64)
+    c = x.shape[1]
+    for ch in range(c):
+        lo = max(0, ch - (size - 1) // 2)
+        hi = min(c - 1, ch + -(-(size - 1) // 2))
+        square_sum = (x64[:, lo:hi + 1] ** 2).sum(axis=1)
+        out[:, ch] = x64[:, ch] / (bias + alpha / size * square_sum) ** beta
+    return out.astype(x.dtype)

@@ -12,6 +12,7 @@ import onnxruntime as ort
 import pytest
 from conftest import assert_close, prebuild, run
 from onnx import TensorProto, helper
+from reference import lrn_reference
 
 import kernelgen as kg
 from kernelgen.mapping_types import MappingType
@@ -24,20 +25,6 @@ LRN_CASES = [((2, 7, 3, 5), 5, 1e-4, 0.75, 1.0), ((2, 7, 3, 5), 2, 0.3, 0.6, 1.5
              ((1, 13, 1, 1), 4, 0.5, 0.9, 2.0), ((1, 3, 2, 2), 9, 0.2, 0.75, 1.0),
              ((3, 1, 5, 1), 3, 0.4, 0.5, 1.0), ((2, 5, 17), 3, 0.3, 0.75, 1.2),
              ((1, 6, 2, 3, 2), 5, 0.3, 0.8, 1.0), ((1, 2, 1, 1), 1, 0.5, 1.0, 1.0)]
-
-
-def lrn_reference(x: np.ndarray, size: int, alpha: float, beta: float, bias: float
-                  ) -> np.ndarray:
-    """ONNX LRN as its definition states it, in float64."""
-    x64 = x.astype(np.float64)
-    out = np.empty_like(x64)
-    c = x.shape[1]
-    for ch in range(c):
-        lo = max(0, ch - (size - 1) // 2)
-        hi = min(c - 1, ch + -(-(size - 1) // 2))
-        square_sum = (x64[:, lo:hi + 1] ** 2).sum(axis=1)
-        out[:, ch] = x64[:, ch] / (bias + alpha / size * square_sum) ** beta
-    return out.astype(x.dtype)
 
 
 def _lrn(case: tuple) -> kg.Op:

@@ -4,6 +4,7 @@ guarded loads included (``VectorPrinter``), in a backend's ``VectorSyntax``."""
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import cast
 
@@ -102,6 +103,24 @@ def vector_columns_ok(kernel: LoopKernel, v: VectorSyntax | None, guarded: bool)
     return n >= 2 * v.width and all(b.dtype is DType.float32 for b in kernel.outputs) and all(
         vectorizable(st.value, sym, v, hoisted, guarded=guarded, reductions=True)
         for st in kernel.stores)
+
+
+def columns_plan(kernel: LoopKernel, v: VectorSyntax | None) -> LoopKernel | None:
+    """``kernel`` with the reductions that the last axis keys computed per element inside a
+    vector loop over that axis (the 'columns' schedules of NEON and OpenCL), or None where that
+    does not apply. It applies when the hoisted reductions key every domain axis together (so
+    a group point is one element, which a serial schedule would reduce one at a time: a
+    depthwise conv's window, LRN's channels) and every store vectorises along the last axis,
+    those reductions as vector accumulators. The others stay hoisted, now once per row of the
+    last axis (inside a vector accumulator's loop they would be computed again at every
+    step)."""
+    if not kernel.hoisted or kernel.staged or not kernel.domain or \
+            len(kernel.group) != len(kernel.domain):
+        return None
+    last, _ = kernel.domain[-1]
+    rows = tuple(r for r in kernel.hoisted if last not in free_index_symbols(r))
+    plan = replace(kernel, hoisted=rows, group=tuple(range(len(kernel.domain) - 1)))
+    return plan if vector_columns_ok(plan, v, guarded=True) else None
 
 
 def vector_reduction_ok(r: Reduce, v: VectorSyntax | None) -> bool:

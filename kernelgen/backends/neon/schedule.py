@@ -32,7 +32,8 @@ from ...shapes import prod
 from ..base import (PRIVATE, Capabilities, Config, Schedule, check_derived, check_options,
                     option_names)
 from ..c.contraction import FLAT_K, flat_reduction
-from ..c.vector import vector_columns_ok, vectorizable
+from ..c.vector import columns_plan as vector_columns_plan
+from ..c.vector import vectorizable
 from .language import VECTOR
 
 KINDS = ("elementwise", "tiled", "columns", "row")
@@ -198,20 +199,8 @@ def _recomputed(k: LoopKernel, c: Contraction, tile: tuple[int, ...], pack: bool
 
 
 def columns_plan(kernel: LoopKernel) -> LoopKernel | None:
-    """``kernel`` with the reductions that the last axis keys computed per element inside a
-    vector loop over that axis (the 'columns' schedule), or None where that does not apply. It
-    applies when the hoisted reductions key every domain axis together (so a group point is
-    one element, and 'row' runs each window scalar: a depthwise conv) and every store
-    vectorises along the last axis, those reductions as vector accumulators. The others stay
-    hoisted, now once per row of the last axis (inside a vector accumulator's loop they would
-    be computed again at every step)."""
-    if not kernel.hoisted or kernel.staged or not kernel.domain or \
-            len(kernel.group) != len(kernel.domain):
-        return None
-    last, _ = kernel.domain[-1]
-    rows = tuple(r for r in kernel.hoisted if last not in free_index_symbols(r))
-    plan = replace(kernel, hoisted=rows, group=tuple(range(len(kernel.domain) - 1)))
-    return plan if vector_columns_ok(plan, VECTOR, guarded=True) else None
+    """``c.vector.columns_plan`` in NEON's four lanes."""
+    return vector_columns_plan(kernel, VECTOR)
 
 
 def _loads_rows_as_vectors(kernel: LoopKernel, c: Contraction, producer: bool = False) -> bool:

@@ -22,6 +22,7 @@ from .columns import vector_epilogue
 from .language import (BARRIER, BUFFER_TYPES, FLOAT, INT, RESERVED_NAMES, RESERVED_PREFIXES,
                        SCALAR_TYPES, VECTOR, Launch, OpenCLSource, stride2_helpers,
                        vector_syntax)
+from .element_columns import COLUMNS_VECTORS
 from .schedule import PACK_LOCAL, UNROLLED_LANES, OpenCLSchedule, TilePlan, TransposedReads
 from .window import WindowPlan
 
@@ -55,6 +56,10 @@ class OpenCLPrinter(ContractionEmitter):
             self.group_plan = unroll.split_group(self.kernel, schedule.group_rows or 1)
         if schedule.vector_width not in (None, VECTOR.width) and schedule.kind == "row":
             self.vector = vector_syntax(schedule.vector_width)
+        if schedule.kind == "columns":  # padded and stride-2 reads as vectors too
+            assert schedule.vector_width is not None
+            self.vector = vector_syntax(schedule.vector_width, stride2=True)
+            self.guarded_element_vectors = True
 
     def loop_tail(self, scope: Scope) -> None:
         if self._barrier_loops:
@@ -87,7 +92,8 @@ class OpenCLPrinter(ContractionEmitter):
             head = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" + head
         body, launch = {"elementwise": self._elementwise, "group": self._group,
                         "item": self._item, "row": self._row,
-                        "tiled": self._tiled, "window": self._window}[self.sched.kind]()
+                        "tiled": self._tiled, "window": self._window,
+                        "columns": self._columns}[self.sched.kind]()
         return head + "\n" + stride2_helpers(body) + body, launch
 
     def ndrange(self, axes: list[Axis], scope: Scope, clamp: bool = False,
@@ -498,6 +504,33 @@ class OpenCLPrinter(ContractionEmitter):
         unrolled = self._split(tuple(rows if pos == win.block else 1
                                      for pos in range(len(self.kernel.domain))))
         return window.print_kernel(self, win, unrolled, self.ndrange)
+
+    # --- 'columns': a chunk of the last axis a work-item, its reductions vector lanes --------
+
+    def _columns(self) -> tuple[str, Launch]:
+        """Work-items over the group axes (all but the last) and chunks of
+        ``COLUMNS_VECTORS`` vectors of the last axis; each element's reduction is a lane of a
+        vector accumulator (``group_body``'s vector stores); the elements past a chunk's last
+        whole vector go one by one."""
+        k, t = self.kernel, self.index_t
+        n, w = k.domain[-1][1], self.sched.vector_width
+        assert w is not None
+        chunk = w * COLUMNS_VECTORS
+        pieces = sympy.Symbol("kg_chunk")
+        self.symbol_names[pieces] = "kg_chunk"
+        index, body = Scope([], 1), Scope([], 1)
+        launch = self.ndrange([*self.group_axes(), (pieces, -(-n // chunk))], index,
+                              explicit_vectors=True)
+        index.add(f"const {t} kg_first = kg_chunk * {chunk};")
+        stop = "kg_first + " + str(chunk)
+        if n % chunk:
+            index.add(f"const {t} kg_stop = min(kg_first + {chunk}, ({t}){n});")
+            stop = "kg_stop"
+        self.group_body(body, vectorize=True, element_range=("kg_first", stop))
+        src = templates.render("opencl", "columns.cl", name=k.name, params=self.params(),
+                               width=str(w), chunk=str(chunk), index="\n".join(index.lines),
+                               body="\n".join(body.lines))
+        return src, launch
 
     # --- 'row': one work-item per group point, explicit vector loops ---------------------------
 

@@ -26,6 +26,10 @@ set them.
 - ``window``: a sliding-window contraction with no rows (a depthwise or grouped conv): each
   work-item owns a few output rows (``window_rows``) and the whole row as vectors, reading each
   input row once for all of them (window.cl.tmpl).
+- ``columns``: on a CPU, what 'item' would run where each output element reduces on its own
+  (LRN's window over channels, a reduction over a strided axis): each work-item a chunk of the
+  last axis as explicit vectors, every element's reduction a lane of a vector accumulator
+  (``element_columns.py``; ``c.vector.columns_plan``, as NEON's 'columns').
 """
 from __future__ import annotations
 
@@ -51,10 +55,11 @@ from ..c.vector import vector_reduction_ok
 from . import transposed
 from .columns import (RegisterTiles, VectorPlan, column_plan, few_registers, opencl_contraction,
                       register_tiles, swapped_plan, swaps_by_default, vector_plan, wide_plan)
+from .element_columns import COLUMNS_LOCAL, COLUMNS_MIN_WIDTH, opencl_columns
 from .language import VECTOR
 from .window import WINDOW_LOCAL, WINDOW_MAX_RUN, WindowPlan, is_pooling, opencl_window
 
-KINDS = ("elementwise", "group", "item", "row", "tiled", "window")
+KINDS = ("elementwise", "group", "item", "row", "tiled", "window", "columns")
 STAGED_KINDS = ("item", "row")  # a staged row is an array of one work-item
 # PoCL runs a work-group as one thread's loop over work-items; groups of 256 vectorise well and
 # tiny groups (16) run 2-3x slower (docs/toolchain.md, OpenCL). At most the device's limit.
@@ -229,6 +234,11 @@ def choose(loop: LoopKernel, options: Mapping[str, Any], caps: Capabilities) -> 
                        caps, options.get("group_columns"), options.get("swap_operands"))
     elif kind == "group":
         sched = replace(base, local_size=group_local(loop, base.local_size, caps))
+    elif kind == "columns":
+        columns = opencl_columns(loop, caps)
+        assert columns is not None
+        sched = replace(base, loop=columns[0], vector_width=columns[1],
+                        local_size=local or COLUMNS_LOCAL)
     else:
         sched = base
     if kind == "item":
@@ -277,6 +287,11 @@ def _kind(loop: LoopKernel, requested: str | None, tile_explicit: bool,
                              f"operand has no axis of its own (a depthwise conv), or a pooling "
                              f"window, reading a run of at most {WINDOW_MAX_RUN} output columns "
                              f"as vectors; kernel '{loop.name}' has none")
+        if requested == "columns" and opencl_columns(loop, caps) is None:
+            raise ValueError(f"schedule 'columns' needs every output element to reduce on its "
+                             f"own and every store as float32 vectors of at least "
+                             f"{COLUMNS_MIN_WIDTH} lanes along the last axis (contiguous or "
+                             f"padded loads, two vectors long); kernel '{loop.name}' has none")
         return requested
     if loop.staged:  # a work-item holds the row: one per group point
         return "row" if caps.simd_within_work_item and row_vectorizable(loop, caps) else "item"
@@ -292,7 +307,11 @@ def _kind(loop: LoopKernel, requested: str | None, tile_explicit: bool,
         return "row"
     longest = max(extent(r) for r in loop.hoisted)
     few_groups = prod(loop.domain[g][1] for g in loop.group) < GROUP_FEW
-    return "group" if longest >= GROUP_REDUCE_MIN or few_groups else "item"
+    if longest >= GROUP_REDUCE_MIN or few_groups:
+        return "group"
+    # on a CPU, explicit vectors across the elements' own reductions ('item' leaves them to
+    # PoCL's lanes, which load tap by tap under guards)
+    return "columns" if caps.simd_within_work_item and opencl_columns(loop, caps) else "item"
 
 
 def row_vectorizable(loop: LoopKernel, caps: Capabilities) -> bool:

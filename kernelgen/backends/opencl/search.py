@@ -7,6 +7,7 @@ from ...lower import unroll
 from ...lower.contraction import operand_has_reduction
 from ..base import Capabilities, Config
 from .columns import few_registers, opencl_contraction, register_tiles, swapped_plan
+from .element_columns import opencl_columns
 from .schedule import row_vectorizable
 from .transposed import tile_plan
 from .window import is_pooling, opencl_window
@@ -65,6 +66,10 @@ def search_space(loop: LoopKernel, caps: Capabilities) -> list[Config]:
     sizes = [ls for ls in (256, 64, 1024) if ls <= most]
     configs = [Config.of(**({"local_size": ls} | ({"schedule": st} if st else {})))
                for st in kinds for ls in sizes]
+    if loop.hoisted and caps.simd_within_work_item and opencl_columns(loop, caps):
+        # each element's reduction a vector lane, in small work-groups (few chunks of a short
+        # axis still fill every core)
+        configs += [Config.of(schedule="columns", local_size=ls) for ls in (8, 32) if ls <= most]
     square = [w for w in caps.vector_widths if tile_plan(loop, caps, w)]
     if square:  # remapped reads transposed in registers: each width, and one point an item
         configs += [Config.of(tile=(w, w), local_size=ls) for w in square for ls in (256, 64)
