@@ -44,9 +44,12 @@ class Case:
 
 def label(metadata: dict[str, Any]) -> str:
     """A kernel's schedule with the variants the cases tell apart: an elementwise kernel
-    computing several points per work-item or transposed tiles, the scalar contraction
-    template, packed panels (by a first launch or in the tile), a staged row."""
+    computing several points per work-item, transposed tiles or interleaved stores, the
+    scalar contraction template, packed panels (by a first launch or in the tile), a staged
+    row."""
     schedule, tunables = metadata["schedule"], metadata["tunables"]
+    if metadata.get("interleaved_stores"):
+        return "elementwise+interleaved"
     if schedule == "elementwise" and any(f > 1 for f in tunables.get("unroll") or ()):
         return "elementwise+unroll"
     if schedule == "elementwise" and tunables.get("tile", (1, 1)) != (1, 1):
@@ -122,6 +125,20 @@ def depth_to_space() -> kg.FusedOp:
     r = kg.relu(x)
     d2s = kg.depth_to_space(r, 2)
     return kg.fuse(r, d2s, kg.add(d2s, kg.tensor("b", (1, 3, 6, 10))))
+
+
+def depth_to_space_wide() -> kg.FusedOp:
+    """relu -> DepthToSpace(3) -> sigmoid, rows of 3 x 19: interleaved stores on a CPU, the
+    last chunk of 16 shifted back over its neighbour."""
+    r = kg.relu(kg.tensor("x", (1, 18, 2, 19)))
+    d2s = kg.depth_to_space(r, 3)
+    return kg.fuse(r, d2s, kg.sigmoid(d2s))
+
+
+def upsample_concat() -> kg.FusedOp:
+    """concat(resize_nearest(x, 2), skip) over 11x11 inputs: each input stored twice."""
+    up = kg.resize(kg.tensor("x", (1, 2, 11, 11)), scales=[1.0, 1.0, 2.0, 2.0], mode="nearest")
+    return kg.fuse(up, kg.concat([up, kg.tensor("s", (1, 3, 22, 22))], axis=1))
 
 
 def pad_strided_slice() -> kg.FusedOp:
@@ -311,9 +328,10 @@ def aliased_rows() -> kg.FusedOp:
 # --- the cases ----------------------------------------------------------------------------
 
 _CONV = ((1, 3, 7, 9), (5, 3, 3, 3))
-# the output transform of an odd-sized output keeps one point per work-item
-# a 7x9 output: the output transform splits its odd sides by 2, the copies past them guarded
-_WIN = ("elementwise+unroll", "tiled", "elementwise+unroll")
+# a 7x9 output: the output transform splits its odd sides by 2, the copies past them guarded;
+# on a CPU its 5 tiles a row are a vector, each tile's two columns interleaved in the stores
+_WIN = {"cpu": ("elementwise+unroll", "tiled", "elementwise+interleaved"),
+        "gpu": ("elementwise+unroll", "tiled", "elementwise+unroll")}
 
 CASES: dict[str, Case] = {c.name: c for c in (
     # elementwise, guards, float16 storage, gathers
@@ -328,6 +346,10 @@ CASES: dict[str, Case] = {c.name: c for c in (
     Case("gather-rows", gather_rows, ("elementwise",), ci=True),
     Case("elementwise-unrolled", depth_to_space, ("elementwise+unroll",),
          {"unroll": (1, 1, 2, 2)}, ci=True),
+    Case("elementwise-interleaved-depth-to-space", depth_to_space_wide,
+         {"cpu": ("elementwise+interleaved",), "gpu": ("elementwise",)}, ci=True),
+    Case("elementwise-interleaved-upsample-concat", upsample_concat,
+         {"cpu": ("elementwise+interleaved",), "gpu": ("elementwise",)}),
     Case("elementwise-unrolled-padded-slice", pad_strided_slice, ("elementwise+unroll",),
          {"unroll": (4, 1)}),
     # reductions

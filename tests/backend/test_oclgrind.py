@@ -136,7 +136,7 @@ def test_full_sweep_checks_take_effect(target: str) -> None:
 # every schedule and template the issue lists, as ``label`` names them
 SCHEDULES = {"elementwise", "elementwise+unroll", "row", "group", "item", "tiled",
              "tiled+scalar", "tiled+pack", "tiled+pack_in_tile", "window", "row+staged",
-             "item+staged", "columns"}
+             "item+staged", "columns", "elementwise+interleaved"}
 # the kinds of block whose kernels carry no label of their own: cases named for them
 BLOCKS = ("ago-", "winograd-2x2", "winograd-4x4", "im2col", "padded-operand", "gather-")
 

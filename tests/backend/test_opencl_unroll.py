@@ -13,6 +13,7 @@ from conftest import assert_close, require
 from reference import evaluate_chain
 
 import kernelgen as kg
+from kernelgen import backends
 from kernelgen.lower import unroll
 from kernelgen.exec import Kernel
 from kernelgen.shapes import prod
@@ -39,12 +40,19 @@ def test_winograd_transforms_unroll_a_tile(x_shape: tuple[int, ...]) -> None:
     tiles). An odd output side splits too: the copies past its end read their tile (inside M)
     and store nothing, and the result equals the reference. Rows of more than 16 items run in
     work-groups a multiple of 16 wide, the items past the row idle (38 wide: 19 tiles in
-    groups of 32)."""
+    groups of 32). On a CPU an output row of more tiles than a 4-lane vector interleaves each
+    tile's two columns into vector stores instead (test_opencl_interleaved.py)."""
     require("opencl")
     first, last = _winograd_stages(x_shape, "winograd")
     assert first.metadata["tunables"]["unroll"][:2] == (4, 4)
     factors = last.metadata["tunables"]["unroll"][-2:]
     assert all(f in (2, 4) for f in factors)
+    woven = last.metadata.get("interleaved_stores")
+    assert bool(woven) == (backends.get("opencl").caps.simd_within_work_item and
+                           -(-x_shape[3] // 2) > 4)  # tiles along the row (padded 3x3)
+    if woven:  # each tile's two columns side by side in the stores
+        assert woven == 2 == factors[-1] and "kg_run" in last.source
+        return
     past_the_end = any(n % f for n, f in zip(x_shape[2:], factors))
     assert (") out0_[" in last.source or ") relu_" in last.source) == past_the_end
     for k in (first, last):

@@ -32,3 +32,14 @@ def opencl_columns(loop: LoopKernel, caps: Capabilities) -> tuple[LoopKernel, in
         if plan is not None:
             return plan, w
     return None
+
+
+def columns_or_refuse(loop: LoopKernel, caps: Capabilities) -> tuple[LoopKernel, int]:
+    """``opencl_columns``, or a ValueError naming the kernel and what the schedule needs."""
+    columns = opencl_columns(loop, caps)
+    if columns is None:
+        raise ValueError(f"schedule 'columns' needs every output element to reduce on its "
+                         f"own and every store as float32 vectors of at least "
+                         f"{COLUMNS_MIN_WIDTH} lanes along the last axis (contiguous or "
+                         f"padded loads, two vectors long); kernel '{loop.name}' has none")
+    return columns

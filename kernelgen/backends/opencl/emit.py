@@ -17,7 +17,7 @@ from ..base import Capabilities
 from ..c.contraction import FLAT_K, ContractionEmitter
 from ..c.vector import VectorPrinter
 from ..printer import Scope, interleave, recomputed_inside
-from . import transposed, window
+from . import interleaved, transposed, window
 from .columns import vector_epilogue
 from .language import (BARRIER, BUFFER_TYPES, FLOAT, INT, RESERVED_NAMES, RESERVED_PREFIXES,
                        SCALAR_TYPES, VECTOR, Launch, OpenCLSource, stride2_helpers,
@@ -153,6 +153,9 @@ class OpenCLPrinter(ContractionEmitter):
             assert self.sched.vector_width is not None
             launch = transposed.print_kernel(self, self.sched.plan, self.sched.vector_width,
                                              self.ndrange, index, body)
+        elif isinstance(self.sched.plan, interleaved.Interleaved):
+            launch = interleaved.print_kernel(self, self.sched.plan, self._split, self.ndrange,
+                                              index, body)
         elif self.sched.unroll == unroll.none(self.kernel):
             launch = self.ndrange(list(self.kernel.domain), index)
             self.stores(body)

@@ -8,7 +8,9 @@ set them.
   share loads, each work-item computes several (``unroll``, ``lower/unroll.py``). Where an
   input is read along another axis than the output's contiguous one (a fused transpose,
   ``lower/transpose.py``), each work-item covers a ``tile`` of width x width points, transposed
-  in registers, so that reads and writes are both whole vectors (``transposed.py``).
+  in registers, so that reads and writes are both whole vectors (``transposed.py``). Where the
+  output's rows interleave copies of the inputs' (Winograd's output transform, upsampling), on
+  a CPU, each copy is a vector, interleaved in registers into the stores (``interleaved.py``).
 - ``group``: one work-group per group point; hoisted reductions are computed cooperatively
   (strided partial results, then a tree in ``__local`` memory), then the same work-items write the
   group's elements: single-kernel softmax, layer-norm-like blocks, reductions over long axes.
@@ -26,10 +28,9 @@ set them.
 - ``window``: a sliding-window contraction with no rows (a depthwise or grouped conv): each
   work-item owns a few output rows (``window_rows``) and the whole row as vectors, reading each
   input row once for all of them (window.cl.tmpl).
-- ``columns``: on a CPU, what 'item' would run where each output element reduces on its own
-  (LRN's window over channels, a reduction over a strided axis): each work-item a chunk of the
-  last axis as explicit vectors, every element's reduction a lane of a vector accumulator
-  (``element_columns.py``; ``c.vector.columns_plan``, as NEON's 'columns').
+- ``columns``: on a CPU, 'item' kernels whose output elements each reduce on their own (LRN):
+  a chunk of the last axis a work-item, each element's reduction a lane of a vector
+  accumulator (``element_columns.py``; ``c.vector.columns_plan``, as NEON's 'columns').
 """
 from __future__ import annotations
 
@@ -52,10 +53,10 @@ from ..base import (PRIVATE, Capabilities, Schedule, check_derived, check_option
                     option_names)
 from ..c.contraction import FLAT_K, flat_reduction
 from ..c.vector import vector_reduction_ok
-from . import transposed
+from . import interleaved, transposed
 from .columns import (RegisterTiles, VectorPlan, column_plan, few_registers, opencl_contraction,
                       register_tiles, swapped_plan, swaps_by_default, vector_plan, wide_plan)
-from .element_columns import COLUMNS_LOCAL, COLUMNS_MIN_WIDTH, opencl_columns
+from .element_columns import COLUMNS_LOCAL, columns_or_refuse, opencl_columns
 from .language import VECTOR
 from .window import WINDOW_LOCAL, WINDOW_MAX_RUN, WindowPlan, is_pooling, opencl_window
 
@@ -160,7 +161,7 @@ class OpenCLSchedule(Schedule):
     swap_operands: bool | None = None
     unroll: tuple[int, ...] | None = None  # 'elementwise': domain points a work-item computes
     window_rows: int | None = None  # 'window': rows of the outer axis a work-item owns
-    plan: TilePlan | WindowPlan | TransposedReads | None = field(
+    plan: TilePlan | WindowPlan | TransposedReads | interleaved.Interleaved | None = field(
         default=None, repr=False, compare=False, metadata=PRIVATE)
     # serial reduction loops up to this many points unroll completely ('item')
     unroll_loops: int = field(default=0, metadata=PRIVATE)
@@ -175,6 +176,8 @@ class OpenCLSchedule(Schedule):
             out.update(staged_rows=[st.buffer.name for st in k.staged], producer_redundancy=1.0)
         if isinstance(self.plan, TransposedReads):  # read along rows, transposed in registers
             out["transposed_reads"] = sorted({load.buffer for load in self.plan.loads})
+        if isinstance(self.plan, interleaved.Interleaved):  # copies woven into vector stores
+            out["interleaved_stores"] = self.plan.factor
         if isinstance(self.plan, TilePlan):
             c, tile_n = self.plan.contraction, self.tile[1] if self.tile else 1
             if self.pack is not None:  # the vector template: the operand it packs, or not
@@ -216,9 +219,16 @@ def choose(loop: LoopKernel, options: Mapping[str, Any], caps: Capabilities) -> 
                           local_size=local or default_local(caps))
     _check_applies(loop, kind, options)
     if kind == "elementwise":
-        square, plan = transposed.choose(loop, caps, tile, options.get("unroll"))
-        sched = replace(base, tile=square, vector_width=square[0], plan=plan) if square and plan \
-            else replace(base, tile=square, unroll=_unroll(loop, options.get("unroll")))
+        given = options.get("unroll")
+        square, plan = transposed.choose(loop, caps, tile, given)
+        woven = interleaved.plan(loop, caps) if tile is None and given is None else None
+        if square and plan:
+            sched = replace(base, tile=square, vector_width=square[0], plan=plan)
+        elif woven is not None:
+            sched = replace(base, unroll=woven.factors, vector_width=woven.width, plan=woven,
+                            local_size=local or interleaved.LOCAL)
+        else:
+            sched = replace(base, tile=square, unroll=_unroll(loop, given))
     elif kind == "window":
         sched = _window(base, options.get("window_rows"), local, caps)
     elif kind in STAGED_KINDS:
@@ -235,10 +245,8 @@ def choose(loop: LoopKernel, options: Mapping[str, Any], caps: Capabilities) -> 
     elif kind == "group":
         sched = replace(base, local_size=group_local(loop, base.local_size, caps))
     elif kind == "columns":
-        columns = opencl_columns(loop, caps)
-        assert columns is not None
-        sched = replace(base, loop=columns[0], vector_width=columns[1],
-                        local_size=local or COLUMNS_LOCAL)
+        printed, width = columns_or_refuse(loop, caps)
+        sched = replace(base, loop=printed, vector_width=width, local_size=local or COLUMNS_LOCAL)
     else:
         sched = base
     if kind == "item":
@@ -287,11 +295,8 @@ def _kind(loop: LoopKernel, requested: str | None, tile_explicit: bool,
                              f"operand has no axis of its own (a depthwise conv), or a pooling "
                              f"window, reading a run of at most {WINDOW_MAX_RUN} output columns "
                              f"as vectors; kernel '{loop.name}' has none")
-        if requested == "columns" and opencl_columns(loop, caps) is None:
-            raise ValueError(f"schedule 'columns' needs every output element to reduce on its "
-                             f"own and every store as float32 vectors of at least "
-                             f"{COLUMNS_MIN_WIDTH} lanes along the last axis (contiguous or "
-                             f"padded loads, two vectors long); kernel '{loop.name}' has none")
+        if requested == "columns":
+            columns_or_refuse(loop, caps)
         return requested
     if loop.staged:  # a work-item holds the row: one per group point
         return "row" if caps.simd_within_work_item and row_vectorizable(loop, caps) else "item"
