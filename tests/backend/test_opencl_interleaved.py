@@ -98,3 +98,27 @@ def test_where_it_does_not_apply() -> None:
     assert isinstance(choose(cpu.expand(loop), {}, cpu.caps).plan, interleaved.Interleaved)
     given = d2s.emit("opencl", tuning="none", unroll=(1, 1, 2))
     assert "interleaved_stores" not in given.metadata
+
+
+def test_the_interleave_option() -> None:
+    """A kernel's tunables reproduce it (a saved model's schedules are chosen again from
+    them); ``interleave=False`` keeps ``unroll``'s plan; asking for it where it does not apply,
+    with another unroll, or on another schedule is refused, naming the kernel."""
+    require("opencl")
+    if not _cpu():
+        pytest.skip("interleaved stores are chosen on a CPU device only; this one is a GPU")
+    fused = kg.fuse(kg.depth_to_space(kg.tensor("x", (1, 8, 3, 17)), 2))
+    kernel = fused.emit("opencl", tuning="none")
+    tunables = kernel.metadata["tunables"]
+    assert tunables["interleave"] is True
+    assert fused.emit("opencl", tuning="none", **tunables).source == kernel.source
+    off = fused.emit("opencl", tuning="none", interleave=False)
+    assert "interleaved_stores" not in off.metadata and "kg_run" not in off.source
+    add = kg.fuse(kg.add(kg.tensor("a", (3, 37)), kg.tensor("b", (3, 37))))
+    with pytest.raises(ValueError, match="kernel 'fused_add': interleave needs"):
+        add.emit("opencl", tuning="none", interleave=True)
+    with pytest.raises(ValueError, match="split the axes by"):
+        fused.emit("opencl", tuning="none", interleave=True, unroll=(1, 1, 1))
+    softmax = kg.fuse(kg.softmax(kg.tensor("x", (4, 40)), axis=1))
+    with pytest.raises(ValueError, match="interleave applies to the 'elementwise' schedule"):
+        softmax.emit("opencl", tuning="none", interleave=True)

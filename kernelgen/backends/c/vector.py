@@ -4,8 +4,8 @@ guarded loads included (``VectorPrinter``), in a backend's ``VectorSyntax``."""
 from __future__ import annotations
 
 import functools
-from dataclasses import replace
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import cast
 
 import sympy

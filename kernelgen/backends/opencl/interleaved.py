@@ -5,12 +5,13 @@ each of ``f`` planes): split by ``f`` (``lower/unroll.py``), every copy's loads 
 along the axis's outer part, so a work-item computes each copy as a vector of ``width``
 consecutive outer points and interleaves the ``f`` vectors in registers into ``f`` contiguous
 vector stores. PoCL's own lanes, one point a work-item, read and write such kernels at
-stride ``f``. When it applies (``plan``, for ``schedule.choose``) and how it is printed
-(``print_kernel``)."""
+stride ``f``. When it applies (``plan``; ``choose`` with the ``interleave`` option, for
+``schedule.choose``) and how it is printed (``print_kernel``)."""
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import sympy
 
@@ -29,7 +30,10 @@ from .language import Launch, vector_syntax
 # conv + ReLU programs against the same without this plan (60 rounds): 64->192 @55 (float16)
 # 1.24x, 128->128 @27 (float8) 1.06x, @13 (float4, 7 tiles) 1.04-1.08x, but 512->512 @7 (4
 # tiles, one float4 a row) 0.89x: a vector must leave tiles over (``plan``).
-FACTORS = (2, 3, 4)  # interleaved copies along the contiguous axis
+# Interleaved copies along the contiguous axis. Not 1 (plain vectors where the loads are
+# stride 2: Winograd's input transform): whole F(2x2) programs 1.02-1.07x at 27x27 and 55x55
+# but 0.93-0.94x at 13x13 (three convs, round-robin in one process).
+FACTORS = (2, 3, 4)
 MIN_WIDTH = 4  # narrower vectors leave the kernel to PoCL's lanes
 LOCAL = 16
 
@@ -45,6 +49,28 @@ class Interleaved:
     @property
     def factor(self) -> int:
         return self.factors[-1]
+
+
+def choose(loop: LoopKernel, caps: Capabilities, asked: bool | None, unroll_given: Any,
+           tile_given: Any) -> Interleaved | None:
+    """The plan the options ask for: ``interleave=None``, ``plan`` wherever no ``unroll`` or
+    ``tile`` is given; ``True``, ``plan``, which must apply (with a given ``unroll`` its own
+    factors: a saved schedule's tunables); ``False``, none."""
+    if asked is False or (asked is None and (unroll_given is not None or tile_given is not None)):
+        return None
+    woven = plan(loop, caps)
+    if asked and woven is None:
+        raise ValueError(f"kernel '{loop.name}': interleave needs, on a CPU, float32 outputs "
+                         f"whose rows interleave copies of the inputs' rows, each copy a vector "
+                         f"along the row's outer part; this kernel has none")
+    if asked and woven is not None and tile_given is not None:
+        raise ValueError(f"kernel '{loop.name}': interleave and a transposed tile are two ways "
+                         f"to cover several points; give one")
+    if asked and woven is not None and unroll_given is not None and \
+            tuple(unroll_given) != woven.factors:
+        raise ValueError(f"kernel '{loop.name}': interleaved stores split the axes by "
+                         f"{woven.factors}, got unroll {tuple(unroll_given)}")
+    return woven
 
 
 def plan(loop: LoopKernel, caps: Capabilities) -> Interleaved | None:
@@ -65,15 +91,19 @@ def plan(loop: LoopKernel, caps: Capabilities) -> Interleaved | None:
         outer = -(-n // f)
         width = next((w for w in caps.vector_widths if MIN_WIDTH <= w < outer), 0)
         factors = (*shared, f)
-        if width and unroll._valid(loop, factors) and _interleaves(loop, factors, width):
+        if width and _interleaves(loop, factors, width):
             return Interleaved(factors, width)
     return None
 
 
 def _interleaves(loop: LoopKernel, factors: tuple[int, ...], width: int) -> bool:
     """Whether, split by ``factors``, copy ``d`` along the last axis stores at ``f * q + d``
-    (``q`` its outer part) and every copy's value is a vector along ``q``."""
-    split = unroll.split(loop, factors)
+    (``q`` its outer part) and every copy's value is a vector along ``q``; not where the
+    split is invalid (a copy past the axis's end would read past a buffer)."""
+    try:
+        split = unroll.split(loop, factors)
+    except ValueError:
+        return False
     last = loop.domain[-1][0]
     q, f = split.outer_of[last], factors[-1]
     syntax = vector_syntax(width, stride2=True)

@@ -160,6 +160,7 @@ class OpenCLSchedule(Schedule):
     # its pixels), that operand packed into panels (once, when it is constants)
     swap_operands: bool | None = None
     unroll: tuple[int, ...] | None = None  # 'elementwise': domain points a work-item computes
+    interleave: bool | None = None  # 'elementwise': copies as vectors, woven into the stores
     window_rows: int | None = None  # 'window': rows of the outer axis a work-item owns
     plan: TilePlan | WindowPlan | TransposedReads | interleaved.Interleaved | None = field(
         default=None, repr=False, compare=False, metadata=PRIVATE)
@@ -219,14 +220,15 @@ def choose(loop: LoopKernel, options: Mapping[str, Any], caps: Capabilities) -> 
                           local_size=local or default_local(caps))
     _check_applies(loop, kind, options)
     if kind == "elementwise":
-        given = options.get("unroll")
+        given, weave = options.get("unroll"), options.get("interleave")
         square, plan = transposed.choose(loop, caps, tile, given)
-        woven = interleaved.plan(loop, caps) if tile is None and given is None else None
-        if square and plan:
-            sched = replace(base, tile=square, vector_width=square[0], plan=plan)
-        elif woven is not None:
+        woven = interleaved.choose(loop, caps, weave, given, tile) \
+            if weave or not (square and plan) else None
+        if woven is not None:
             sched = replace(base, unroll=woven.factors, vector_width=woven.width, plan=woven,
-                            local_size=local or interleaved.LOCAL)
+                            interleave=True, local_size=local or interleaved.LOCAL)
+        elif square and plan:
+            sched = replace(base, tile=square, vector_width=square[0], plan=plan)
         else:
             sched = replace(base, tile=square, unroll=_unroll(loop, given))
     elif kind == "window":
@@ -347,12 +349,10 @@ def _check_applies(loop: LoopKernel, kind: str, options: Mapping[str, Any]) -> N
             kind != "elementwise":
         raise ValueError(f"unroll applies to the 'elementwise' schedule; kernel "
                          f"'{loop.name}' runs '{kind}'")
-    if options.get("window_rows") is not None and kind != "window":
-        raise ValueError(f"window_rows applies to the 'window' schedule; kernel "
-                         f"'{loop.name}' runs '{kind}'")
-    for name in ("group_columns", "swap_operands"):
-        if options.get(name) is not None and kind != "tiled":
-            raise ValueError(f"{name} applies to the 'tiled' schedule; kernel "
+    for name, needs in (("interleave", "elementwise"), ("window_rows", "window"),
+                        ("group_columns", "tiled"), ("swap_operands", "tiled")):
+        if options.get(name) is not None and kind != needs:
+            raise ValueError(f"{name} applies to the '{needs}' schedule; kernel "
                              f"'{loop.name}' runs '{kind}'")
     if options.get("group_rows") not in (None, 1) and kind not in STAGED_KINDS:
         raise ValueError(f"group_rows applies to the {STAGED_KINDS} schedules; kernel "
