@@ -57,9 +57,11 @@ class Unrolled:
 
 
 def split(kernel: LoopKernel, factors: tuple[int, ...]) -> Unrolled:
-    """``kernel``'s domain unrolled by ``factors`` (one per domain axis)."""
-    check(kernel, factors)
-    return _split(kernel, factors)
+    """``kernel``'s domain unrolled by ``factors`` (one per domain axis); ``ValueError`` where
+    that is no valid plan (``check``)."""
+    unrolled = _checked(kernel, factors, keep=True)
+    assert unrolled is not None
+    return unrolled
 
 
 def _split(kernel: LoopKernel, factors: tuple[int, ...]) -> Unrolled:
@@ -93,7 +95,14 @@ def _split(kernel: LoopKernel, factors: tuple[int, ...]) -> Unrolled:
 
 def check(kernel: LoopKernel, factors: tuple[int, ...]) -> None:
     """Raise ``ValueError`` unless ``factors`` is a valid plan for ``kernel``."""
+    _checked(kernel, factors, keep=False)
+
+
+def _checked(kernel: LoopKernel, factors: tuple[int, ...], keep: bool) -> Unrolled | None:
+    """``check``, returning the split it made (always made with ``keep``; else only where a
+    factor does not divide its axis, whose copies' reads it bounds)."""
     extents = [n for _, n in kernel.domain]
+    unrolled = None
     problem = None
     if len(factors) != len(extents):
         problem = f"needs one factor per domain axis ({len(extents)})"
@@ -103,13 +112,17 @@ def check(kernel: LoopKernel, factors: tuple[int, ...]) -> None:
         problem = f"unrolls at most {MAX_TILE_POINTS} points"
     elif extents and prod(factors) == prod(extents) and prod(extents) > 1:
         problem = "must leave some parallel work"
-    elif any(n % f for f, n in zip(factors, extents)) and \
-            not _partial_reads_in_bounds(kernel, _split(kernel, factors)):
-        problem = ("a factor that does not divide its axis's extent leaves copies past the "
-                   "axis's end whose reads would leave a buffer")
+    else:
+        partial = any(n % f for f, n in zip(factors, extents))
+        if keep or partial:
+            unrolled = _split(kernel, factors)
+            if partial and not _partial_reads_in_bounds(kernel, unrolled):
+                problem = ("a factor that does not divide its axis's extent leaves copies "
+                           "past the axis's end whose reads would leave a buffer")
     if problem:
         raise ValueError(f"unroll {tuple(factors)} for domain {extents} of kernel "
                          f"'{kernel.name}': {problem}")
+    return unrolled
 
 
 def _partial_reads_in_bounds(kernel: LoopKernel, unrolled: Unrolled) -> bool:
@@ -157,17 +170,16 @@ def ranked(kernel: LoopKernel) -> tuple[tuple[int, ...], ...]:
     index (or twice that), and both together."""
     if kernel.grouped or not kernel.loads():
         return ()
-    scored = [(_distinct_share(kernel, f), prod(f), f) for f in _candidates(kernel)
-              if _valid(kernel, f)]
+    splits = ((f, _valid_split(kernel, f)) for f in _candidates(kernel))
+    scored = [(_distinct_share(kernel, u), prod(f), f) for f, u in splits if u is not None]
     return tuple(f for share, _, f in sorted(scored) if share <= MAX_DISTINCT)
 
 
-def _valid(kernel: LoopKernel, factors: tuple[int, ...]) -> bool:
+def _valid_split(kernel: LoopKernel, factors: tuple[int, ...]) -> Unrolled | None:
     try:
-        check(kernel, factors)
+        return split(kernel, factors)
     except ValueError:
-        return False
-    return True
+        return None
 
 
 def plan(kernel: LoopKernel) -> tuple[int, ...]:
@@ -216,9 +228,8 @@ def _divisors(kernel: LoopKernel) -> dict[sympy.Symbol, set[int]]:
     return out
 
 
-def _distinct_share(kernel: LoopKernel, factors: tuple[int, ...]) -> float:
-    """Distinct loads over all loads of the copies ``factors`` (a valid plan) makes."""
-    unrolled = _split(kernel, factors)
+def _distinct_share(kernel: LoopKernel, unrolled: Unrolled) -> float:
+    """Distinct loads over all loads of the copies of ``unrolled``."""
     distinct: set[Expr] = set()
     total = 0
     for copy in unrolled.copies:

@@ -5,6 +5,8 @@ vectors, each element's reduction a lane of a vector accumulator. When it applie
 vectors (``opencl_columns``); ``emit.py`` prints it through the shared group body."""
 from __future__ import annotations
 
+from functools import lru_cache
+
 from ...ir.loop import LoopKernel
 from ..base import Capabilities
 from ..c.vector import columns_plan
@@ -26,7 +28,12 @@ COLUMNS_MIN_WIDTH = 4  # narrower vectors leave 'item' (and PoCL's own lanes) in
 def opencl_columns(loop: LoopKernel, caps: Capabilities) -> tuple[LoopKernel, int] | None:
     """The 'columns' plan of ``loop`` (``c.vector.columns_plan``) in the widest vectors of at
     least ``COLUMNS_MIN_WIDTH`` lanes that it fits, and that width; None where none does."""
-    for w in caps.vector_widths:
+    return _columns(loop, caps.vector_widths)
+
+
+@lru_cache(maxsize=256)  # asked by the kind's choice, the schedule and the tuner, per emit
+def _columns(loop: LoopKernel, widths: tuple[int, ...]) -> tuple[LoopKernel, int] | None:
+    for w in widths:
         plan = columns_plan(loop, vector_syntax(w, stride2=True)) \
             if w >= COLUMNS_MIN_WIDTH else None
         if plan is not None:
