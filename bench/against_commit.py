@@ -4,24 +4,30 @@ commit's ``kernelgen`` package is extracted (``git archive``) under another name
 (``kernelgen_<commit>``; the package imports itself relatively), so both compile and run side
 by side, each with its own OpenCL context on the same device; their outputs are compared first.
 
-    python bench/against_commit.py COMMIT [--models squeezenet,shufflenet] [--rounds 30]
+    python bench/against_commit.py COMMIT [--models bundled,squeezenet,shufflenet] \
+        [--rounds 30] [--onnxruntime] [--json FILE]
 
-prints, per model, both medians (ms) and the working tree's gain.
+prints, per model, both medians (ms) and the working tree's gain (with ``--onnxruntime``,
+onnxruntime's median of runs just before and after the rounds beside them).
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
+import onnx
 
 ROOT = Path(__file__).resolve().parent.parent
+BUNDLED = ROOT / "kernelgen" / "cli" / "examples" / "mobilenet_v2.onnx"
 sys.path.insert(0, str(ROOT / "tests"))
 
 from models.model_zoo import light, mobilenet_v2  # noqa: E402
@@ -45,7 +51,14 @@ def package_at(commit: str, into: Path) -> ModuleType:
 
 
 def model(name: str):
-    return mobilenet_v2(size=224) if name == "mobilenet_v2" else light(name)
+    """``name``'s model: 'bundled' is the CLI's default MobileNetV2 (32x32), 'mobilenet_v2'
+    the stack of the model tests at 224x224 ('mobilenet_v2_112' at 112x112), the others
+    onnx's light models with random weights."""
+    if name == "bundled":
+        return onnx.load(BUNDLED)
+    if name.startswith("mobilenet_v2"):
+        return mobilenet_v2(size=int(name.rpartition("_")[2]) if name[-1].isdigit() else 224)
+    return light(name)
 
 
 def main() -> int:
@@ -54,7 +67,12 @@ def main() -> int:
     ap.add_argument("--models", default="squeezenet,shufflenet,mobilenet_v2")
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--fusion", default="dnnfusion")
+    ap.add_argument("--onnxruntime", action="store_true",
+                    help="time onnxruntime (2 threads, all graph optimisations) just before "
+                         "and after the rounds, as the other benchmarks do")
+    ap.add_argument("--json", help="write the medians here")
     args = ap.parse_args()
+    rows = []
     with tempfile.TemporaryDirectory(prefix="kernelgen-at-") as tmp:
         before = package_at(args.commit, Path(tmp))
         for name in args.models.split(","):
@@ -66,12 +84,47 @@ def main() -> int:
                         for label, pkg in ((args.commit, before), ("working tree", kg))}
             outs = [s.run(None, feeds)[0] for s in sessions.values()]
             np.testing.assert_allclose(outs[1], outs[0], rtol=1e-3, atol=1e-4)
+            ort_run = _onnxruntime(proto, feeds) if args.onnxruntime else None
+            ort_times = _timed(ort_run, args.rounds) if ort_run else []
             times = round_robin({label: (lambda s=s, f=feeds: s.run(None, f))
                                  for label, s in sessions.items()}, 3, args.rounds)
+            ort_times += _timed(ort_run, args.rounds) if ort_run else []
             old, new = (float(np.median(times[label])) for label in sessions)
-            print(f"{name}: {args.commit} {old:.3f} ms, working tree {new:.3f} ms: "
-                  f"{old / new:.2f}x", flush=True)
+            row = {"model": name, "commit": args.commit, "commit_ms": old,
+                   "working_tree_ms": new, "gain": old / new, "rounds": args.rounds}
+            line = (f"{name}: {args.commit} {old:.3f} ms, working tree {new:.3f} ms: "
+                    f"{old / new:.2f}x")
+            if ort_times:
+                row["onnxruntime_ms"] = ort = float(np.median(ort_times))
+                line += f"; onnxruntime {ort:.3f} ms (onnxruntime / working tree {ort / new:.2f})"
+            rows.append(row)
+            print(line, flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"command": " ".join(sys.argv),
+                                               "rows": rows}, indent=1) + "\n")
     return 0
+
+
+def _onnxruntime(proto: onnx.ModelProto, feeds: dict[str, np.ndarray]):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = 2, 1
+    session = ort.InferenceSession(proto.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    return lambda: session.run(None, feeds)
+
+
+def _timed(f, repeat: int) -> list[float]:
+    """``repeat`` back-to-back runs of ``f`` after three warm-ups, in milliseconds."""
+    for _ in range(3):
+        f()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        f()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return times
 
 
 if __name__ == "__main__":

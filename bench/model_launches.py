@@ -22,7 +22,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from models.model_zoo import bert_layer, light, mobilenet_v2  # noqa: E402
 
 import kernelgen as kg  # noqa: E402
-from kernelgen.exec.arguments import bind_inputs  # noqa: E402
 from kernelgen.exec.program import Program  # noqa: E402
 from kernelgen.graph.planners import PLANNERS  # noqa: E402
 
@@ -41,9 +40,7 @@ def launches(session: kg.Session, feeds: dict[str, np.ndarray], repeat: int
     """(median seconds, kernel name with its output shapes and schedule) of each launch of the
     session's plan, in plan order."""
     model = session.model
-    arrays = bind_inputs("model", model.graph.inputs, (), feeds)
-    handles = model._handles(model._take(), {model.plan.inputs[k]: a
-                                             for k, a in enumerate(arrays)})
+    handles = model.bind(feeds)
     times: list[list[float]] = [[] for _ in model.plan.launches]
     for _ in range(repeat):
         for k, launch in enumerate(model.plan.launches):

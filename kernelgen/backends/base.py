@@ -9,7 +9,7 @@ source), ``runtime.py`` (build and launch) and ``templates/``. Its ``__init__.py
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Protocol
 
@@ -116,6 +116,21 @@ class Runtime(Protocol):
     def view(self, handle: Any, offset: int, buffer: Buffer) -> Any:
         """The part of the device buffer ``handle`` that starts ``offset`` elements in and
         holds ``buffer`` (its dtype's elements), sharing the memory."""
+        ...
+    def bound(self, handles: Sequence[Any]) -> Callable[[], None]:
+        """A function that enqueues this kernel on ``handles`` (as ``launch``), with what
+        does not change between its calls (the kernel's arguments) done once, here. A compiled
+        model binds each launch once per set of buffers and calls it every run."""
+        ...
+    def write(self, handle: Any, array: np.ndarray) -> Any:
+        """Copy ``array`` into the device buffer ``handle`` (of its size), in order with the
+        launches; ``array`` must stay unchanged until the next ``sync``. Returns what the
+        caller holds until then (a pending copy), or None."""
+        ...
+    def read(self, handle: Any, out: np.ndarray) -> Any:
+        """Copy the device buffer ``handle`` into ``out`` after the launches enqueued before;
+        ``out`` holds the values once the next ``sync`` returns. Returns what the caller
+        holds until then, as ``write``."""
         ...
 
 

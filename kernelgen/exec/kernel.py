@@ -5,7 +5,7 @@ this module and ``measure`` never ask which backend they hold. ``Executable`` is
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import numpy as np
@@ -31,6 +31,7 @@ class Executable(Protocol):
     def source(self) -> str: ...
     def __call__(self, *arrays: Any, out: Any = None, **named: Any) -> Any: ...
     def launch(self, *handles: Any, wait: bool = True) -> None: ...
+    def bound_launch(self, *handles: Any) -> Callable[[], None]: ...
 
 
 class Kernel:
@@ -77,6 +78,11 @@ class Kernel:
         self.runtime.launch(handles)
         if wait:
             self.runtime.sync()
+
+    def bound_launch(self, *handles: Any) -> Callable[[], None]:
+        """``launch(*handles, wait=False)`` as a function, the arguments bound once
+        (``Runtime.bound``): what a compiled model calls every run."""
+        return self.runtime.bound(handles)
 
 
 def metadata(loop: LoopKernel, backend: str, launch: dict[str, Any] | None,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -71,6 +71,12 @@ class Program:
         """The program's result: the last stage's output."""
         return self.kernels[-1].loop.outputs[0]
 
+    @property
+    def intermediates(self) -> tuple[Buffer, ...]:
+        """The stages' outputs that the program's output is not, in launch order."""
+        last = self.output.name
+        return tuple(b for k in self.kernels for b in k.loop.outputs if b.name != last)
+
     def bind(self, *arrays: Any, **named: Any) -> dict[str, np.ndarray]:
         """Check ``arrays`` against ``inputs`` (by position, then by name); return every
         external buffer by name (folded constants included)."""
@@ -112,16 +118,40 @@ class Program:
         """Run on device buffers: one per input (``inputs`` order; a folded constant's is not
         read), then the output's, from ``runtime.device_array`` / ``device_empty``. The stages'
         intermediate buffers are allocated per launch, so concurrent launches share nothing."""
+        self._run(self._named(handles, "launch"))
+        if wait:
+            self.runtime.sync()
+
+    def bound_launch(self, *handles: Any,
+                     intermediate: Callable[[int, Buffer], Any] | None = None
+                     ) -> Callable[[], None]:
+        """``launch`` on ``handles`` as one function, every stage bound to its buffers once
+        (``Runtime.bound``). The stages' intermediates are allocated here, or are
+        ``intermediate(j, buffer)`` for the ``j``-th: a compiled model shares them between
+        programs that never run at once."""
+        named = self._named(handles, "bound_launch")
+        for j, b in enumerate(self.intermediates):
+            named[b.name] = (intermediate(j, b) if intermediate is not None
+                             else self.runtime.device_empty(b))
+        calls = [k.bound_launch(*(named[b.name] for b in (*k.loop.inputs, *k.loop.outputs)))
+                 for k in self.kernels]
+
+        def launch() -> None:
+            for call in calls:
+                call()
+        return launch
+
+    def _named(self, handles: Sequence[Any], method: str) -> dict[str, Any]:
+        """The buffers of a launch by name: ``handles`` (the inputs, then the output) and the
+        folded constants."""
         if len(handles) != len(self.inputs) + 1:
-            raise ArgumentError(f"program '{self.name}'.launch takes {len(self.inputs) + 1} "
+            raise ArgumentError(f"program '{self.name}'.{method} takes {len(self.inputs) + 1} "
                                 f"device buffers (the inputs, then the output), got "
                                 f"{len(handles)}")
         named = {v.name: h for v, h in zip(self.inputs, handles)}
         named[self.output.name] = handles[-1]
         named.update((n, h) for n, h in self._folded_on_device().items() if n in self.folded)
-        self._run(named)
-        if wait:
-            self.runtime.sync()
+        return named
 
     def _external(self) -> list[str]:
         """Buffers the stages read that no stage writes, in first-use order."""

@@ -14,10 +14,13 @@ run stage by stage, a stage's groups on concurrent queues where the runtime has 
 (``concurrently``) and every kernel in them may run so, and intermediates share memory only
 between stages whose lives do not overlap.
 
-Running: inputs are copied to the device, every launch is enqueued on device buffers (the
-intermediates in liveness-shared slots, ``memory.py``), and the outputs are copied back. Runs
-may come from several threads at once: each takes its own set of slots from a pool (more
-concurrent runs, more sets), and the executables are thread-safe (``docs/calling.md``).
+Running: a run takes a set of device buffers (the intermediates in liveness-shared slots,
+``memory.py``, and the inputs and outputs) with every launch bound to them once
+(``Runtime.bound``: a kernel's arguments are set when the set is made, not every run), copies
+the inputs in, calls the bound launches, and reads the outputs back with one wait for the
+device. Programs that run one launch at a time share their stages' intermediates. Runs may
+come from several threads at once: each takes its own set from a pool (more concurrent runs,
+more sets), and the executables are thread-safe (``docs/calling.md``).
 """
 from __future__ import annotations
 
@@ -45,6 +48,15 @@ from .model import Graph
 from .plan import BufferSpec, KernelSpec, Launch, Plan
 from .blocks import Block, block_graph, check_plan, concat_in_place_shape
 from .ios import Schedule, check_schedule
+
+
+@dataclass
+class _Arena:
+    """One run's buffers by buffer id (slots, inputs, outputs, the resident constants) and
+    the plan's launches bound to them, to call in order."""
+
+    handles: list[Any]
+    calls: list[Callable[[], None]]
 
 
 @dataclass
@@ -395,10 +407,6 @@ def _stages(plan: Plan, executables: Sequence[Executable], runtime: Runtime | No
         for st in plan.schedule.stages]
 
 
-def _enqueuer(exe: Executable, launch: Launch, handles: Sequence[Any]) -> Any:
-    return lambda: exe.launch(*(handles[a] for a in launch.args), wait=False)
-
-
 def _runtime(exe: Executable) -> Runtime:
     """The runtime ``exe`` launches on (a program's kernels share their backend's)."""
     kernel = exe.kernels[0] if isinstance(exe, Program) else exe
@@ -426,7 +434,7 @@ class CompiledModel:
                           if b.role == "constant"}
         self._resident = {b.id: self._device(self.constants[b.name]) for b in plan.buffers
                           if b.resident}
-        self._pool: list[dict[int, Any]] = []
+        self._pool: list[_Arena] = []
         self._lock = threading.Lock()
         self._stages = _stages(plan, self.executables, self.runtime)
 
@@ -439,74 +447,106 @@ class CompiledModel:
         shape and dtype; ``ArgumentError`` otherwise)."""
         arrays = bind_inputs(f"model '{self.graph.name}'", self.graph.inputs, (), feeds)
         host = {self.plan.inputs[k]: a for k, a in enumerate(arrays)}
-        if self.plan.launches:
-            arena = self._take()
-            try:
-                handles = self._handles(arena, host)
-                self.enqueue(handles)
-                return self._outputs(handles, host)
-            finally:
-                with self._lock:
-                    self._pool.append(arena)
-        return self._outputs([], host)
+        if not self.plan.launches:
+            return self._outputs(None, host)
+        arena = self._take()
+        try:
+            pending = self._write(arena, host)
+            for call in arena.calls:
+                call()
+            return self._outputs(arena, host, pending)
+        finally:
+            with self._lock:
+                self._pool.append(arena)
 
     def bind(self, feeds: Mapping[str, np.ndarray]) -> list[Any]:
         """Device buffers for one run on ``feeds``, by buffer id, held apart from the runs'
         pool (the scheduler times launches on them)."""
         arrays = bind_inputs(f"model '{self.graph.name}'", self.graph.inputs, (), feeds)
-        host = {self.plan.inputs[k]: a for k, a in enumerate(arrays)}
-        return self._handles(self._take(), host)
+        arena = self._arena()
+        pending = self._write(arena, {self.plan.inputs[k]: a for k, a in enumerate(arrays)})
+        assert self.runtime is not None
+        self.runtime.sync()
+        del pending
+        return arena.handles
 
-    def enqueue(self, handles: Sequence[Any]) -> None:
-        """Enqueue every launch on the buffers ``handles`` (by buffer id), stage by stage."""
-        launches = self.plan.launches
-        for groups, together in self._stages:
-            if together:
-                assert self.runtime is not None
-                self.runtime.concurrently(  # type: ignore[attr-defined]
-                    [[_enqueuer(self.executables[launches[b].kernel], launches[b], handles)
-                      for b in g] for g in groups])
-                continue
-            for b in (b for g in groups for b in g):
-                launch = launches[b]
-                self.executables[launch.kernel].launch(*(handles[a] for a in launch.args),
-                                                       wait=False)
-
-    def _take(self) -> dict[int, Any]:
-        """A set of slot and output buffers no other run is using."""
+    def _take(self) -> _Arena:
+        """A set of buffers, with the launches bound to them, that no other run is using."""
         with self._lock:
             if self._pool:
                 return self._pool.pop()
-        assert self.runtime is not None
-        arena = {-1 - s.id: self.runtime.device_empty(Buffer(f"slot{s.id}", (s.numel,),
-                                                             DType(s.dtype)))
-                 for s in self.plan.slots}
-        arena.update((b.id, self.runtime.device_empty(Buffer(b.name, b.shape, DType(b.dtype))))
-                     for b in self.plan.role("output"))
-        return arena
+        return self._arena()
 
-    def _handles(self, arena: dict[int, Any], host: dict[int, np.ndarray]) -> list[Any]:
-        assert self.runtime is not None
-        handles: list[Any] = [None] * len(self.plan.buffers)
-        for b in self.plan.buffers:
+    def _arena(self) -> _Arena:
+        """New slot, input and output buffers (constants: the resident ones), and every launch
+        of the plan bound to them, stage by stage (``Runtime.bound``)."""
+        rt = self.runtime
+        assert rt is not None
+        plan = self.plan
+        slots = [rt.device_empty(Buffer(f"slot{s.id}", (s.numel,), DType(s.dtype)))
+                 for s in plan.slots]
+        handles: list[Any] = [None] * len(plan.buffers)
+        for b in plan.buffers:
             if b.role == "intermediate" and b.view_of is None:
-                handles[b.id] = arena[-1 - b.slot]  # type: ignore[operator]
-            elif b.role == "output":
-                handles[b.id] = arena[b.id]
-            elif b.role == "input":
-                handles[b.id] = self.runtime.device_array(host[b.id])
+                assert b.slot is not None
+                handles[b.id] = slots[b.slot]
+            elif b.role in ("input", "output"):
+                handles[b.id] = rt.device_empty(Buffer(b.name, b.shape, DType(b.dtype)))
             elif b.resident:
                 handles[b.id] = self._resident[b.id]
-        for b in self.plan.buffers:  # a view's root is a slot's tenant, never a view
+        for b in plan.buffers:  # a view's root is a slot's tenant, never a view
             if b.view_of is not None:
-                handles[b.id] = self.runtime.view(handles[b.view_of], b.offset,
-                                                  Buffer(b.name, b.shape, DType(b.dtype)))
-        return handles
+                handles[b.id] = rt.view(handles[b.view_of], b.offset,
+                                        Buffer(b.name, b.shape, DType(b.dtype)))
+        shared = {key: rt.device_empty(Buffer(f"stage{key[0]}", (numel,), DType(key[1])))
+                  for key, numel in self._stage_buffers().items()}
 
-    def _outputs(self, handles: list[Any], host: dict[int, np.ndarray]) -> dict[str, np.ndarray]:
+        def bound(k: int, together: bool) -> Callable[[], None]:
+            launch = plan.launches[k]
+            exe = self.executables[launch.kernel]
+            args = (handles[a] for a in launch.args)
+            if isinstance(exe, Program) and not together:
+                return exe.bound_launch(*args, intermediate=lambda j, buf: rt.view(
+                    shared[(j, str(buf.dtype))], 0, buf))
+            return exe.bound_launch(*args)
+
+        def concurrently(groups: list[list[Callable[[], None]]]) -> Callable[[], None]:
+            return lambda: rt.concurrently(groups)  # type: ignore[attr-defined]
+
+        calls: list[Callable[[], None]] = []
+        for groups, together in self._stages:
+            if together:
+                calls.append(concurrently([[bound(k, True) for k in g] for g in groups]))
+            else:
+                calls.extend(bound(k, False) for g in groups for k in g)
+        return _Arena(handles, calls)
+
+    def _stage_buffers(self) -> dict[tuple[int, str], int]:
+        """Elements of the buffer that holds the ``j``-th intermediate of every program run
+        one launch at a time, by (``j``, dtype): the largest such. The queue is in order, so
+        one program's intermediates are dead before the next program's stages begin."""
+        sizes: dict[tuple[int, str], int] = {}
+        for groups, together in self._stages:
+            for k in (k for g in groups for k in g):
+                exe = self.executables[self.plan.launches[k].kernel]
+                if isinstance(exe, Program) and not together:
+                    for j, buf in enumerate(exe.intermediates):
+                        key = (j, str(buf.dtype))
+                        sizes[key] = max(sizes.get(key, 0), buf.numel)
+        return sizes
+
+    def _write(self, arena: _Arena, host: dict[int, np.ndarray]) -> list[Any]:
+        """Copy the inputs into the arena's input buffers, in order with its launches; what
+        the copies return, to hold until the device is synced (``Runtime.write``)."""
+        assert self.runtime is not None
+        return [self.runtime.write(arena.handles[k], array) for k, array in host.items()]
+
+    def _outputs(self, arena: _Arena | None, host: dict[int, np.ndarray],
+                 pending: list[Any] | None = None) -> dict[str, np.ndarray]:
+        """The outputs, read back after the launches with one wait for the device; ``pending``
+        what the input copies returned, held until then."""
+        pending = list(pending or ())
         out: dict[str, np.ndarray] = {}
-        if self.runtime is not None:
-            self.runtime.sync()
         for name, k in self.plan.outputs:
             b = self.plan.buffers[k]
             if b.role == "input":
@@ -514,10 +554,11 @@ class CompiledModel:
             elif b.role == "constant":
                 out[name] = self.constants[b.name].reshape(b.shape).copy()
             else:
-                array = np.empty(b.shape, np.dtype(b.dtype))
-                assert self.runtime is not None
-                self.runtime.to_host(handles[k], array)
-                out[name] = array
+                assert self.runtime is not None and arena is not None
+                out[name] = np.empty(b.shape, np.dtype(b.dtype))
+                pending.append(self.runtime.read(arena.handles[k], out[name]))
+        if self.runtime is not None:
+            self.runtime.sync()
         return out
 
     def sources(self) -> list[str]:

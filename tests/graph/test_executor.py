@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import require
-from onnx import helper
+from onnx import helper, numpy_helper
 from onnx_graphs import CASES, io, model, onnxruntime_run, randn
 
 import kernelgen as kg
@@ -44,8 +44,70 @@ def test_session_agrees_with_onnxruntime(sessions: dict[str, Any], case: str) ->
             np.testing.assert_allclose(array, ref, rtol=1e-4, atol=1e-5, err_msg=name)
 
 
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_each_run_reads_its_own_inputs(sessions: dict[str, Any], case: str) -> None:
+    """A run copies its inputs into buffers its launches were bound to once: runs on other
+    values, and back on the first, each give onnxruntime's outputs for their own inputs."""
+    session, feeds, m = sessions[case]
+    other = {name: (randn(*a.shape) if a.dtype == np.float32 else a)
+             for name, a in feeds.items()}
+    for values in (feeds, other, feeds):
+        want = onnxruntime_run(m, values)
+        for array, (name, ref) in zip(session.run(None, values), want.items()):
+            np.testing.assert_allclose(array, ref, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def _winograd_chain() -> Any:
+    """Three 3x3 convolutions of 5 -> 7 -> 3 -> 6 channels over 9x11, then a Relu: each
+    a Winograd program whose stages hand buffers of other sizes to each other."""
+    channels = (5, 7, 3, 6)
+    nodes, inits, prev = [], [], "x"
+    for k, (cin, cout) in enumerate(zip(channels, channels[1:])):
+        nodes.append(helper.make_node("Conv", [prev, f"w{k}"], [f"c{k}"], pads=[1, 1, 1, 1],
+                                      kernel_shape=[3, 3]))
+        inits.append(numpy_helper.from_array(randn(cout, cin, 3, 3, scale=0.3), f"w{k}"))
+        prev = f"c{k}"
+    nodes.append(helper.make_node("Relu", [prev], ["y"]))
+    return model(nodes, [io("x", (1, 5, 9, 11))], [io("y", (1, 6, 9, 11))], inits)
+
+
+def test_programs_share_their_stages_buffers(device: str,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Programs that run one after another share their stages' intermediates: a set of
+    buffers holds the largest of each stage's, not every program's, and every run on new
+    inputs matches onnxruntime."""
+    m = _winograd_chain()
+    session = kg.compile_model(m, backend=device, fusion="none", algorithm="winograd")
+    programs = [e for e in session.model.executables if isinstance(e, kg.Program)]
+    assert len(programs) == 3
+    for _ in range(2):
+        feeds = {"x": randn(1, 5, 9, 11)}
+        np.testing.assert_allclose(session.run(None, feeds)[0], onnxruntime_run(m, feeds)["y"],
+                                   rtol=1e-4, atol=1e-4)
+    sizes: dict[tuple[int, str], int] = {}
+    for p in programs:
+        for j, b in enumerate(p.intermediates):
+            sizes[(j, str(b.dtype))] = max(sizes.get((j, str(b.dtype)), 0), b.numel)
+    allocated: list[int] = []
+    runtime = type(session.model.runtime)  # every kernel's, the programs' stages' too
+    empty = runtime.device_empty
+
+    def recording(self: Any, buffer: Any) -> Any:
+        allocated.append(buffer.numel)
+        return empty(self, buffer)
+
+    monkeypatch.setattr(runtime, "device_empty", recording)
+    session.model.bind({"x": randn(1, 5, 9, 11)})  # a new set of buffers
+    plan = session.plan
+    expected = [s.numel for s in plan.slots] + [int(np.prod(b.shape)) for b in plan.buffers
+                                                 if b.role in ("input", "output")]
+    assert sorted(allocated) == sorted(expected + list(sizes.values()))
+    assert sum(sizes.values()) < sum(b.numel for p in programs for b in p.intermediates)
+
+
 class _Counting:
-    """A runtime that counts host-to-device copies."""
+    """A runtime that counts host-to-device copies: new device arrays and copies into
+    buffers."""
 
     def __init__(self, inner: Any) -> None:
         self.inner, self.uploads = inner, 0
@@ -53,6 +115,10 @@ class _Counting:
     def device_array(self, array: np.ndarray) -> Any:
         self.uploads += 1
         return self.inner.device_array(array)
+
+    def write(self, handle: Any, array: np.ndarray) -> None:
+        self.uploads += 1
+        self.inner.write(handle, array)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)

@@ -196,6 +196,18 @@ class NeonRuntime:
     def launch(self, handles: Sequence[Any]) -> None:
         call(self._compiled(), handles)
 
+    def bound(self, handles: Sequence[Any]) -> Callable[[], None]:
+        """The call on ``handles`` with their pointers taken once (each keeps its array)."""
+        fn = self._compiled()
+        pointers = [a.ctypes.data_as(ctypes.c_void_p) for a in handles]
+        return lambda: fn(*pointers)
+
+    def write(self, handle: np.ndarray, array: np.ndarray) -> None:
+        np.copyto(handle, array)
+
+    def read(self, handle: np.ndarray, out: np.ndarray) -> None:
+        out[...] = handle
+
     # a kernel allocates its scratch per call: any may run in a concurrent group
     concurrent_safe = True
 

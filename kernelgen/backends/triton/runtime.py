@@ -12,7 +12,7 @@ import os
 import sys
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -137,6 +137,17 @@ class TritonRuntime:
             # expect the same rounded value wherever they recompute it (a row's max pass and
             # store pass); fused, log_softmax(s * x) at a 2e30 max gave -7e22, not 0 (H200)
             kernel[self.grid](*handles, *scratch, **self.constexprs, enable_fp_fusion=False)
+
+    def bound(self, handles: Sequence[Any]) -> Callable[[], None]:
+        handles = list(handles)
+        return lambda: self.launch(handles)
+
+    def write(self, handle: Any, array: np.ndarray) -> None:
+        torch = _torch()
+        handle.copy_(torch.from_numpy(np.ascontiguousarray(array)))
+
+    def read(self, handle: Any, out: np.ndarray) -> None:
+        self.to_host(handle, out)
 
     def sync(self) -> None:
         torch = _torch()
