@@ -247,7 +247,8 @@ class MeasuredCost:
 
     @staticmethod
     def _call(exe: Executable, handles: list[Any]) -> Callable[[], None]:
-        return lambda: exe.launch(*handles, wait=False)
+        """``exe`` on ``handles`` bound once, as the executor runs it (``bound_launch``)."""
+        return exe.bound_launch(*handles)
 
     def _run(self, calls: list[list[Callable[[], None]]]) -> None:
         if len(calls) > 1:
