@@ -19,7 +19,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import time
 from pathlib import Path
 from types import ModuleType
 
@@ -72,6 +71,8 @@ def main() -> int:
                          "and after the rounds, as the other benchmarks do")
     ap.add_argument("--json", help="write the medians here")
     args = ap.parse_args()
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", args.commit],
+                            check=True, capture_output=True, text=True).stdout.strip()
     rows = []
     with tempfile.TemporaryDirectory(prefix="kernelgen-at-") as tmp:
         before = package_at(args.commit, Path(tmp))
@@ -90,7 +91,7 @@ def main() -> int:
                                  for label, s in sessions.items()}, 3, args.rounds)
             ort_times += _timed(ort_run, args.rounds) if ort_run else []
             old, new = (float(np.median(times[label])) for label in sessions)
-            row = {"model": name, "commit": args.commit, "commit_ms": old,
+            row = {"model": name, "commit": commit, "commit_ms": old,
                    "working_tree_ms": new, "gain": old / new, "rounds": args.rounds}
             line = (f"{name}: {args.commit} {old:.3f} ms, working tree {new:.3f} ms: "
                     f"{old / new:.2f}x")
@@ -117,14 +118,7 @@ def _onnxruntime(proto: onnx.ModelProto, feeds: dict[str, np.ndarray]):
 
 def _timed(f, repeat: int) -> list[float]:
     """``repeat`` back-to-back runs of ``f`` after three warm-ups, in milliseconds."""
-    for _ in range(3):
-        f()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        f()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return times
+    return round_robin({"f": f}, 3, repeat)["f"]
 
 
 if __name__ == "__main__":
