@@ -483,8 +483,8 @@ class CompiledModel:
         rt = self.runtime
         assert rt is not None
         plan = self.plan
-        slots = [rt.device_empty(Buffer(f"slot{s.id}", (s.numel,), DType(s.dtype)))
-                 for s in plan.slots]
+        slots = {s.id: rt.device_empty(Buffer(f"slot{s.id}", (s.numel,), DType(s.dtype)))
+                 for s in plan.slots}
         handles: list[Any] = [None] * len(plan.buffers)
         for b in plan.buffers:
             if b.role == "intermediate" and b.view_of is None:
