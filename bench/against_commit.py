@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from models.model_zoo import light, mobilenet_v2  # noqa: E402
 
 import kernelgen as kg  # noqa: E402
+from kernelgen.cli.model import _ort_session  # noqa: E402
 from kernelgen.measure import round_robin  # noqa: E402
 
 
@@ -107,12 +108,7 @@ def main() -> int:
 
 
 def _onnxruntime(proto: onnx.ModelProto, feeds: dict[str, np.ndarray]):
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = 2, 1
-    session = ort.InferenceSession(proto.SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
+    session = _ort_session(proto, optimise=True, threads=2)
     return lambda: session.run(None, feeds)
 
 

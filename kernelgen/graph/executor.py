@@ -445,8 +445,7 @@ class CompiledModel:
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The graph's outputs by name, for ``feeds`` (input name -> array, each of the input's
         shape and dtype; ``ArgumentError`` otherwise)."""
-        arrays = bind_inputs(f"model '{self.graph.name}'", self.graph.inputs, (), feeds)
-        host = {self.plan.inputs[k]: a for k, a in enumerate(arrays)}
+        host = self._host(feeds)
         if not self.plan.launches:
             return self._outputs(None, host)
         arena = self._take()
@@ -462,13 +461,18 @@ class CompiledModel:
     def bind(self, feeds: Mapping[str, np.ndarray]) -> list[Any]:
         """Device buffers for one run on ``feeds``, by buffer id, held apart from the runs'
         pool (the scheduler times launches on them)."""
-        arrays = bind_inputs(f"model '{self.graph.name}'", self.graph.inputs, (), feeds)
+        host = self._host(feeds)
         arena = self._arena()
-        pending = self._write(arena, {self.plan.inputs[k]: a for k, a in enumerate(arrays)})
+        pending = self._write(arena, host)
         assert self.runtime is not None
         self.runtime.sync()
         del pending
         return arena.handles
+
+    def _host(self, feeds: Mapping[str, np.ndarray]) -> dict[int, np.ndarray]:
+        """``feeds`` checked against the graph's inputs, by the inputs' buffer ids."""
+        arrays = bind_inputs(f"model '{self.graph.name}'", self.graph.inputs, (), feeds)
+        return {self.plan.inputs[k]: a for k, a in enumerate(arrays)}
 
     def _take(self) -> _Arena:
         """A set of buffers, with the launches bound to them, that no other run is using."""

@@ -343,17 +343,13 @@ class OpenCLRuntime:
 
     def launch(self, handles: Sequence[Any]) -> None:
         cl = _import_cl()
-        queue = _current_queue.get()
-        if queue is not None and self.geometry.scratch:
-            raise KernelgenError(f"OpenCL kernel '{self.name}' packs into a shared scratch "
-                                 f"buffer: it cannot run in a concurrent group")
-        queue = queue or device().queue
+        if self.geometry.scratch:
+            self._refuse_concurrent()
+        queue = _current_queue.get() or device().queue
         with self._lock:
             kernel = self._compiled()
-            # constant panels (``Launch.pack_once``) are packed again only from other buffers:
-            # a constant's buffer is never written, so the same buffer holds the same value
             keys = tuple(handles[i] for i in self.geometry.pack_once)
-            if self._pack is not None and not (keys and _same(keys, self._packed_from)):
+            if self._repack(keys):
                 pack = self.geometry.pack
                 self._pack.set_args(*handles[:self.n_inputs], self._scratch)
                 cl.enqueue_nd_range_kernel(queue, self._pack, pack.global_size, pack.local_size)
@@ -390,16 +386,28 @@ class OpenCLRuntime:
         keys = tuple(handles[i] for i in geometry.pack_once)
 
         def packed(held: tuple[Any, ...] = args) -> None:
-            if _current_queue.get() is not None:
-                raise KernelgenError(f"OpenCL kernel '{self.name}' packs into a shared scratch "
-                                     f"buffer: it cannot run in a concurrent group")
+            self._refuse_concurrent()
             with self._lock:  # the packing launch and the kernel share the scratch panels
-                if pack is not None and not (keys and _same(keys, self._packed_from)):
+                if pack is not None and self._repack(keys):
                     cl.enqueue_nd_range_kernel(main, pack, geometry.pack.global_size,
                                                geometry.pack.local_size)
                     self._packed_from = keys
                 cl.enqueue_nd_range_kernel(main, kernel, global_size, local_size)
         return packed
+
+    def _refuse_concurrent(self) -> None:
+        """A kernel that packs into the scratch buffer every launch of it shares relies on
+        the device's one in-order queue: an error in a concurrent group."""
+        if _current_queue.get() is not None:
+            raise KernelgenError(f"OpenCL kernel '{self.name}' packs into a shared scratch "
+                                 f"buffer: it cannot run in a concurrent group")
+
+    def _repack(self, keys: tuple[Any, ...]) -> bool:
+        """Whether the packing launch runs before the kernel, whose constant operands
+        (``Launch.pack_once``) are in ``keys``: constant panels are packed again only from
+        other buffers, since a constant's buffer is never written, so the same buffer holds
+        the same value. Call with the lock."""
+        return self._pack is not None and not (keys and _same(keys, self._packed_from))
 
     def write(self, handle: Any, array: np.ndarray) -> Any:
         """The copy's event: PyOpenCL waits for a copy from or to host memory when its event
