@@ -12,6 +12,7 @@ import math
 import numpy as np
 import pytest
 from conftest import assert_close, require, require_vectors_of
+from reference import evaluate_chain
 
 import kernelgen as kg
 from kernelgen import backends
@@ -188,9 +189,10 @@ def test_a_tiles_epilogue_interleaves_its_column_vectors(device: str, m: int, k:
                                                           n: int) -> None:
     """MatMul + bias + GELU (erf) generated for a declared CPU: a whole tile's column vectors
     compute their epilogue statement by statement in turn, so their erf chains overlap (the
-    bias loads on consecutive lines, the stores last, one after another). Run on the test
-    device against ``math.erf``, with a shifted last column tile printed lane by lane and a
-    partial last row tile."""
+    bias loads on consecutive lines, the stores last, one after another); the last column tile,
+    shifted back, computes it in vectors too and stores the lanes from ``kg_own`` on, none lane
+    by lane in a loop. Run on the test device against ``math.erf``, with a partial last row
+    tile."""
     require("opencl")
     if not backends.get("opencl").caps.vector_widths:
         pytest.skip("the OpenCL device builds no float vectors (scalar template)")
@@ -209,12 +211,64 @@ def test_a_tiles_epilogue_interleaves_its_column_vectors(device: str, m: int, k:
     assert tunables["schedule"] == "tiled" and vectors >= 2
     lines = kernel.source.splitlines()
     start = next(i for i, line in enumerate(lines) if "a whole tile" in line)
-    end = next(i for i in range(start, len(lines)) if "the shifted last tile" in lines[i])
+    end = next(i for i in range(start, len(lines)) if "the last tile, shifted" in lines[i])
     loads = [i for i in range(start, end) if "vload" in lines[i] and "bias" in lines[i]]
     stores = [i for i in range(start, end) if "vstore" in lines[i]]
     assert loads == list(range(loads[0], loads[0] + vectors))
     assert stores == list(range(end - vectors, end))
+    shifted = lines[end:next(i for i in range(end, len(lines)) if lines[i].strip() == "}")]
+    assert not any("for (" in line or "kg_sums" in line for line in shifted)
+    assert any("vstore" in line or "] = " in line for line in shifted)
     require_vectors_of(kernel.source)
     hd = a.astype(np.float64) @ w + bias
     want = 0.5 * hd * (1 + np.vectorize(math.erf)(hd / math.sqrt(2)))
     assert_close(kernel(a, w, bias), want, np.float32, scale=k)
+
+
+@pytest.mark.parametrize("n", [63, 47, 57, 50, 33])
+def test_shifted_last_column_tile_stores_its_lanes_as_vectors(n: int) -> None:
+    """The last column tile of a run that is no multiple of the tile shifts back over its
+    neighbour: its epilogue (bias + sigmoid) is computed in vectors and each vector stores the
+    lanes from the tile's first own column on, in pieces of 8, 4, 2 and 1 lanes (shifts of 1,
+    17, 7, 14 and 31 lanes on 32-column tiles of 16-lane vectors), never lane by lane in a
+    loop.
+    Against NumPy, every column checked."""
+    require("opencl")
+    if not backends.get("opencl").caps.vector_widths:
+        pytest.skip("the OpenCL device builds no float vectors (scalar template)")
+    m, k = 11, 13
+    a, w, bias = _f32(m, k), _f32(k, n), _f32(n)
+    mm = kg.matmul(kg.tensor("a", (m, k)), kg.tensor("w", (k, n)))
+    added = kg.add(mm, kg.tensor("bias", (n,)))
+    kernel = kg.fuse(mm, added, kg.sigmoid(added)).emit_kernel("opencl", tuning="none",
+                                                                 tile=(4, 32))
+    tile_n, width = kernel.metadata["tunables"]["tile"][1], kernel.metadata["tunables"][
+        "vector_width"]
+    shift = -(-n // tile_n) * tile_n - n
+    src = kernel.source
+    assert "kg_sums" not in src
+    if shift:  # the shifted tile's first stored lane: a piece of the vector it falls in
+        assert f"the last tile, shifted {shift} back" in src
+        lane = shift % width
+        if lane:
+            assert f".s{lane:x}" in src
+    hd = a.astype(np.float64) @ w + bias
+    assert_close(kernel(a, w, bias), 1 / (1 + np.exp(-hd)), np.float32, scale=k)
+
+
+@pytest.mark.parametrize("side,channels", [(112, 3), (223, 3), (55, 16)])
+def test_conv_with_a_shifted_last_column_tile(side: int, channels: int) -> None:
+    """A stride-2 stem conv (3 channels, 3x3, pads 1) and a stride-1 3x3 conv with bias and
+    ReLU6, whose output rows (56, 112, 55 columns) end in a shifted column tile, against
+    ONNX's reference evaluator."""
+    require("opencl")
+    stride = 2 if channels == 3 else 1
+    x = kg.tensor("x", (1, channels, side, side))
+    weights, bias = _f32(24, channels, 3, 3), _f32(1, 24, 1, 1)
+    conv = kg.conv(x, kg.constant("w", weights), strides=[stride] * 2, pads=[1] * 4)
+    ops = [conv, kg.add(conv, kg.constant("b", bias))]
+    ops.append(kg.clip(ops[-1], 0.0, 6.0))
+    kernel = kg.fuse(*ops).emit_kernel("opencl", tuning="none")
+    xv = _f32(1, channels, side, side)
+    want = evaluate_chain(ops, {"x": xv, "w": weights, "b": bias})[ops[-1].name]
+    assert_close(kernel(xv), want, np.float32, scale=9 * channels)

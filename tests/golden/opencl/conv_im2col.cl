@@ -80,17 +80,11 @@ __kernel void fused_conv_relu(__global const float* restrict x,
                 const int kg_col0 = kg_c0;
                 const float8 v10 = (((kg_acc[kg_i][0] > ((float8)(0.0f))) | (kg_acc[kg_i][0] != kg_acc[kg_i][0])) ? kg_acc[kg_i][0] : ((float8)(0.0f)));
                 vstore8(v10, 0, y + 11 * o1 + 99 * o0 + kg_col0);
-            } else {  // the shifted last tile: only the columns from kg_own on
-                float kg_sums[8];
-                _Pragma("unroll") for (int kg_v = 0; kg_v < 1; ++kg_v)
-                    vstore8(kg_acc[kg_i][kg_v], kg_v, kg_sums);
-                _Pragma("unroll") for (int kg_j = 0; kg_j < 8; ++kg_j) {
-                    const int kg_col = kg_c0 + kg_j;
-                    if (kg_col < kg_own) continue;
-                    const int o2 = kg_col;
-                    const float t12 = (((kg_sums[kg_j] > 0.0f) | (kg_sums[kg_j] != kg_sums[kg_j])) ? kg_sums[kg_j] : 0.0f);
-                    y[11 * o1 + 99 * o0 + o2] = t12;
-                }
+            } else {  // the last tile, shifted 5 back: its columns from kg_own on
+                const int kg_col0 = kg_c0;
+                const float8 v11 = (((kg_acc[kg_i][0] > ((float8)(0.0f))) | (kg_acc[kg_i][0] != kg_acc[kg_i][0])) ? kg_acc[kg_i][0] : ((float8)(0.0f)));
+                vstore2(v11.s56, 0, y + 11 * o1 + 99 * o0 + kg_col0 + 5);
+                y[11 * o1 + 99 * o0 + kg_col0 + 7] = v11.s7;
             }
         }
     }

@@ -39,7 +39,8 @@ __kernel void fused_gemm_relu_pack(__global const float* restrict a,
 // loop over them is unrolled. A partial last tile shifts up (left) to stay whole and stores
 // only its own rows (columns): rows clamped one by one instead ran a 2048^3 GEMM 1.7x slower
 // on PoCL (194 against 328 GFLOP/s, side by side). Prologues are inlined into the loads, the
-// epilogue into the stores (vector stores where the output is contiguous along the run).
+// epilogue into the stores (vector stores where the output is contiguous along the run; the
+// shifted last column tile stores each vector's lanes from its first own column on).
 // Each step of the reduction loads 1 position(s) of the right operand (an AGO
 // producer's channels, computed together so their sums share every input load) and applies
 // them one after another. With a packing kernel before it, the right operand comes from its
@@ -87,19 +88,12 @@ __kernel void fused_gemm_relu(__global const float* restrict a,
             const float8 v7 = kg_acc[kg_i][0] + v6;
             const float8 v8 = (((v7 > ((float8)(0.0f))) | (v7 != v7)) ? v7 : ((float8)(0.0f)));
             vstore8(v8, 0, y + 9 * o0 + kg_col0);
-        } else {  // the shifted last tile: only the columns from kg_own on
-            float kg_sums[8];
-            _Pragma("unroll") for (int kg_v = 0; kg_v < 1; ++kg_v)
-                vstore8(kg_acc[kg_i][kg_v], kg_v, kg_sums);
-            _Pragma("unroll") for (int kg_j = 0; kg_j < 8; ++kg_j) {
-                const int kg_col = kg_c0 + kg_j;
-                if (kg_col < kg_own) continue;
-                const int o1 = kg_col;
-                const float t10 = c[o1];
-                const float t11 = kg_sums[kg_j] + t10;
-                const float t12 = (((t11 > 0.0f) | (t11 != t11)) ? t11 : 0.0f);
-                y[9 * o0 + o1] = t12;
-            }
+        } else {  // the last tile, shifted 7 back: its columns from kg_own on
+            const int kg_col0 = kg_c0;
+            const float8 v9 = vload8(0, c + kg_col0);
+            const float8 v10 = kg_acc[kg_i][0] + v9;
+            const float8 v11 = (((v10 > ((float8)(0.0f))) | (v10 != v10)) ? v10 : ((float8)(0.0f)));
+            y[9 * o0 + kg_col0 + 7] = v11.s7;
         }
     }
 }
