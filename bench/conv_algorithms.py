@@ -7,7 +7,9 @@ fastest. Each output is checked against onnxruntime's first. Default tiles (no t
 model compile uses them.
 
     python bench/conv_algorithms.py [--backends opencl,neon] [--repeat 10] \\
-        [--json bench/results/conv_algorithms.json]
+        [--shapes "48,192,3,13,1;16,64,3,55,1"] [--json bench/results/conv_algorithms.json]
+
+``--shapes``: only these (input channels, output channels, kernel side, map side, stride).
 """
 from __future__ import annotations
 
@@ -73,13 +75,17 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--backends", default="opencl,neon")
     ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--shapes", default="", help="semicolon-separated c,m,k,side,stride "
+                    "(default: every shape of SHAPES)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
+    shapes = [tuple(int(v) for v in s.split(",")) for s in args.shapes.split(";") if s] or \
+        list(SHAPES)
     rng = np.random.default_rng(0)
     rows = []
     print(f"{'backend':7s} {'conv':24s} {'ORT':>7s} {'heuristic':>24s} {'fastest':>24s}")
     for backend in args.backends.split(","):
-        for shape in SHAPES:
+        for shape in shapes:
             r = row(backend, *shape, args.repeat, rng)
             rows.append(r)
             print(f"{backend:7s} {r['conv']:24s} {r['onnxruntime_ms']:7.3f} "

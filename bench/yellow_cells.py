@@ -36,7 +36,7 @@ from kernelgen.measure_fusion import measure_fusion
 from kernelgen.tune import MeasureFusion
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from models.model_zoo import bert_layer, mobilenet_v2  # noqa: E402
+from models.model_zoo import bert_layer, light, mobilenet_v2  # noqa: E402
 
 
 def scores(heads: int, seq: int, depth: int) -> tuple[str, list[kg.Op]]:
@@ -129,7 +129,9 @@ def run(backend: str, only: list[str], rounds: int, repeat: int) -> list[dict[st
 # the models of docs/benchmarks.md "Whole models", with their fixed input shapes
 MODELS = {"bert_layer": (lambda: bert_layer(batch=1, seq=128, hidden=256, heads=4),
                          {"x": (1, 128, 256), "mask": (1, 128)}),
-          "mobilenet_v2": (lambda: mobilenet_v2(size=112), {})}
+          "mobilenet_v2": (lambda: mobilenet_v2(size=112), {}),
+          "shufflenet": (lambda: light("shufflenet"), {}),
+          "squeezenet": (lambda: light("squeezenet"), {})}
 
 
 def run_models(backend: str, names: list[str], repeat: int) -> list[dict[str, object]]:
