@@ -458,8 +458,8 @@ class OpenCLPrinter(ContractionEmitter):
         vectors too, and each vector stores the lanes from ``kg_own`` on
         (``_tile_vector_stores``). With MobileNetV2's stem (3 channels, 27 reduction points, 56
         columns as a tile of 32 and one shifted 8 back) the shifted tiles' epilogue lane by
-        lane, 15 operations and a ``rsqrt`` a lane, had cost more than their sums: the kernel
-        took 0.138 ms in the model, 0.065 with vectors."""
+        lane, 15 operations and a ``rsqrt`` a lane, had cost more than their sums; in vectors
+        whole models ran 1.05-1.11x faster (bench/results/shifted-tiles-2026-12-01.json)."""
         k, c, plan = self.kernel, tile.contraction, tile.columns
         assert plan is not None
         tn = plan.tile_n
