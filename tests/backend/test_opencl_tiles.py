@@ -230,9 +230,8 @@ def test_shifted_last_column_tile_stores_its_lanes_as_vectors(n: int) -> None:
     """The last column tile of a run that is no multiple of the tile shifts back over its
     neighbour: its epilogue (bias + sigmoid) is computed in vectors and each vector stores the
     lanes from the tile's first own column on, in pieces of 8, 4, 2 and 1 lanes (shifts of 1,
-    17, 7, 14 and 31 lanes on 32-column tiles of 16-lane vectors), never lane by lane in a
-    loop.
-    Against NumPy, every column checked."""
+    17, 7, 14 and 31 lanes on 32-column tiles; with AVX-512's 16-lane vectors the first two
+    need all four pieces), never lane by lane in a loop. Against NumPy, every column checked."""
     require("opencl")
     if not backends.get("opencl").caps.vector_widths:
         pytest.skip("the OpenCL device builds no float vectors (scalar template)")
