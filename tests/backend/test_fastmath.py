@@ -375,8 +375,11 @@ def test_vector_epilogues_name_their_calls() -> None:
     tunables = kernel.metadata["tunables"]
     assert kernel.metadata["schedule"] == "tiled"
     if caps.vector_widths:  # one erf a column vector of the tile, on the biased sums
-        vectors = tunables["tile"][1] // tunables["vector_width"]
-        assert kernel.source.count("  // erf(v") == vectors
+        tile_n, width = tunables["tile"][1], tunables["vector_width"]
+        # and one a vector the last tile, shifted back over its neighbour, stores lanes of
+        shift = -(-48 // tile_n) * tile_n - 48
+        shifted = sum((j + 1) * width > shift for j in range(tile_n // width)) if shift else 0
+        assert kernel.source.count("  // erf(v") == tile_n // width + shifted
     conv = kg.conv(kg.tensor("x", (1, 3, 9, 21)), kg.constant("k", np.ones((3, 1, 3, 3), F32)),
                    group=3, pads=[1, 1, 1, 1])
     residual = kg.add(conv, kg.tensor("r", conv.shape))  # read along the rows and columns

@@ -16,9 +16,8 @@ from .. import templates
 from ..base import Capabilities
 from ..c.contraction import FLAT_K, ContractionEmitter
 from ..c.vector import VectorPrinter
-from ..printer import Scope, interleave, recomputed_inside
-from . import interleaved, transposed, window
-from .columns import vector_epilogue
+from ..printer import Scope, recomputed_inside
+from . import interleaved, tile_stores, transposed, window
 from .language import (BARRIER, BUFFER_TYPES, FLOAT, INT, RESERVED_NAMES, RESERVED_PREFIXES,
                        SCALAR_TYPES, VECTOR, Launch, OpenCLSource, stride2_helpers,
                        vector_syntax)
@@ -317,7 +316,7 @@ class OpenCLPrinter(ContractionEmitter):
         a.add(f"const float kg_a = {a_value};")
         store = Scope([], 2, parent=tile)
         self.decompose("kg_row", [k.domain[i] for i in c.rows], store)
-        self._tile_stores(plan, store)
+        tile_stores.print_stores(self, plan, store)
         sizes = [-(-n_rows // tm), tiles_run * prod(n for _, n in outer),
                  prod(k.domain[i][1] for i in c.batch)]
         holes = dict(index_t=t, tn=str(tn), nv=str(tn // w), width=str(w),
@@ -451,95 +450,6 @@ class OpenCLPrinter(ContractionEmitter):
         return pack_src + "\n" + src, Launch(_covering(sizes, local), local, pack,
                                               sizes[1] * sizes[2] * panel, once)
 
-    def _tile_stores(self, tile: TilePlan, scope: Scope) -> None:
-        """Row ``kg_i``'s epilogue and stores: vectors when every output is contiguous along
-        the run and the epilogue has a vector form, else lane by lane from ``kg_own`` on. Only
-        the last tile of a run that is no multiple of the tile shifts back; its epilogue is
-        vectors too, and each vector stores the lanes from ``kg_own`` on
-        (``_tile_vector_stores``). With MobileNetV2's stem (3 channels, 27 reduction points, 56
-        columns as a tile of 32 and one shifted 8 back) the shifted tiles' epilogue lane by
-        lane, 15 operations and a ``rsqrt`` a lane, had cost more than their sums; in vectors
-        whole models ran 1.05-1.11x faster (bench/results/shifted-tiles-2026-12-01.json)."""
-        k, c, plan = self.kernel, tile.contraction, tile.columns
-        assert plan is not None
-        tn = plan.tile_n
-        run = [k.domain[i] for i in plan.run]
-        n_run = prod(n for _, n in run)
-        vectors = vector_epilogue(k, c, plan)
-        if vectors is None:
-            self._tile_lane_stores(tile, run, scope)
-            return
-        for (_, _, value), st in zip(vectors, k.stores):
-            self.carry_origins(st.value, value)  # the math library's comments
-        shift = -(-n_run // tn) * tn - n_run  # lanes the last tile shares with the one before
-        if not shift:  # every tile is whole
-            self._tile_vector_stores(tile, vectors, 0, scope)
-            return
-        scope.add("if (kg_c0 == kg_own) {  // a whole tile: one vector store a column block")
-        self._tile_vector_stores(tile, vectors, 0, scope.child())
-        scope.add(f"}} else {{  // the last tile, shifted {shift} back: its columns from "
-                  f"kg_own on")
-        self._tile_vector_stores(tile, vectors, shift, scope.child())
-        scope.add("}")
-
-    def _tile_vector_stores(self, tile: TilePlan,
-                            vectors: list[tuple[Buffer, sympy.Expr, Expr]], shift: int,
-                            scope: Scope) -> None:
-        """Each column vector's epilogue printed on its own, then listed statement by statement
-        in turn (``interleave``): GELU after 128x256x1024, 4 x 24 tiles, 0.74 ms against
-        0.83-0.93 with one vector's erf after the other's (ReLU: 0.60). The first ``shift``
-        lanes of the tile are not stored (the tile before stores them)."""
-        t, c, plan = self.index_t, tile.contraction, tile.columns
-        assert plan is not None
-        w, tn = plan.width, plan.tile_n
-        syntax = vector_syntax(w)
-        blocks = []
-        for j in range(tn // w):
-            first = max(shift - j * w, 0)  # the vector's first lane to store
-            if first >= w:
-                continue
-            lane = Scope([], scope.depth, parent=scope)
-            col = f"kg_col{j}"
-            lane.add(f"const {t} {col} = kg_c0{f' + {j * w}' if j else ''};")
-            printer = VectorPrinter(self, plan.flat, col, lane, syntax,
-                                     lanes={c.reduce: f"kg_acc[kg_i][{j}]"})
-            for buf, offset, value in vectors:
-                text = printer.expr(value)
-                ptr = self.arg_names[buf.name]
-                if not first:
-                    off = self.index(offset.xreplace({plan.flat: sympy.Symbol(col)}))
-                    lane.add(syntax.store.format(v=text, ptr=ptr, off=off))
-                    continue
-                part = text
-                if not text.isidentifier():
-                    part = self.fresh("kg_part")
-                    lane.add(f"const {syntax.vtype} {part} = {text};")
-                for at, n in _lane_pieces(first, w):
-                    off = self.index(offset.xreplace({plan.flat: sympy.Symbol(col) + at}))
-                    lanes = part + ".s" + "".join(f"{i:x}" for i in range(at, at + n))
-                    lane.add(f"vstore{n}({lanes}, 0, {ptr} + {off});" if n > 1 else
-                             f"{ptr}[{off}] = {lanes};")
-            blocks.append(lane.lines)
-        scope.lines.extend(interleave(blocks))
-
-    def _tile_lane_stores(self, tile: TilePlan, run: list[Axis], scope: Scope) -> None:
-        """The tile's sums stored lane by lane from ``kg_own`` on, the epilogue a lane at a
-        time: for outputs not contiguous along the run or an epilogue with no vector form."""
-        t, c, plan = self.index_t, tile.contraction, tile.columns
-        assert plan is not None
-        w, tn = plan.width, plan.tile_n
-        scope.add(f"float kg_sums[{tn}];")
-        scope.add(f"_Pragma(\"unroll\") for (int kg_v = 0; kg_v < {tn // w}; ++kg_v)")
-        scope.child().add(f"vstore{w}(kg_acc[kg_i][kg_v], kg_v, kg_sums);")
-        scope.add(f"_Pragma(\"unroll\") for (int kg_j = 0; kg_j < {tn}; ++kg_j) {{")
-        lane = scope.child()
-        lane.add(f"const {t} kg_col = kg_c0 + kg_j;")
-        lane.add("if (kg_col < kg_own) continue;")
-        self.decompose("kg_col", run, lane)
-        lane.names[c.reduce] = "kg_sums[kg_j]"
-        self.stores(lane)
-        scope.add("}")
-
     # --- 'window': sliding-window contraction (templates/window.cl.tmpl) -------------------
 
     def _window(self) -> tuple[str, Launch]:
@@ -600,17 +510,6 @@ def _dedent(lines: list[str]) -> str:
 def _indent(lines: list[str]) -> str:
     """Lines one level deeper (inside the in-tile pack's sweep over row tiles)."""
     return "\n".join("    " + line if line else line for line in lines)
-
-
-def _lane_pieces(first: int, width: int) -> list[tuple[int, int]]:
-    """Lanes ``first`` to ``width - 1`` of a vector as (first lane, lanes) pieces of 8, 4, 2 and
-    1 lanes, widest first: the ``vstoreN`` calls that store them."""
-    pieces, at = [], first
-    for n in (8, 4, 2, 1):
-        if width - at >= n:
-            pieces.append((at, n))
-            at += n
-    return pieces
 
 
 def _pow2_floor(n: int) -> int:
