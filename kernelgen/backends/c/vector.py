@@ -11,7 +11,8 @@ from typing import cast
 import sympy
 
 from ...dtypes import DType
-from ...ir.expr import Call, Const, Expr, IndexCond, Load, Reduce, Select, free_index_symbols, walk
+from ...ir.expr import (Call, Cast, Const, Expr, IndexCond, Load, Reduce, Select,
+                        free_index_symbols, walk)
 from ...ir.loop import LoopKernel
 from ...lower.transpose import stride
 from ..printer import Emitter, Scope
@@ -87,9 +88,21 @@ def vectorizable(root: Expr, sym: sympy.Symbol, syntax: VectorSyntax,
         if isinstance(node, Select):
             return node.dtype in (DType.float32, DType.bool) and all(
                 ok(c) for c in node.children())
-        return False  # casts, index conditions on sym, nested reductions: scalar code
+        if isinstance(node, Cast):  # an integer or boolean input read as floats
+            src = node.value
+            return (node.dtype is DType.float32 and isinstance(src, Load)
+                    and src.dtype.value in syntax.load_convert and src.guard is sympy.true
+                    and not src.data and _contiguous(src, sym))
+        return False  # other casts, index conditions on sym, nested reductions: scalar code
 
     return ok(root)
+
+
+def _contiguous(load: Load, sym: sympy.Symbol) -> bool:
+    """Whether ``load`` reads consecutive elements along ``sym`` (stride 1)."""
+    offset = sympy.expand(load.offset)
+    coeff = offset.coeff(sym)
+    return coeff == 1 and sym not in sympy.expand(offset - coeff * sym).free_symbols
 
 
 def vector_columns_ok(kernel: LoopKernel, v: VectorSyntax | None, guarded: bool) -> bool:
@@ -188,6 +201,10 @@ class VectorPrinter:
             return self._read(node)
         if isinstance(node, Call):
             return self.v.functions[node.fn].format(*(self.expr(a) for a in node.args))
+        if isinstance(node, Cast):
+            src = cast(Load, node.value)
+            return self.v.load_convert[src.dtype.value].format(
+                ptr=self.em.arg_names[src.buffer], off=self.em.index(self._at(src.offset, 0)))
         if isinstance(node, Select):
             c, a, b = (self.expr(x) for x in (node.cond, node.if_true, node.if_false))
             fmt = self.v.select_mask if node.dtype is DType.bool and self.v.select_mask \

@@ -39,6 +39,10 @@ class VectorSyntax:
     # odd one after it, which may lie past the buffer: such a read is tested at run time)
     load_stride2: str = ""
     stride2_past: int = 1
+    # integer and boolean lanes read as float32 vectors, by the stored dtype's name: a
+    # contiguous load of {ptr} + {off} converted (an attention mask's int64 in an epilogue);
+    # a dtype absent here keeps its cast lane by lane
+    load_convert: Mapping[str, str] = field(default_factory=dict)
     fma: str = ""                   # {0} * {1} + {2} fused ('' = none)
     lane: str = ""                  # lane {j} (an int) of vector {v} ('' = none)
     compose: str = ""               # a vector from comma-separated lane values {0} ('' = none)

@@ -107,6 +107,13 @@ def _with_dot_products(v: VectorSyntax) -> VectorSyntax:
         f"((float{width})({{0}}, {{1}}))")
 
 
+def _load_convert(width: int) -> dict[str, str]:
+    """``width`` int32, int64 or boolean (uchar) lanes from ``{ptr} + {off}`` as floats: OpenCL
+    converts any integer vector (``convert_floatN``); booleans are stored 0 or 1."""
+    text = f"convert_float{width}(vload{width}(0, {{ptr}} + {{off}}))"
+    return {"int32": text, "int64": text, "bool": text}
+
+
 VECTOR = _with_dot_products(VectorSyntax(
     width=8, vtype="float8", mtype="int8", load="vload8(0, {ptr} + {off})",
     store="vstore8({v}, 0, {ptr} + {off});", broadcast="((float8)({0}))",
@@ -116,7 +123,7 @@ VECTOR = _with_dot_products(VectorSyntax(
              "max": MAX_NAN.format("{a}", "{b}"), "min": MIN_NAN.format("{a}", "{b}")},
     horizontal={"sum": "", "prod": "", "max": "", "min": ""},  # halving with .lo/.hi
     # lanes, for keys read as transposed tiles in a float8 'row' (pip's PoCL builds no float16)
-    lane="{v}.s{j:x}", compose="((float8)({0}))",
+    lane="{v}.s{j:x}", compose="((float8)({0}))", load_convert=_load_convert(8),
 ))
 BARRIER = "barrier(CLK_LOCAL_MEM_FENCE);"
 # OpenCL C's keywords, built-in functions and macros (OpenCL C 1.2 and 2.0, section 6): a kernel
@@ -171,7 +178,8 @@ def vector_syntax(width: int, stride2: bool = False) -> VectorSyntax:
         iota=f"((int{width})({', '.join(str(j) for j in range(width))}))",
         lane="{v}.s{j:x}", compose=f"((float{width})({{0}}))",
         load_stride2=_load_stride2(width) if stride2 else "",
-        stride2_past=1 if width <= 2 else 0))
+        load_convert=_load_convert(width), stride2_past=1 if width <= 2 else 0))
+
 
 
 def _load_stride2(width: int) -> str:
