@@ -23,21 +23,25 @@ IMPLEMENTATIONS = {"intel": "Intel's CPU runtime (pip intel-opencl-rt intel-cmpl
                    "pocl 3.0": "pip's PoCL (pip pocl-binary-distribution)"}
 
 
-def installed() -> list[str]:
-    from kernelgen.backends.opencl.runtime import list_devices
-    return [d.lower() for d in list_devices()]
+def installed(name: str) -> str | None:
+    """The label of the device ``--opencl-device=name`` runs on, where ``name`` names an
+    implementation (a platform's name or version: on an Intel CPU, 'intel' is in every
+    implementation's device name too)."""
+    from kernelgen.backends.opencl.runtime import named_devices
+    found = named_devices(name)
+    return found[0][1] if found and found[0][0] <= 1 else None
 
 
 def main(names: list[str]) -> int:
-    devices = installed()
     status = 0
     for name in names or list(IMPLEMENTATIONS):
-        if not any(name.lower() in d for d in devices):
+        device = installed(name)
+        if device is None:
             print(f"opencl matrix: {IMPLEMENTATIONS.get(name, name)} is not installed")
             if os.environ.get("KERNELGEN_REQUIRE_BACKENDS"):
                 status = 1
             continue
-        print(f"opencl matrix: the OpenCL tests on '{name}'", flush=True)
+        print(f"opencl matrix: the OpenCL tests on '{name}': {device}", flush=True)
         start = time.time()
         done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "auto",
                                "--dist", "worksteal", "-k", "opencl",

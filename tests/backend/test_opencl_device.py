@@ -172,3 +172,36 @@ def test_ambiguous_argument_count_names_the_constants() -> None:
         kernel(ones, ones, ones)
     np.testing.assert_array_equal(kernel(ones, ones), 4 * ones)
     np.testing.assert_array_equal(kernel(ones, 2 * ones, ones, ones), 5 * ones)
+
+
+def test_a_name_picks_the_platform_it_names_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On an Intel CPU every implementation's device is an 'Intel(R) Xeon(R) Processor', so a
+    query matches PoCL's device name as well as Intel's platform name: the platform's name
+    wins, then its version ('pocl 3.0'), then a device name, each in platform order. (With
+    the first match taken, ``--opencl-device=intel`` had run CI's Intel pass on PoCL.) Stand-in
+    platforms, as ``pyopencl`` lists them on such a machine."""
+    from types import SimpleNamespace
+
+    from kernelgen.backends.opencl import runtime
+
+    def platform(name: str, version: str, device_name: str) -> SimpleNamespace:
+        dev = SimpleNamespace(name=device_name)
+        return SimpleNamespace(name=name, version=version, get_devices=lambda: [dev])
+
+    platforms = [
+        platform("Oclgrind", "OpenCL 1.2 (Oclgrind 21.10)", "Oclgrind Simulator"),
+        platform("Portable Computing Language", "OpenCL 3.0 PoCL 3.1+debian",
+                 "pthread-skylake-avx512-Intel(R) Xeon(R) Processor"),
+        platform("Intel(R) OpenCL", "OpenCL 3.1 LINUX", "Intel(R) Xeon(R) Processor"),
+        platform("Portable Computing Language", "OpenCL 3.0 PoCL 3.0-rc2",
+                 "pthread-Intel(R) Xeon(R) Processor")]
+    cl = SimpleNamespace(get_platforms=lambda: platforms)
+    monkeypatch.setattr(runtime, "_usable", lambda cl, dev: True)
+    for query, want in [("intel", 2), ("Intel(R) OpenCL", 2), ("pocl 3.0", 3), ("pocl", 1),
+                        ("oclgrind", 0), ("xeon", 1), ("skylake", 1),
+                        ("language | opencl 3.0 pocl 3.0", 3)]:
+        monkeypatch.setenv(runtime.SELECT_ENV, query)
+        assert runtime._select(cl) == (want, 0), query
+    monkeypatch.setenv(runtime.SELECT_ENV, "cuda")
+    with pytest.raises(kg.KernelgenError, match="names no OpenCL device"):
+        runtime._select(cl)

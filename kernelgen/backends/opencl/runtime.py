@@ -106,6 +106,30 @@ def _rank(cl: Any, platform: Any, dev: Any) -> tuple[int, int]:
             1 if "PoCL" in platform.version else 2)
 
 
+def _match(query: str, platform: Any, dev: Any) -> int | None:
+    """Where ``query`` names the device, best first: 0 in the platform's name, 1 in its
+    version, 2 in the device's name, 3 across them in ``label``; None nowhere. On an Intel
+    CPU every implementation's device is an 'Intel(R) Xeon(R)', so 'intel' had picked the
+    first platform listed (PoCL) instead of Intel's runtime."""
+    q = query.lower()
+    fields = (platform.name, platform.version, dev.name, label(platform, dev))
+    return next((rank for rank, text in enumerate(fields) if q in text.lower()), None)
+
+
+def named_devices(query: str) -> list[tuple[int, str]]:
+    """The devices ``query`` names, as ``KERNELGEN_OPENCL_DEVICE`` would choose among them:
+    (``_match``'s rank, ``label``), best first; rank 0 or 1 means it names an implementation
+    (a platform), not only a CPU."""
+    cl = _import_cl()
+    try:
+        found = [(rank, k, label(p, d)) for k, (p, d) in enumerate(
+            (p, d) for p in cl.get_platforms() for d in p.get_devices())
+            if (rank := _match(query, p, d)) is not None]
+    except cl.Error:
+        return []
+    return [(rank, name) for rank, _, name in sorted(found)]
+
+
 def _select(cl: Any) -> tuple[int, int]:
     """(platform index, device index) of the device to run on."""
     entries = [(pi, di, p, d) for pi, p in enumerate(cl.get_platforms())
@@ -113,7 +137,9 @@ def _select(cl: Any) -> tuple[int, int]:
     names = "; ".join(label(p, d) for _, _, p, d in entries) or "none"
     query = os.environ.get(SELECT_ENV, "").strip()
     if query:
-        chosen = [e for e in entries if query.lower() in label(e[2], e[3]).lower()]
+        ranked_matches = sorted((rank, k) for k, e in enumerate(entries)
+                                if (rank := _match(query, e[2], e[3])) is not None)
+        chosen = [entries[k] for _, k in ranked_matches]  # platform order within a rank
         if not chosen:
             raise KernelgenError(f"{SELECT_ENV}={query!r} names no OpenCL device; devices: "
                                  f"{names}")
