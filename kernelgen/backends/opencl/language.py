@@ -181,7 +181,6 @@ def vector_syntax(width: int, stride2: bool = False) -> VectorSyntax:
         load_convert=_load_convert(width), stride2_past=1 if width <= 2 else 0))
 
 
-
 def _load_stride2(width: int) -> str:
     """Every second float from ``{ptr} + {off}``: a stride-2 window's run (a strided depthwise
     conv, a max-pool). Up to 2 lanes the ``.even`` lanes of one double-width load (reading one
