@@ -30,6 +30,7 @@ from onnx import TensorProto, helper
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from model_launches import MODELS  # noqa: E402
+from patterns import _timed as timed  # noqa: E402
 
 import kernelgen as kg  # noqa: E402
 from kernelgen.backends.c import vector  # noqa: E402
@@ -127,14 +128,7 @@ def measure(label: str, runs: dict[str, Callable[[], object]], rounds: int, repe
         order = (ours if r % 2 else ours[::-1]) + ["onnxruntime"]
         time.sleep(0.05)
         for name in order:
-            f = runs[name]
-            f()
-            times = []
-            for _ in range(repeat):
-                t0 = time.perf_counter()
-                f()
-                times.append((time.perf_counter() - t0) * 1e3)
-            medians[name].append(statistics.median(times))
+            medians[name].append(statistics.median(timed(runs[name], repeat)))
     row = {"case": label, **{f"{n}_ms": round(statistics.median(v), 4)
                              for n, v in medians.items()}}
     row["lane_by_lane_over_vectors"] = round(row["lane by lane_ms"] / row["vectors_ms"], 2)
