@@ -71,4 +71,3 @@ def test_mask_in_a_softmax_row(dtype: str, n: int) -> None:
     z = x.astype(np.float64) + (1 - mask.astype(np.float64)) * -10000
     e = np.exp(z - z.max(axis=-1, keepdims=True))
     assert_close(kernel(x, mask), e / e.sum(axis=-1, keepdims=True), np.float32)
-
