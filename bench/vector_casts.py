@@ -33,7 +33,7 @@ from model_launches import MODELS  # noqa: E402
 from patterns import _timed as timed  # noqa: E402
 
 import kernelgen as kg  # noqa: E402
-from kernelgen.backends.c import vector  # noqa: E402
+from kernelgen.backends.c import vectorizable  # noqa: E402
 from kernelgen.backends.opencl.runtime import device  # noqa: E402
 from kernelgen.measure import runner  # noqa: E402
 
@@ -42,7 +42,7 @@ SHAPES = ((4, 128, 64), (12, 128, 64), (8, 256, 64))  # heads, sequence, depth
 
 def lane_by_lane() -> ContextManager[object]:
     """Casts kept lane by lane, as before ``load_convert``."""
-    return mock.patch.object(vector, "_contiguous", lambda *args: False)
+    return mock.patch.object(vectorizable, "_contiguous", lambda *args: False)
 
 
 def _session(options: ort.SessionOptions | None = None) -> ort.SessionOptions:

@@ -13,7 +13,8 @@ from ...lower.contraction import Contraction
 from ...shapes import prod
 from ..printer import Scope
 from .emitter import CEmitter
-from .vector import VectorPrinter, vectorizable
+from .vector import VectorPrinter
+from .vectorizable import vectorizable
 
 FLAT_K = sympy.Symbol("kg_k")  # the templates' flat reduction position
 

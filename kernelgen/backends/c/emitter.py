@@ -20,8 +20,8 @@ from ...lower.staging import hoist_order
 from ...lower.unroll import Unrolled
 from ..base import Capabilities
 from ..printer import Emitter, Scope, recomputed_inside
-from .vector import (VectorPrinter, VectorSyntax, outer_reductions, transposable_loads,
-                     vector_columns_ok, vector_reduction_ok, vectorizable)
+from .vector import VectorPrinter, VectorSyntax, outer_reductions, transposable_loads
+from .vectorizable import vector_columns_ok, vector_reduction_ok, vectorizable
 
 StoreAt = tuple[Buffer, Expr, sympy.Expr]  # an output, its value, its flat offset
 

@@ -32,8 +32,7 @@ from ...shapes import prod
 from ..base import (PRIVATE, Capabilities, Config, Schedule, check_derived, check_options,
                     option_names)
 from ..c.contraction import FLAT_K, flat_reduction
-from ..c.vector import columns_plan as vector_columns_plan
-from ..c.vector import vectorizable
+from ..c.vectorizable import columns_plan as vector_columns_plan, vectorizable
 from .language import VECTOR
 
 KINDS = ("elementwise", "tiled", "columns", "row")
@@ -199,7 +198,7 @@ def _recomputed(k: LoopKernel, c: Contraction, tile: tuple[int, ...], pack: bool
 
 
 def columns_plan(kernel: LoopKernel) -> LoopKernel | None:
-    """``c.vector.columns_plan`` in NEON's four lanes."""
+    """``c.vectorizable.columns_plan`` in NEON's four lanes."""
     return vector_columns_plan(kernel, VECTOR)
 
 

@@ -16,7 +16,7 @@ from ...lower.contraction import (Contraction, contraction, operand_buffers,
                                   operand_has_reduction)
 from ...shapes import prod
 from ..base import Capabilities
-from ..c.vector import vectorizable
+from ..c.vectorizable import vectorizable
 from .language import vector_syntax
 
 # Vector-column contraction (contraction_vec.cl.tmpl): 8 rows x 2 float16 = 16 of AVX-512's 32

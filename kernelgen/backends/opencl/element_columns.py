@@ -9,7 +9,7 @@ from functools import lru_cache
 
 from ...ir.loop import LoopKernel
 from ..base import Capabilities
-from ..c.vector import columns_plan
+from ..c.vectorizable import columns_plan
 from .language import vector_syntax
 
 # PoCL does not vectorise 'item' across work-items whose taps are loads under guards of their
@@ -26,7 +26,7 @@ COLUMNS_MIN_WIDTH = 4  # narrower vectors leave 'item' (and PoCL's own lanes) in
 
 
 def opencl_columns(loop: LoopKernel, caps: Capabilities) -> tuple[LoopKernel, int] | None:
-    """The 'columns' plan of ``loop`` (``c.vector.columns_plan``) in the widest vectors of at
+    """The 'columns' plan of ``loop`` (``c.vectorizable.columns_plan``) in the widest vectors of at
     least ``COLUMNS_MIN_WIDTH`` lanes that it fits, and that width; None where none does."""
     return _columns(loop, caps.vector_widths)
 

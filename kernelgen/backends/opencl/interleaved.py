@@ -20,7 +20,8 @@ from ...ir.loop import LoopKernel
 from ...lower import unroll
 from ..base import Capabilities
 from ..c.emitter import CEmitter
-from ..c.vector import VectorPrinter, split_guard, vectorizable
+from ..c.vector import VectorPrinter
+from ..c.vectorizable import split_guard, vectorizable
 from ..printer import Scope
 from .language import Launch, vector_syntax
 

@@ -30,7 +30,7 @@ set them.
   input row once for all of them (window.cl.tmpl).
 - ``columns``: on a CPU, 'item' kernels whose output elements each reduce on their own (LRN):
   a chunk of the last axis a work-item, each element's reduction a lane of a vector
-  accumulator (``element_columns.py``; ``c.vector.columns_plan``, as NEON's 'columns').
+  accumulator (``element_columns.py``; ``c.vectorizable.columns_plan``, as NEON's 'columns').
 """
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ from ...shapes import prod
 from ..base import (PRIVATE, Capabilities, Schedule, check_derived, check_options,
                     option_names)
 from ..c.contraction import FLAT_K, flat_reduction
-from ..c.vector import vector_reduction_ok
+from ..c.vectorizable import vector_reduction_ok
 from . import interleaved, transposed
 from .columns import (RegisterTiles, VectorPlan, column_plan, few_registers, opencl_contraction,
                       register_tiles, swapped_plan, swaps_by_default, vector_plan, wide_plan)

@@ -20,7 +20,8 @@ from ...lower import unroll
 from ...lower.transpose import TransposedReads, transposed_reads
 from ..base import Capabilities
 from ..c.emitter import CEmitter
-from ..c.vector import VectorPrinter, read_transposed, vectorizable
+from ..c.vector import VectorPrinter, read_transposed
+from ..c.vectorizable import vectorizable
 from ..printer import Scope
 from .language import Launch, vector_syntax
 

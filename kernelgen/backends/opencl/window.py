@@ -21,7 +21,8 @@ from ...shapes import prod
 from .. import templates
 from ..base import Capabilities
 from ..c.emitter import CEmitter
-from ..c.vector import VectorPrinter, VectorSyntax, read_together, split_guard
+from ..c.vector import VectorPrinter, VectorSyntax, read_together
+from ..c.vectorizable import split_guard
 from ..printer import Scope
 from .columns import (VectorPlan, few_registers, opencl_contraction, vector_epilogue,
                       vector_plan)
