@@ -41,8 +41,9 @@ SHAPES = ((4, 128, 64), (12, 128, 64), (8, 256, 64))  # heads, sequence, depth
 
 
 def lane_by_lane() -> ContextManager[object]:
-    """Casts kept lane by lane, as before ``load_convert``."""
-    return mock.patch.object(vectorizable, "_contiguous", lambda *args: False)
+    """Casts kept lane by lane, as before ``load_convert``: ``vectorizable``'s branch for
+    casts never taken."""
+    return mock.patch.object(vectorizable, "Cast", type("NoCast", (), {}))
 
 
 def _session(options: ort.SessionOptions | None = None) -> ort.SessionOptions:

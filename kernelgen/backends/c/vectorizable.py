@@ -12,6 +12,7 @@ import sympy
 from ...dtypes import DType
 from ...ir.expr import Call, Cast, Expr, IndexCond, Load, Reduce, Select, free_index_symbols, walk
 from ...ir.loop import LoopKernel
+from ...lower.transpose import stride
 from .vector_syntax import VectorSyntax
 
 
@@ -64,15 +65,12 @@ def vectorizable(root: Expr, sym: sympy.Symbol, syntax: VectorSyntax,
             return guarded and syntax.lane_masks and not node.data \
                 and split_guard(node.cond, sym) is not None
         if isinstance(node, Load):
-            offset = sympy.expand(node.offset)
-            coeff = offset.coeff(sym)
-            rest = sympy.expand(offset - coeff * sym)
+            step = stride(sympy.expand(node.offset), sym)
             # otherwise a guarded load stays scalar: a vector would read past the guarded region
             guard_ok = node.guard is sympy.true or (
                 guarded and split_guard(node.guard, sym) is not None)
-            stride_ok = coeff == 1 or (coeff == 2 and bool(syntax.load_stride2))
-            return (node.dtype is DType.float32 and stride_ok and sym not in rest.free_symbols
-                    and guard_ok and not node.data)
+            stride_ok = step == 1 or (step == 2 and bool(syntax.load_stride2))
+            return node.dtype is DType.float32 and stride_ok and guard_ok and not node.data
         if isinstance(node, Call):
             lanes_ok = node.dtype in (DType.float32, DType.bool) and all(
                 a.dtype in (DType.float32, DType.bool) for a in node.args)
@@ -84,17 +82,10 @@ def vectorizable(root: Expr, sym: sympy.Symbol, syntax: VectorSyntax,
             src = node.value
             return (node.dtype is DType.float32 and isinstance(src, Load)
                     and src.dtype.value in syntax.load_convert and src.guard is sympy.true
-                    and not src.data and _contiguous(src, sym))
+                    and not src.data and stride(sympy.expand(src.offset), sym) == 1)
         return False  # other casts, index conditions on sym, nested reductions: scalar code
 
     return ok(root)
-
-
-def _contiguous(load: Load, sym: sympy.Symbol) -> bool:
-    """Whether ``load`` reads consecutive elements along ``sym`` (stride 1)."""
-    offset = sympy.expand(load.offset)
-    coeff = offset.coeff(sym)
-    return coeff == 1 and sym not in sympy.expand(offset - coeff * sym).free_symbols
 
 
 def vector_columns_ok(kernel: LoopKernel, v: VectorSyntax | None, guarded: bool) -> bool:

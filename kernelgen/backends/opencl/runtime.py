@@ -116,30 +116,38 @@ def _match(query: str, platform: Any, dev: Any) -> int | None:
     return next((rank for rank, text in enumerate(fields) if q in text.lower()), None)
 
 
+def _entries(cl: Any) -> list[tuple[int, int, Any, Any]]:
+    """(platform index, device index, platform, device) of every device, in platform order."""
+    return [(pi, di, p, d) for pi, p in enumerate(cl.get_platforms())
+            for di, d in enumerate(p.get_devices())]
+
+
+def _named(query: str, entries: list[tuple[int, int, Any, Any]]
+           ) -> list[tuple[int, tuple[int, int, Any, Any]]]:
+    """The entries ``query`` names with ``_match``'s rank, best first (platform order within
+    a rank)."""
+    found = [(rank, e) for e in entries if (rank := _match(query, e[2], e[3])) is not None]
+    return sorted(found, key=lambda found_entry: found_entry[0])
+
+
 def named_devices(query: str) -> list[tuple[int, str]]:
     """The devices ``query`` names, as ``KERNELGEN_OPENCL_DEVICE`` would choose among them:
     (``_match``'s rank, ``label``), best first; rank 0 or 1 means it names an implementation
     (a platform), not only a CPU."""
     cl = _import_cl()
     try:
-        found = [(rank, k, label(p, d)) for k, (p, d) in enumerate(
-            (p, d) for p in cl.get_platforms() for d in p.get_devices())
-            if (rank := _match(query, p, d)) is not None]
+        return [(rank, label(e[2], e[3])) for rank, e in _named(query, _entries(cl))]
     except cl.Error:
         return []
-    return [(rank, name) for rank, _, name in sorted(found)]
 
 
 def _select(cl: Any) -> tuple[int, int]:
     """(platform index, device index) of the device to run on."""
-    entries = [(pi, di, p, d) for pi, p in enumerate(cl.get_platforms())
-               for di, d in enumerate(p.get_devices())]
+    entries = _entries(cl)
     names = "; ".join(label(p, d) for _, _, p, d in entries) or "none"
     query = os.environ.get(SELECT_ENV, "").strip()
     if query:
-        ranked_matches = sorted((rank, k) for k, e in enumerate(entries)
-                                if (rank := _match(query, e[2], e[3])) is not None)
-        chosen = [entries[k] for _, k in ranked_matches]  # platform order within a rank
+        chosen = [e for _, e in _named(query, entries)]
         if not chosen:
             raise KernelgenError(f"{SELECT_ENV}={query!r} names no OpenCL device; devices: "
                                  f"{names}")
