@@ -108,6 +108,10 @@ def run(backend: str, only: list[str], rounds: int, repeat: int) -> list[dict[st
             for shape in shapes:
                 label, ops = build(*shape)
                 block = kg.fuse(*ops)
+                if not block.needs_measurement:  # green by ``run_rule``: whole runs kept
+                    why = next(e.rule.reason for e in block.edges if "runs" in e.rule.reason)
+                    print(f"{family:<13} {label:<26} green: {why}")
+                    continue
                 verdicts = [measure_fusion(block, backend, db=db, use_cache=False,
                                            repeat=repeat) for _ in range(rounds)]
                 fused = float(np.median([v.fused_ms for v in verdicts]))

@@ -19,8 +19,10 @@ from ..dtypes import DType
 from ..errors import FusionError
 from ..ir.expr import DataBindings, Expr, IndexCond, Read, Reduce, const, select, transform, walk
 from ..ir.node import _DIRECTNESS, Op, Value, _reads_with_axes
-from ..mapping_types import (Colour, FusionRule, IndexMap, MappingType, fresh_reduce_symbol,
-                             fusion_rule, out_symbols, reshape_rule, simplify_index)
+from ..mapping_types import (Colour, FusionRule, IndexMap, MappingType, compose,
+                             fresh_reduce_symbol, fusion_rule, out_symbols, reshape_rule,
+                             run_rule, simplify_index)
+from ..mapping_types.classify import reads_runs_along_reduction
 from ..mapping_types.index_map import simplify_guard
 
 # the words of the refusal of a block that an operator outside it would cut in two (the DNNFusion
@@ -275,6 +277,8 @@ def _decide_edges(block: list[Op], force: bool, conservative: bool
             first, second = acc[id(v)], op.input_mapping_types[slot]
             rule = reshape_rule(first, second, free_first=free[id(v)],
                                 free_second=op.free_reshapes[slot]) or \
+                run_rule(first, second, keeps_runs=op.kept_runs[slot],
+                         reads_runs=_reads_runs(v, op, slot, members)) or \
                 fusion_rule(first, second, conservative_oto_into_heavy=conservative)
             if rule.colour is Colour.RED and not force:
                 kind = getattr(v, "kind", "")
@@ -292,6 +296,19 @@ def _decide_edges(block: list[Op], force: bool, conservative: bool
             for v in op.inputs if id(v) in members)
     block_type = max((acc[id(op)] for op in block), key=_DIRECTNESS.index)
     return edges, block_type
+
+
+def _reads_runs(producer: Value, consumer: Op, slot: int, members: set[int]) -> bool:
+    """Whether ``consumer`` reduces along contiguous runs of the source of ``producer``, a
+    remap whose own input is outside the block (``classify.reads_runs_along_reduction`` of
+    the two maps composed): attention's scores over ``transpose(k)``."""
+    if not isinstance(producer, Op) or len(producer.inputs) != 1 or \
+            id(producer.inputs[0]) in members or \
+            producer.mapping_type not in (MappingType.REORGANIZE, MappingType.SHUFFLE) or \
+            consumer.input_mapping_types[slot] is not MappingType.MANY_TO_MANY:
+        return False
+    return reads_runs_along_reduction(compose(producer.index_maps[0],
+                                              consumer.index_maps[slot]))
 
 
 def _used(bindings: DataBindings, cond: sympy.Basic) -> DataBindings:

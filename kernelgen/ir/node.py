@@ -14,7 +14,7 @@ import sympy
 from ..dtypes import DType, as_dtype
 from ..errors import ShapeError
 from ..mapping_types import IndexMap, MappingType, classify
-from ..mapping_types.classify import offset_folds
+from ..mapping_types.classify import keeps_runs, offset_folds
 from ..shapes import as_int, prod
 from .expr import Expr, Read, Reduce
 
@@ -114,6 +114,14 @@ class Op(Value):
         offset (``mapping_types.folds_to_flat``): an edge the fusion table takes as
         One-to-One."""
         return tuple(t is MappingType.REORGANIZE and offset_folds(m)
+                     for m, t in zip(self.index_maps, self.input_mapping_types))
+
+    @cached_property
+    def kept_runs(self) -> tuple[bool, ...]:
+        """Per input, whether it is read through a remap that moves whole innermost runs
+        (``mapping_types.keeps_runs``): a Many-to-Many producer's edge the fusion table takes
+        as green (``run_rule``)."""
+        return tuple(t in (MappingType.REORGANIZE, MappingType.SHUFFLE) and keeps_runs(m)
                      for m, t in zip(self.index_maps, self.input_mapping_types))
 
     @cached_property

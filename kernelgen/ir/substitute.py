@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import sympy
 
-from ..mapping_types import simplify_index
+from ..mapping_types import FloorDiv, FloorMod, simplify_index
 from ..mapping_types.index_map import simplify_guard
 from .expr import Axis, Expr, IndexCond, Load, Read, Select, free_index_symbols, transform
 
@@ -62,6 +62,28 @@ def flatten_offset(offset: sympy.Expr, axes: list[Axis], flat: sympy.Symbol
     rest = sympy.expand(offset - sum(c * s for c, s in zip(coeffs, syms)))
     runs = all(coeffs[i] == coeffs[i + 1] * axes[i + 1][1] for i in range(len(axes) - 1))
     return rest + coeffs[-1] * flat if runs and not set(syms) & rest.free_symbols else None
+
+
+def flatten_offset_aligned(offset: sympy.Expr, axes: list[Axis], flat: sympy.Symbol,
+                           width: int) -> sympy.Expr | None:
+    """``offset`` as a function of the row-major ``axes``' flat position ``flat`` (each axis
+    its own ``floor`` and ``Mod`` of it), or None unless every ``width`` positions from a
+    multiple of ``width`` on are contiguous: the offset is affine in the axes, the innermost
+    has stride 1 and an extent that is a multiple of ``width``. Such a run need not be
+    contiguous as a whole: a head-split projection stores ``(s, h, d)`` at ``(h, s, d)``."""
+    syms = [s for s, _ in axes]
+    offset = sympy.expand(offset)
+    coeffs = [offset.coeff(s) for s in syms]
+    rest = sympy.expand(offset - sum(c * s for c, s in zip(coeffs, syms)))
+    if coeffs[-1] != 1 or axes[-1][1] % width or set(syms) & rest.free_symbols or \
+            any(set(syms) & sympy.sympify(c).free_symbols for c in coeffs):
+        return None
+    inner, out = 1, rest
+    for i in reversed(range(len(axes))):
+        position = FloorDiv(flat, inner) if inner > 1 else flat
+        out += coeffs[i] * (FloorMod(position, axes[i][1]) if i else position)
+        inner *= axes[i][1]
+    return out
 
 
 def flatten_axes(root: Expr, axes: list[Axis], flat: sympy.Symbol,

@@ -99,3 +99,43 @@ def offset_folds(m: IndexMap) -> bool:
     offset = simplify_index(sum((e * int(s) for e, s in zip(m.exprs, in_strides)),
                                 sympy.Integer(0)), m.ranges)
     return not offset.has(FloorDiv, FloorMod)
+
+
+# The shortest innermost run ``keeps_runs`` accepts: a multiple of every vector width the
+# backends use (NEON's 4 floats, AVX2's 8, AVX-512's 16), so a vector never straddles two runs.
+KEPT_RUN = 16
+
+
+def keeps_runs(m: IndexMap, run: int = KEPT_RUN) -> bool:
+    """True for a remap that moves whole runs along the output's innermost axis: the input
+    offset steps by 1 along that axis, which no other term (no floor or modulo) involves, and
+    its extent is a multiple of ``run`` (a transpose of outer axes, a head split
+    ``(s, h*d) -> (h, s, d)``). A loop that writes contiguous vectors along that axis still
+    does through the remap, only at other places."""
+    if not m.out_shape or m.out_shape[-1] % run or m.reduce or m.data or m.guard is not sympy.true:
+        return False
+    return _steps_by_one(_flat_offset(m), m.out_symbols[-1])
+
+
+def _flat_offset(m: IndexMap) -> sympy.Expr:
+    """The row-major offset into ``m``'s input, simplified and expanded."""
+    in_strides = np.cumprod((1,) + tuple(reversed(m.in_shape[1:])))[::-1]
+    return sympy.expand(simplify_index(sum((e * int(s) for e, s in zip(m.exprs, in_strides)),
+                                           sympy.Integer(0)), m.ranges))
+
+
+def _steps_by_one(offset: sympy.Expr, sym: sympy.Symbol) -> bool:
+    """Whether ``offset`` is ``sym`` plus terms free of it (no floor or modulo of it)."""
+    return offset.coeff(sym) == 1 and sym not in sympy.expand(offset - sym).free_symbols
+
+
+def reads_runs_along_reduction(m: IndexMap, run: int = KEPT_RUN) -> bool:
+    """True for a reduction's read through a remap (``m``: the consumer's output and reduction
+    index to the remap's source) that steps by 1 along one reduction axis, which no floor or
+    modulo involves, of a multiple of ``run`` elements: the reduction still reads whole
+    contiguous runs (attention's scores read ``transpose(k)`` along the head dimension, an NT
+    product, whose operand the contraction's tiles pack into panels)."""
+    if m.data or m.guard is not sympy.true:
+        return False
+    offset = _flat_offset(m)
+    return any(n % run == 0 and _steps_by_one(offset, s) for s, n in m.reduce)

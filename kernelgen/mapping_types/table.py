@@ -116,6 +116,30 @@ def reshape_rule(first: MappingType, second: MappingType, *, free_first: bool,
         if colour is Colour.GREEN else None
 
 
+_KEPT_RUNS = ("the remap moves whole runs of the producer's innermost axis (its stride there 1, "
+              "runs of a multiple of 16 elements), so the producer's loop still writes "
+              "contiguous vectors, only to other places: the remap becomes its epilogue's store "
+              "offset")
+_REDUCED_RUNS = ("the consumer reads the remapped operand in whole runs along its reduction (its "
+                 "stride there 1, runs of a multiple of 16 elements), as an NT product reads "
+                 "transpose(K): its tiles pack those runs into panels")
+
+
+def run_rule(first: MappingType, second: MappingType, *, keeps_runs: bool = False,
+             reads_runs: bool = False) -> FusionRule | None:
+    """The green rule for a remap next to a Many-to-Many operator that keeps contiguous runs,
+    cells the table leaves to measurement for remaps in general: the producer's innermost runs
+    moved whole (``keeps_runs``: ``classify.keeps_runs`` of the consumer's index map), or a
+    remapped operand the consumer reduces along its runs (``reads_runs``:
+    ``classify.reads_runs_along_reduction`` of the composed map). None when the table's own
+    rule stands."""
+    if keeps_runs and first is MTM and second in (REORG, SHUF):
+        return FusionRule(first, second, MTM, Colour.GREEN, _KEPT_RUNS)
+    if reads_runs and first in (REORG, SHUF) and second is MTM:
+        return FusionRule(first, second, MTM, Colour.GREEN, _REDUCED_RUNS)
+    return None
+
+
 def fusion_table(*, conservative_oto_into_heavy: bool = False) -> dict[Cell, FusionRule]:
     """All 25 cells."""
     return {(a, b): fusion_rule(a, b, conservative_oto_into_heavy=conservative_oto_into_heavy)

@@ -262,6 +262,21 @@ def test_dnnfusion_keeps_expensive_operand_chains_out_of_contractions() -> None:
                for block in split for stop in block.stops)
 
 
+def test_bert_head_splits_join_their_contractions() -> None:
+    """V's split into heads, ``(s, h*d) -> (h, s, d)`` with d = 16, keeps the projection's
+    innermost runs (``keeps_runs``): it joins the projection's block without a measurement, as
+    does the context product's transpose back. The scores reduce Q's and Kᵀ's heads along d,
+    their stride-1 axis (``reads_runs_along_reduction``): both transposes join the scores'
+    block as its operands, Q's before the projection's epilogue can take it."""
+    graph = kg.import_onnx(bert_layer(), {"x": (2, 13, 64), "mask": (2, 13)})
+    by_name = {op.name: [o.name for o in b.ops] for b in kg.graph.plan_dnnfusion(graph)
+               for op in b.ops}
+    assert by_name["v_mm"] == ["v_mm", "v_proj", "v_split", "v_heads"]
+    assert by_name["ctx_heads"] == ["ctx_heads", "ctx_t"]
+    assert by_name["q_mm"] == ["q_mm", "q_proj", "q_split"]
+    assert by_name["qk"][:3] == ["q_heads", "k_heads", "qk"]
+
+
 def test_dnnfusion_gives_an_elementwise_chain_to_the_contraction_before_it() -> None:
     """Inception's ReLUs between two convolutions (and between a convolution and a max-pool)
     went into the consumer's prologue, recomputed in every Winograd tile or window that

@@ -11,7 +11,7 @@ import sympy
 from ...dtypes import DType
 from ...ir.expr import Expr, extent
 from ...ir.loop import Buffer, LoopKernel
-from ...ir.substitute import flatten_axes, flatten_offset
+from ...ir.substitute import flatten_axes, flatten_offset, flatten_offset_aligned
 from ...lower.contraction import (Contraction, contraction, operand_buffers,
                                   operand_has_reduction)
 from ...shapes import prod
@@ -209,14 +209,20 @@ def opencl_contraction(kernel: LoopKernel, widths: tuple[int, ...], stride2: boo
     return rowless if plan is not None and plan.right is not None else None
 
 
-def vector_epilogue(k: LoopKernel, c: Contraction, plan: VectorPlan, masks: bool = False
-                    ) -> list[tuple[Buffer, sympy.Expr, Expr]] | None:
+def vector_epilogue(k: LoopKernel, c: Contraction, plan: VectorPlan, masks: bool = False,
+                    aligned: bool = False) -> list[tuple[Buffer, sympy.Expr, Expr]] | None:
     """(output, flat store offset, flat value) for each output when all store ``width``
     lanes contiguously and have a vector form, else None. With ``masks``, a condition on
-    the column (a padded AveragePool's count of valid taps) becomes a lane mask."""
+    the column (a padded AveragePool's count of valid taps) becomes a lane mask. With
+    ``aligned`` (every vector starts at a multiple of the width), the run need only be
+    contiguous a vector at a time (``flatten_offset_aligned``): a projection whose output is
+    split into heads and transposed, ``(s, h, d)`` stored at ``(h, s, d)``."""
     run = [k.domain[i] for i in plan.run]
     offset = flatten_offset(k.store_offset, run, plan.flat)
     if offset is None or offset.coeff(plan.flat) != 1:
+        offset = flatten_offset_aligned(k.store_offset, run, plan.flat, plan.width) \
+            if aligned else None
+    if offset is None:
         return None
     syntax, keep = vector_syntax(plan.width), frozenset({c.reduce})
     out = []

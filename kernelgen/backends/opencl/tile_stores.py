@@ -31,7 +31,8 @@ def print_stores(em: CEmitter, tile: TilePlan, scope: Scope) -> None:
     tn = plan.tile_n
     run = [k.domain[i] for i in plan.run]
     n_run = prod(n for _, n in run)
-    vectors = vector_epilogue(k, c, plan)
+    # every vector starts at a multiple of the width unless the last tile shifts by less
+    vectors = vector_epilogue(k, c, plan, aligned=n_run % plan.width == 0)
     if vectors is None:
         _lane_stores(em, tile, run, scope)
         return
@@ -59,6 +60,7 @@ def _vector_stores(em: CEmitter, tile: TilePlan,
     t, c, plan = em.index_t, tile.contraction, tile.columns
     assert plan is not None
     w, tn = plan.width, plan.tile_n
+    n_run = prod(em.kernel.domain[i][1] for i in plan.run)
     syntax = vector_syntax(w)
     blocks = []
     for j in range(tn // w):
@@ -67,6 +69,7 @@ def _vector_stores(em: CEmitter, tile: TilePlan,
             continue
         lane = Scope([], scope.depth, parent=scope)
         col = f"kg_col{j}"
+        em.ranges[sympy.Symbol(col)] = n_run  # a split run's floors print as shifts
         lane.add(f"const {t} {col} = kg_c0{f' + {j * w}' if j else ''};")
         printer = VectorPrinter(em, plan.flat, col, lane, syntax,
                                  lanes={c.reduce: f"kg_acc[kg_i][{j}]"})
