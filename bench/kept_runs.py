@@ -20,10 +20,7 @@ and each variant's time over the default's as the median of the rounds' ratios.
 """
 from __future__ import annotations
 
-import argparse
 import importlib
-import json
-import platform
 import statistics
 import sys
 import time
@@ -38,12 +35,11 @@ from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from model_launches import MODELS  # noqa: E402
 from patterns import _timed as timed  # noqa: E402
+from vector_casts import bert_inputs, case_main  # noqa: E402
 
 import kernelgen as kg  # noqa: E402
 from kernelgen.backends.opencl import columns, tile_stores  # noqa: E402
-from kernelgen.backends.opencl.runtime import device  # noqa: E402
 from kernelgen.compile import compile_split  # noqa: E402
 from kernelgen.compile.tuning import NO_TUNING  # noqa: E402
 from kernelgen.measure import runner  # noqa: E402
@@ -174,12 +170,7 @@ def scores(seq: int, heads: int, depth: int = 64) -> tuple[str, dict[str, Callab
 def bert_layer() -> tuple[str, dict[str, Callable[[], object]]]:
     """The encoder layer, planned and compiled both ways (DNNFusion's plan), and
     onnxruntime."""
-    make, shapes = MODELS["bert_layer"]
-    proto = make()
-    rng = np.random.default_rng(0)
-    feeds = {"x": rng.standard_normal(shapes["x"]).astype(np.float32),
-             "mask": np.ones(shapes["mask"], np.int64)}
-    feeds["mask"][:, -17:] = 0
+    proto, shapes, feeds = bert_inputs()
     session = _session(proto.SerializeToString())
     want = session.run(None, feeds)[0]
     runs: dict[str, Callable[[], object]] = {"onnxruntime": lambda: session.run(None, feeds)}
@@ -220,19 +211,8 @@ def measure(label: str, runs: dict[str, Callable[[], object]], rounds: int, repe
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--repeat", type=int, default=30)
-    parser.add_argument("--json", type=Path, default=None)
-    args = parser.parse_args()
-    cases = [projection(*shape) for shape in SHAPES] + \
-        [scores(seq, heads) for seq, heads in SCORES] + [bert_layer()]
-    rows = [measure(label, runs, args.rounds, args.repeat) for label, runs in cases]
-    if args.json:
-        args.json.write_text(json.dumps({"machine": platform.processor() or platform.machine(),
-                                         "device": device().name, "rows": rows},
-                                        indent=1) + "\n")
-    return 0
+    return case_main(__doc__, lambda: [projection(*shape) for shape in SHAPES]
+                     + [scores(seq, heads) for seq, heads in SCORES] + [bert_layer()], measure)
 
 
 if __name__ == "__main__":

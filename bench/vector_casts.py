@@ -24,6 +24,7 @@ from typing import ContextManager
 from unittest import mock
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
@@ -98,14 +99,20 @@ def scores(heads: int, seq: int, depth: int) -> tuple[str, dict[str, Callable[[]
     return f"masked scores {heads}x{seq}x{seq}x{depth}", runs
 
 
-def bert_layer() -> tuple[str, dict[str, Callable[[], object]]]:
-    """The encoder layer, compiled both ways (DNNFusion's plan), and onnxruntime."""
+def bert_inputs() -> tuple[onnx.ModelProto, dict[str, tuple[int, ...]], dict[str, np.ndarray]]:
+    """The encoder layer of bench/model_launches.py, its input shapes and seeded inputs (the
+    last 17 positions padding)."""
     make, shapes = MODELS["bert_layer"]
-    proto = make()
     rng = np.random.default_rng(0)
     feeds = {"x": rng.standard_normal(shapes["x"]).astype(np.float32),
              "mask": np.ones(shapes["mask"], np.int64)}
     feeds["mask"][:, -17:] = 0
+    return make(), shapes, feeds
+
+
+def bert_layer() -> tuple[str, dict[str, Callable[[], object]]]:
+    """The encoder layer, compiled both ways (DNNFusion's plan), and onnxruntime."""
+    proto, shapes, feeds = bert_inputs()
     session = ort.InferenceSession(proto.SerializeToString(), _session(),
                                    providers=["CPUExecutionProvider"])
     want = session.run(None, feeds)[0]
@@ -140,19 +147,29 @@ def measure(label: str, runs: dict[str, Callable[[], object]], rounds: int, repe
     return row
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+Cases = list[tuple[str, dict[str, Callable[[], object]]]]
+Measure = Callable[[str, dict[str, Callable[[], object]], int, int], dict[str, object]]
+
+
+def case_main(doc: str, cases: Callable[[], Cases], measure: Measure) -> int:
+    """A script of labelled cases timed by ``measure``: ``--rounds``, ``--repeat``, ``--json``
+    (the rows, the machine and the OpenCL device)."""
+    parser = argparse.ArgumentParser(description=doc)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
-    cases = [scores(*shape) for shape in SHAPES] + [bert_layer()]
-    rows = [measure(label, runs, args.rounds, args.repeat) for label, runs in cases]
+    rows = [measure(label, runs, args.rounds, args.repeat) for label, runs in cases()]
     if args.json:
         args.json.write_text(json.dumps({"machine": platform.processor() or platform.machine(),
                                          "device": device().name, "rows": rows},
                                         indent=1) + "\n")
     return 0
+
+
+def main() -> int:
+    return case_main(__doc__, lambda: [scores(*shape) for shape in SHAPES] + [bert_layer()],
+                     measure)
 
 
 if __name__ == "__main__":
