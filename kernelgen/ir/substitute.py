@@ -51,17 +51,24 @@ def specialise_index(expr: sympy.Expr, values: Mapping[sympy.Symbol, int | sympy
     return simplify_index(sympy.expand(expr.xreplace(dict(values))), ranges)
 
 
+def _strides(offset: sympy.Expr, axes: list[Axis]) -> tuple[list[sympy.Expr], sympy.Expr]:
+    """``offset``'s coefficient of each axis symbol and the rest (which may still hold them,
+    inside a product or a division)."""
+    syms = [s for s, _ in axes]
+    offset = sympy.expand(offset)
+    coeffs = [offset.coeff(s) for s in syms]
+    return coeffs, sympy.expand(offset - sum(c * s for c, s in zip(coeffs, syms)))
+
+
 def flatten_offset(offset: sympy.Expr, axes: list[Axis], flat: sympy.Symbol
                    ) -> sympy.Expr | None:
     """``offset`` with the row-major ``axes`` replaced by their flat position ``flat``, or None
     unless it walks them as one contiguous run (each axis's stride is the next one's times the
     next one's extent)."""
-    syms = [s for s, _ in axes]
-    offset = sympy.expand(offset)
-    coeffs = [offset.coeff(s) for s in syms]
-    rest = sympy.expand(offset - sum(c * s for c, s in zip(coeffs, syms)))
+    coeffs, rest = _strides(offset, axes)
     runs = all(coeffs[i] == coeffs[i + 1] * axes[i + 1][1] for i in range(len(axes) - 1))
-    return rest + coeffs[-1] * flat if runs and not set(syms) & rest.free_symbols else None
+    syms = {s for s, _ in axes}
+    return rest + coeffs[-1] * flat if runs and not syms & rest.free_symbols else None
 
 
 def flatten_offset_aligned(offset: sympy.Expr, axes: list[Axis], flat: sympy.Symbol,
@@ -71,12 +78,10 @@ def flatten_offset_aligned(offset: sympy.Expr, axes: list[Axis], flat: sympy.Sym
     multiple of ``width`` on are contiguous: the offset is affine in the axes, the innermost
     has stride 1 and an extent that is a multiple of ``width``. Such a run need not be
     contiguous as a whole: a head-split projection stores ``(s, h, d)`` at ``(h, s, d)``."""
-    syms = [s for s, _ in axes]
-    offset = sympy.expand(offset)
-    coeffs = [offset.coeff(s) for s in syms]
-    rest = sympy.expand(offset - sum(c * s for c, s in zip(coeffs, syms)))
-    if coeffs[-1] != 1 or axes[-1][1] % width or set(syms) & rest.free_symbols or \
-            any(set(syms) & sympy.sympify(c).free_symbols for c in coeffs):
+    coeffs, rest = _strides(offset, axes)
+    syms = {s for s, _ in axes}
+    if coeffs[-1] != 1 or axes[-1][1] % width or syms & rest.free_symbols or \
+            any(syms & sympy.sympify(c).free_symbols for c in coeffs):
         return None
     inner, out = 1, rest
     for i in reversed(range(len(axes))):

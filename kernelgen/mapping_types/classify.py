@@ -95,10 +95,7 @@ def folds_to_flat(m: IndexMap) -> bool:
 def offset_folds(m: IndexMap) -> bool:
     """``folds_to_flat`` for a map already classified Reorganize: its input offset simplifies
     with no division left."""
-    in_strides = np.cumprod((1,) + tuple(reversed(m.in_shape[1:])))[::-1]
-    offset = simplify_index(sum((e * int(s) for e, s in zip(m.exprs, in_strides)),
-                                sympy.Integer(0)), m.ranges)
-    return not offset.has(FloorDiv, FloorMod)
+    return not _flat_offset(m).has(FloorDiv, FloorMod)
 
 
 # The shortest innermost run ``keeps_runs`` accepts: a multiple of every vector width the

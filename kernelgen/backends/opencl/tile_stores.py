@@ -40,18 +40,18 @@ def print_stores(em: CEmitter, tile: TilePlan, scope: Scope) -> None:
         em.carry_origins(st.value, value)  # the math library's comments
     shift = -(-n_run // tn) * tn - n_run  # lanes the last tile shares with the one before
     if not shift:  # every tile is whole
-        _vector_stores(em, tile, vectors, 0, scope)
+        _vector_stores(em, tile, vectors, 0, n_run, scope)
         return
     scope.add("if (kg_c0 == kg_own) {  // a whole tile: one vector store a column block")
-    _vector_stores(em, tile, vectors, 0, scope.child())
+    _vector_stores(em, tile, vectors, 0, n_run, scope.child())
     scope.add(f"}} else {{  // the last tile, shifted {shift} back: its columns from "
               f"kg_own on")
-    _vector_stores(em, tile, vectors, shift, scope.child())
+    _vector_stores(em, tile, vectors, shift, n_run, scope.child())
     scope.add("}")
 
 
 def _vector_stores(em: CEmitter, tile: TilePlan,
-                   vectors: list[tuple[Buffer, sympy.Expr, Expr]], shift: int,
+                   vectors: list[tuple[Buffer, sympy.Expr, Expr]], shift: int, n_run: int,
                    scope: Scope) -> None:
     """Each column vector's epilogue printed on its own, then listed statement by statement
     in turn (``interleave``): GELU after 128x256x1024, 4 x 24 tiles, 0.74 ms against
@@ -60,7 +60,6 @@ def _vector_stores(em: CEmitter, tile: TilePlan,
     t, c, plan = em.index_t, tile.contraction, tile.columns
     assert plan is not None
     w, tn = plan.width, plan.tile_n
-    n_run = prod(em.kernel.domain[i][1] for i in plan.run)
     syntax = vector_syntax(w)
     blocks = []
     for j in range(tn // w):
