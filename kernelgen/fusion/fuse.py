@@ -299,16 +299,25 @@ def _decide_edges(block: list[Op], force: bool, conservative: bool
 
 
 def _reads_runs(producer: Value, consumer: Op, slot: int, members: set[int]) -> bool:
-    """Whether ``consumer`` reduces along contiguous runs of the source of ``producer``, a
-    remap whose own input is outside the block (``classify.reads_runs_along_reduction`` of
-    the two maps composed): attention's scores over ``transpose(k)``."""
-    if not isinstance(producer, Op) or len(producer.inputs) != 1 or \
-            id(producer.inputs[0]) in members or \
-            producer.mapping_type not in (MappingType.REORGANIZE, MappingType.SHUFFLE) or \
-            consumer.input_mapping_types[slot] is not MappingType.MANY_TO_MANY:
+    """Whether ``consumer`` reduces along contiguous runs of the source of ``producer``: a
+    chain of single-input remaps (a Slice, Reshape or Transpose, at least one that moves
+    elements) inside the block, down to a value outside it, whose maps composed with the
+    consumer's read pass ``classify.reads_runs_along_reduction``: attention's scores over
+    ``transpose(k)``, or over ``transpose(slice(qkv))`` of a merged projection."""
+    if consumer.input_mapping_types[slot] is not MappingType.MANY_TO_MANY:
         return False
-    return reads_runs_along_reduction(compose(producer.index_maps[0],
-                                              consumer.index_maps[slot]))
+    read, moves, v = consumer.index_maps[slot], False, producer
+    while isinstance(v, Op) and len(v.inputs) == 1 and v.mapping_type in _REMAPS:
+        read = compose(v.index_maps[0], read)
+        moves = moves or v.mapping_type is not MappingType.ONE_TO_ONE
+        v = v.inputs[0]
+        if id(v) not in members:
+            return moves and reads_runs_along_reduction(read)
+    return False
+
+
+# what a chain of remaps before a contraction may hold (``_reads_runs``)
+_REMAPS = (MappingType.ONE_TO_ONE, MappingType.REORGANIZE, MappingType.SHUFFLE)
 
 
 def _used(bindings: DataBindings, cond: sympy.Basic) -> DataBindings:

@@ -15,7 +15,8 @@
 - ``report``: ``fusion_report``, per planner its blocks, unfused edges and the rules that
   stopped them, DNNFusion's Table 5 counts and onnxruntime's optimised node count;
 - ``simplify``: math-property rewriting to a fixpoint (DNNFusion Table 4, identities,
-  constant folding, BatchNormalization folding), each rewrite kept only if FLOPs do not grow;
+  constant folding, BatchNormalization folding), each rewrite kept only if FLOPs do not grow,
+  then sibling projections of one input merged into one MatMul (``projections``);
 - ``reference``: ``interpret_graph``, a graph on the IR interpreter (the reference semantics);
 - ``rewrite`` (Conv-BN folding, kernel enlarging) and ``chain`` (the CLI's chain splitter).
 

@@ -15,7 +15,9 @@ as one), ``neutral`` (x*1, x/1, x+0, x-0), ``double_negation``, ``idempotent`` (
 ``constant_fold`` (an operator of constants, evaluated by the interpreter), ``fold_bn``
 (BatchNormalization into the Conv or Gemm before it, ``rewrite.fold_batchnorm``), and two of
 Table 4's families: associative (``associate_constants``: (x*c1)*c2 -> x*(c1*c2), likewise +)
-and distributive (``distribute``: a*b + a*c -> a*(b+c)).
+and distributive (``distribute``: a*b + a*c -> a*(b+c)). After the fixpoint, the graph
+passes (``PASSES``), which rewrite several operators at once, then the rules again:
+``merge_projections`` (sibling MatMuls of one input as one, ``projections.py``).
 
 # Note: NaN and Inf
 Every rule gives the same NaN and Inf as the unrewritten graph for any input, or is not
@@ -47,6 +49,7 @@ from ..lower import lower
 from ..ops.elementwise import binary
 from ..ops.shape import reshape, transpose
 from .model import Graph, fresh_name
+from .projections import merge_projections
 from .rewrite import RewriteError, fold_batchnorm
 
 _RESHAPES = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
@@ -276,18 +279,37 @@ class SimplifyError(KernelgenError, ValueError):
     """A rule broke its contract (a replacement of another shape or dtype); names both."""
 
 
+# a graph pass: the graph rewritten, and per rewrite the operators it joined and their FLOPs
+# (unchanged by it)
+GraphPass = Callable[[Graph], tuple[Graph, list[tuple[str, int]]]]
+PASSES: dict[str, GraphPass] = {"merge_projections": merge_projections}
+
+
 def simplify(graph: Graph, rules: Mapping[str, Rule] | None = None,
-             max_rounds: int = 32) -> Simplified:
+             max_rounds: int = 32, passes: Mapping[str, GraphPass] | None = None
+             ) -> Simplified:
     """``graph`` rewritten by ``rules`` (default ``RULES``) until none applies, each rewrite
-    kept only if FLOPs do not grow."""
+    kept only if FLOPs do not grow; then by ``passes`` (default: ``PASSES`` with the default
+    rules, none with rules given), and by the rules again where a pass changed the graph."""
     table = dict(RULES if rules is None else rules)
+    graph_passes = dict((PASSES if rules is None else {}) if passes is None else passes)
     applied: list[Applied] = []
     rounds = 0
-    while rounds < max_rounds:
-        rounds += 1
-        graph, kept = _round(graph, table)
-        applied += kept
-        if not kept:
+    for last in (False, True):
+        while rounds < max_rounds:
+            rounds += 1
+            graph, kept = _round(graph, table)
+            applied += kept
+            if not kept:
+                break
+        if last:
+            break
+        changed = False
+        for name, graph_pass in graph_passes.items():
+            graph, done = graph_pass(graph)
+            applied += [Applied(name, joined, flops, flops) for joined, flops in done]
+            changed = changed or bool(done)
+        if not changed:
             break
     return Simplified(graph, tuple(applied), rounds)
 

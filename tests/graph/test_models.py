@@ -277,6 +277,23 @@ def test_bert_head_splits_join_their_contractions() -> None:
     assert by_name["qk"][:3] == ["q_heads", "k_heads", "qk"]
 
 
+def test_rewritten_bert_merges_its_projections(opencl: str) -> None:
+    """Q's, K's and V's projections as one MatMul (``merge_projections``), whose head split
+    joins it; each head range joins the contraction that reads it, Kᵀ's Transpose of a Slice
+    too (``_reads_runs`` composes the chain): two kernels fewer than the layer as imported."""
+    m, feeds, kwargs = _bert()
+    session = kg.compile_model(m, backend=opencl, fusion="dnnfusion", rewrite=True, **kwargs)
+    _check(session, m, feeds, rtol=1e-4)
+    assert [a.op for a in session.rewrites if a.rule == "merge_projections"] == \
+        ["q_mm+k_mm+v_mm"]
+    plain = kg.graph.plan_dnnfusion(kg.import_onnx(m, kwargs["input_shapes"]))
+    assert len(session.blocks) == len(plain) - 2
+    kinds = [[op.kind for op in b.ops] for b in session.blocks]
+    assert ["MatMul", "Add", "Reshape", "Transpose"] in kinds
+    assert any(k[:4] == ["Slice", "Slice", "Transpose", "MatMul"] and "Softmax" not in k
+               for k in kinds), kinds
+
+
 def test_dnnfusion_gives_an_elementwise_chain_to_the_contraction_before_it() -> None:
     """Inception's ReLUs between two convolutions (and between a convolution and a max-pool)
     went into the consumer's prologue, recomputed in every Winograd tile or window that
