@@ -3,16 +3,16 @@ MatMuls; onnxruntime's attention fusion packs Q, K and V the same way):
 
     graph, applied = merge_projections(graph)
 
-A projection is ``transpose(reshape(x @ W + b, (..., s, h, d)), perm)``: a MatMul of a
-tensor by constant weights, an optional constant bias along the last axis, the last axis split
-into ``h`` heads of ``d``, and a Transpose (attention's head split; the perm may be any).
-Projections of one ``x`` with one ``d`` become a single MatMul by their weights side by side,
-split into all their heads at once and transposed to ``(..., H, s, d)``: the DNNFusion planner
-fuses that head split into the contraction's stores (``run_rule``). Each projection is then a
-Slice of its heads (a contiguous range at batch 1) and what is left of its Transpose, which
-the contraction reading it takes as an operand. One kernel reads ``x`` once instead of one
-kernel per projection; the FLOPs and every output element's arithmetic are unchanged, so NaN
-and Inf come out as before.
+A projection is ``transpose(reshape(x @ W + b, (..., s, h, d)), perm)``: a MatMul (or a
+plain Gemm) of a tensor by constant weights, an optional constant bias along the last axis,
+the last axis split into ``h`` heads of ``d``, and a Transpose (attention's head split; the
+perm may be any). Projections of one ``x`` with one ``d`` become a single MatMul by their
+weights side by side, split into all their heads at once and transposed to ``(..., H, s,
+d)``: the DNNFusion planner fuses that head split into the contraction's stores
+(``run_rule``). Each projection is then a Slice of its heads (a contiguous range at batch 1)
+and what is left of its Transpose, which the contraction reading it takes as an operand. One
+kernel reads ``x`` once instead of one kernel per projection; the FLOPs and every output
+element's arithmetic are unchanged, so NaN and Inf come out as before.
 """
 from __future__ import annotations
 
@@ -50,43 +50,69 @@ def _sole_reader(graph: Graph, v: Value, reader: Op) -> bool:
     return isinstance(v, Op) and not graph.is_output(v) and graph.consumers(v) == (reader,)
 
 
-def _bias(add: Op, mm: Op) -> np.ndarray | None:
-    """The constant ``add`` adds to ``mm``, as a vector along the last axis, or None."""
-    other = add.inputs[1] if add.inputs[0] is mm else add.inputs[0]
-    if not isinstance(other, Constant) or add.shape != mm.shape:
+def _vector(v: Value, n: int) -> np.ndarray | None:
+    """``v`` as a constant vector of ``n`` along the last axis (leading axes of 1), or None."""
+    if not isinstance(v, Constant):
         return None
-    value = np.asarray(other.value)
-    if value.ndim == 0 or any(n != 1 for n in value.shape[:-1]) or \
-            value.shape[-1] != mm.shape[-1]:
+    value = np.asarray(v.value)
+    if value.ndim == 0 or any(d != 1 for d in value.shape[:-1]) or value.shape[-1] != n:
         return None
     return value.reshape(-1)
 
 
+def _weights(mm: Op) -> tuple[np.ndarray, np.ndarray | None] | None:
+    """The constant weights (reduction x columns) of a MatMul or a plain Gemm (no transA,
+    alpha 1, beta 1), with the Gemm's bias C when it has one; None otherwise."""
+    w = mm.inputs[1]
+    if not isinstance(w, Constant) or w.rank != 2:
+        return None
+    weights = np.asarray(w.value)
+    if mm.kind == "MatMul":
+        return weights, None
+    a = mm.attrs
+    if a["transA"] or a["alpha"] != 1 or a["beta"] != 1:
+        return None
+    weights = weights.T if a["transB"] else weights
+    if len(mm.inputs) < 3:
+        return weights, None
+    bias = _vector(mm.inputs[2], mm.shape[-1])
+    return None if bias is None else (weights, bias)
+
+
 def projection(graph: Graph, op: Op) -> Projection | None:
     """``op`` (a Transpose) as the end of a projection of ``graph``, or None. Every operator
-    before it must be read by the next one only, so the merge leaves nothing behind."""
+    before it must be read by the next one only, so the merge leaves nothing behind. The
+    product is a MatMul or a Gemm (``_weights``)."""
     if op.kind != "Transpose" or not isinstance(split := op.inputs[0], Op) or \
             split.kind != "Reshape" or not _sole_reader(graph, split, op):
         return None
-    proj, bias = split.inputs[0], None
+    proj, added = split.inputs[0], None
     if isinstance(proj, Op) and proj.kind == "Add" and _sole_reader(graph, proj, split):
-        mm = next((v for v in proj.inputs if isinstance(v, Op) and v.kind == "MatMul"), None)
-        if mm is None or not _sole_reader(graph, mm, proj) or (bias := _bias(proj, mm)) is None:
+        mm = next((v for v in proj.inputs if isinstance(v, Op) and v.kind in _PRODUCTS), None)
+        other = proj.inputs[1] if proj.inputs[0] is mm else proj.inputs[0]
+        if mm is None or proj.shape != mm.shape or not _sole_reader(graph, mm, proj) or \
+                (added := _vector(other, mm.shape[-1])) is None:
             return None
-    elif isinstance(proj, Op) and proj.kind == "MatMul" and _sole_reader(graph, proj, split):
+    elif isinstance(proj, Op) and proj.kind in _PRODUCTS and _sole_reader(graph, proj, split):
         mm = proj
     else:
         return None
-    x, w = mm.inputs
-    if not isinstance(w, Constant) or w.rank != 2 or isinstance(x, Constant) or x.rank < 2 \
-            or not mm.dtype.is_float:
+    x = mm.inputs[0]
+    found = _weights(mm)
+    if found is None or isinstance(x, Constant) or x.rank < 2 or not mm.dtype.is_float:
         return None
+    weights, bias = found
+    if added is not None and bias is not None:
+        return None  # adding the two biases first could round (or overflow) differently
+    bias = added if bias is None else bias
     lead, n = mm.shape[:-1], mm.shape[-1]
     if split.rank != mm.rank + 1 or split.shape[:-2] != lead or \
             split.shape[-2] * split.shape[-1] != n:
         return None
-    return Projection(x, mm, np.asarray(w.value), bias, split, op, split.shape[-2],
-                      split.shape[-1])
+    return Projection(x, mm, weights, bias, split, op, split.shape[-2], split.shape[-1])
+
+
+_PRODUCTS = ("MatMul", "Gemm")
 
 
 def merged_heads(projections: Sequence[Projection], x: Value, names: set[str]

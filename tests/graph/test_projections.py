@@ -76,6 +76,30 @@ def test_a_projection_of_a_matrix_merges_too() -> None:
     _same_values(graph, merged)
 
 
+def test_gemm_projections_merge_too() -> None:
+    """Projections of a matrix by Gemm (``torch.nn.Linear`` on 2-D input exports transB=1 and
+    the bias as C), one without its bias, beside a MatMul; a Gemm with C and an Add after it
+    too is left alone (adding its two biases first could round differently)."""
+    x = kg.tensor("x", (9, 6))
+
+    def gemm_heads(name: str, bias: bool, perm: list[int]) -> Value:
+        w = kg.constant(f"w{name}", rng.standard_normal((8, 6)).astype(np.float32))
+        c = [kg.constant(f"c{name}", rng.standard_normal(8).astype(np.float32))] if bias else []
+        return kg.transpose(kg.reshape(kg.gemm(x, w, *c, transB=1), [9, 2, 4]), perm)
+    graph = Graph.build([x], [gemm_heads("q", True, [1, 0, 2]), gemm_heads("k", False, [1, 2, 0]),
+                              _projection(x, "v", 2, 4, [1, 0, 2])])
+    merged, done = merge_projections(graph)
+    assert len(done) == 1 and _matmuls(merged) == 1
+    assert not any(op.kind == "Gemm" for op in merged.ops)
+    _same_values(graph, merged)
+    w = kg.constant("w", rng.standard_normal((6, 8)).astype(np.float32))
+    both = kg.add(kg.gemm(x, w, kg.constant("c", np.ones(8, np.float32))),
+                  kg.constant("b", np.ones(8, np.float32)))
+    graph = Graph.build([x], [kg.transpose(kg.reshape(both, [9, 2, 4]), [1, 0, 2]),
+                              _projection(x, "v", 2, 4, [1, 0, 2])])
+    assert merge_projections(graph)[1] == []
+
+
 def test_projections_that_cannot_merge_are_left_alone() -> None:
     x, z = kg.tensor("x", (1, 5, 8)), kg.tensor("z", (1, 5, 8))
     cases = {
