@@ -110,6 +110,17 @@ def test_neon_kernels_on_aarch64(tmp_path: Path) -> None:
     inputs.append([feeds[v.name] for v in fused_ago.inputs])
     wants.append(evaluate_chain(ago, feeds)[ago[-1].name])
     names.append("ago-conv-1x1")
+    # the tiled contraction's epilogue as vectors: GELU's erf along a tile row, 13 rows
+    feeds = {"x": rng.standard_normal((13, 37)).astype(np.float32),
+             "w": (rng.standard_normal((37, 44)) / 6).astype(np.float32)}
+    mm = kg.matmul(kg.tensor("x", (13, 37)), kg.tensor("w", (37, 44)))
+    gelu = [mm, kg.gelu(mm)]
+    kernel = kg.fuse(*gelu).emit("neon", tuning="none")
+    assert "kg_acc_v" in kernel.source
+    kernels.append(kernel)
+    inputs.append([feeds["x"], feeds["w"]])
+    wants.append(evaluate_chain(gelu, feeds)[gelu[-1].name])
+    names.append("gemm-gelu-vector-epilogue")
 
     exe = aarch64.build_harness(kernels, tmp_path)
     results = aarch64.run(exe, kernels, inputs, tmp_path, cpu="cortex-a53")

@@ -7,9 +7,11 @@ from collections.abc import Mapping
 
 import sympy
 
+from ...dtypes import DType
 from ...ir.expr import Axis, Expr, free_index_symbols
 from ...ir.substitute import flatten_axes, specialise
 from ...lower.contraction import Contraction
+from ...lower.transpose import stride
 from ...shapes import prod
 from ..printer import Scope
 from .emitter import CEmitter
@@ -40,14 +42,17 @@ class ContractionEmitter(CEmitter):
 
 
     def contraction_holes(self, tm: int, tn: int, depth: int, b_row: int | None = None,
-                          k_group: int = 1) -> dict[str, str]:
+                          k_group: int = 1, vector_epilogue: bool = False) -> dict[str, str]:
         """Hole texts shared by the C-family contraction templates: ``batch_bind`` binds the
         batch axes from ``kg_bt`` (the template's batch position), ``k_bind`` the reduction
         axes from ``kg_k``, operand loads ``kg_a[kg_i]``/``kg_b[kg_j]`` (rows and columns past
         the end clamp to the last one), and the guarded epilogue storing ``kg_acc_at`` (the
         template defines it as this element's sum). ``depth`` is the indentation of the
         template's loop bodies. With ``b_row`` (the depth of its loop body), ``b_row`` instead
-        of ``b_load``: the loop filling all of ``kg_b``, ``k_group`` rows of it (``_b_row``)."""
+        of ``b_load``: the loop filling all of ``kg_b``, ``k_group`` rows of it (``_b_row``).
+        With ``vector_epilogue``, ``vector_epilogue`` too: the epilogue as vectors of a row's
+        columns from ``kg_j`` on, before the scalar loop (``_vector_epilogue``; empty where
+        it does not apply)."""
         k, c = self.kernel, self.contraction
         assert c is not None
         rows = [k.domain[i] for i in c.rows]
@@ -78,13 +83,53 @@ class ContractionEmitter(CEmitter):
         self.decompose("kg_col", cols, out)
         out.names[c.reduce] = "kg_acc_at"
         self.stores(out)
+        vector = self._vector_epilogue(tm, tn, depth, tile_scope) if vector_epilogue else ""
         return {"batch_bind": "\n".join(tile_scope.lines), "k_bind": "\n".join(k_scope.lines),
                 "a_load": "\n".join(a.lines), "b_load": "\n".join(b.lines), "b_row": row,
-                "epilogue": "\n".join(out.lines),
+                "epilogue": "\n".join(out.lines), "vector_epilogue": vector,
                 "k_extent": str(prod(n for _, n in c.reduce.axes)), "index_t": t,
                 "tm": str(tm), "tn": str(tn), "tiles_r": str(-(-n_rows // tm)),
                 "tiles_c": str(-(-n_cols // tn)), "batches": str(prod(n for _, n in batch)),
                 "n_rows": str(n_rows), "n_cols": str(n_cols)}
+
+    def _vector_epilogue(self, tm: int, tn: int, depth: int, tile_scope: Scope) -> str:
+        """A loop over a tile row's columns ``width`` at a time from ``kg_j``, each vector of
+        sums (``kg_acc_v``, from ``kg_sum``) through the epilogue and stored as one vector,
+        while the row and the vector's columns are in range; the template's scalar loop does
+        the rest. Applies where the columns' innermost axis is the domain's last, its extent
+        and ``tn`` multiples of the width (no vector crosses a run: a head split's), and every
+        store is float32, stride 1 along it and ``vectorizable``; otherwise "" (the scalar
+        epilogue: a GELU's erf there cost the BERT layer's FFN as much as its product)."""
+        k, c, v = self.kernel, self.contraction, self.vector
+        assert c is not None
+        if v is None or not c.cols or c.cols[-1] != len(k.domain) - 1 or tn % v.width:
+            return ""
+        sym, n = k.domain[-1]
+        stores = self.store_list()
+        lanes = frozenset({c.reduce})
+        if n % v.width or any(
+                buf.dtype is not DType.float32 or stride(sympy.expand(offset), sym) != 1
+                or not vectorizable(value, sym, v, frozenset(k.hoisted), lanes=lanes)
+                for buf, value, offset in stores):
+            return ""
+        rows = [k.domain[i] for i in c.rows]
+        cols = [k.domain[i] for i in c.cols]
+        t, w = self.index_t, v.width
+        body = Scope([], depth, parent=tile_scope)
+        body.add(f"const {t} kg_row = kg_tr * {tm} + kg_i, kg_col = kg_tc * {tn} + kg_j;")
+        body.add(f"if (kg_row >= {prod(m for _, m in rows)} || "
+                 f"kg_col + {w} > {prod(m for _, m in cols)}) break;")
+        self.decompose("kg_row", rows, body)
+        self.decompose("kg_col", cols, body)
+        body.add(f"const {v.vtype} kg_acc_v = {v.load.format(ptr='kg_sum[kg_i]', off='kg_j')};")
+        printer = VectorPrinter(self, sym, self.symbol_names[sym], body, v,
+                                lanes={c.reduce: "kg_acc_v"})
+        printer.reduce_together([value for _, value, _ in stores])
+        for buf, value, offset in stores:
+            body.add(v.store.format(ptr=self.arg_names[buf.name], off=self.index(offset),
+                                    v=printer.expr(value)))
+        pad = "    " * (depth - 1)
+        return "\n".join([f"{pad}for (; kg_j < {tn}; kg_j += {w}) {{", *body.lines, f"{pad}}}"])
 
     def flat_reduction(self, operand: Expr) -> Expr:
         """``flat_reduction`` of ``operand`` under this printer's ranges, which then bound

@@ -75,7 +75,8 @@ class NeonPrinter(ContractionEmitter):
         tm, tn = sched.tile
         pragma = PARALLEL_FOR if sched.threads else "// one thread: too small to split"
         depth = 5 if sched.pack else 4
-        holes = self.contraction_holes(tm, tn, depth=depth, b_row=depth, k_group=sched.k_group)
+        holes = self.contraction_holes(tm, tn, depth=depth, b_row=depth, k_group=sched.k_group,
+                                       vector_epilogue=True)
         if sched.pack:
             k_extent = prod(n for _, n in c.reduce.axes)
             tiles_r, block = int(holes["tiles_r"]), sched.row_block

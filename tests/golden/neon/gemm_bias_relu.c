@@ -25,7 +25,7 @@
 // run allows. Prologues are inlined into the operand loads, the epilogue into the store. Batch
 // axes (both operands depend on them) run outermost. Threads: OpenMP over tiles.
 #define kg_min(a, b) ((a) < (b) ? (a) : (b))
-void kg_fused_gemm_relu_a36fd88cc8a7(const float* restrict in0,
+void kg_fused_gemm_relu_254896e90216(const float* restrict in0,
         const float* restrict in1,
         const float* restrict in2,
         float* restrict out0)
@@ -73,7 +73,8 @@ void kg_fused_gemm_relu_a36fd88cc8a7(const float* restrict in0,
             for (int kg_v = 0; kg_v < 2; ++kg_v)
                 vst1q_f32(&kg_sum[kg_i][4 * kg_v], kg_acc[kg_i][kg_v]);
         for (int kg_i = 0; kg_i < 4; ++kg_i) {
-            for (int kg_j = 0; kg_j < 8; ++kg_j) {
+            int kg_j = 0;
+            for (; kg_j < 8; ++kg_j) {
                 const float kg_acc_at = kg_sum[kg_i][kg_j];
                 const int kg_row = kg_tr * 4 + kg_i, kg_col = kg_tc * 8 + kg_j;
                 if (kg_row >= 33 || kg_col >= 9) continue;
