@@ -4,7 +4,9 @@ epilogue element by element (as before: ``mock.patch`` empties the vector hole),
 onnxruntime (all graph optimisations, 2 threads):
 
 - ``gelu(x W + b)`` blocks at the BERT layer's and BERT-base's FFN shapes,
-- the BERT-style encoder layer and the MobileNetV2 stack (112x112) under DNNFusion's plan.
+- the BERT-style encoder layer, the MobileNetV2 stack (112x112) and onnx's light ShuffleNet
+  (random weights; its last stage over 7x7 maps, whose epilogues run along the merged pixels)
+  under DNNFusion's plan.
 
 Every variant is checked against onnxruntime, then timed round-robin in the same rounds,
 onnxruntime last in each; medians in ms, and each variant's time over the default's as the
@@ -28,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from kept_runs import _session, measure  # noqa: E402
-from models.model_zoo import mobilenet_v2  # noqa: E402
+from models.model_zoo import light, mobilenet_v2  # noqa: E402
 from vector_casts import bert_inputs, case_main  # noqa: E402
 
 import kernelgen as kg  # noqa: E402
@@ -101,7 +103,10 @@ def cases() -> list[tuple[str, dict[str, Callable[[], object]]]]:
     return [gelu_block(*shape) for shape in FFN] + [
         model("BERT-style encoder layer (hidden 256, 4 heads, sequence 128)", proto, feeds,
               shapes),
-        model("MobileNetV2 stack, 112x112", mobilenet_v2(size=112), image, None)]
+        model("MobileNetV2 stack, 112x112", mobilenet_v2(size=112), image, None),
+        model("ShuffleNet (onnx's light model)", light("shufflenet"),
+              {"gpu_0/data_0": np.random.default_rng(0).standard_normal((1, 3, 224, 224))
+               .astype(np.float32)}, None)]
 
 
 def main() -> int:

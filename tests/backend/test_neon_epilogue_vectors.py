@@ -84,3 +84,27 @@ def test_head_split_stores(heads: int, depth: int, vectors: bool) -> None:
     x = _x(s, hidden).reshape(1, s, hidden)
     want = (x.astype(np.float64) @ w + b).reshape(1, s, heads, depth).transpose(0, 2, 1, 3)
     _check(program(x), want)
+
+
+@pytest.mark.parametrize("kernel, shape", [(1, (13, 7, 7)), (3, (5, 9, 11))])
+def test_conv_epilogue_along_its_merged_pixels(kernel: int, shape: tuple[int, ...]) -> None:
+    """A convolution's columns are its pixels, (OH, OW) merged: the lanes run along the flat
+    pixel even where a row of 7 or 11 is no multiple of four."""
+    require("neon")
+    c, h, w = shape
+    x = rng.standard_normal((1, *shape)).astype(np.float32)
+    x[0, 0, 1, 2] = np.nan
+    weights = rng.standard_normal((6, c, kernel, kernel)).astype(np.float32)
+    bias = rng.standard_normal(6).astype(np.float32)
+    pad = kernel // 2
+    conv = kg.conv(kg.tensor("x", x.shape), kg.constant("w", weights), kg.constant("b", bias),
+                   pads=[pad] * 4)
+    program = kg.fuse(conv, kg.sigmoid(conv)).emit("neon", tuning="none")
+    assert "kg_acc_v" in _source(program)
+    padded = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    y = np.zeros((1, 6, h, w))
+    for i in range(kernel):
+        for j in range(kernel):
+            y += np.einsum("oc,nchw->nohw", weights[:, :, i, j], padded[:, :, i:i + h, j:j + w])
+    with np.errstate(invalid="ignore", over="ignore"):
+        _check(program(x), 1 / (1 + np.exp(-(y + bias[None, :, None, None]))))

@@ -9,16 +9,17 @@ import sympy
 
 from ...dtypes import DType
 from ...ir.expr import Axis, Expr, free_index_symbols
-from ...ir.substitute import flatten_axes, specialise
+from ...ir.substitute import flatten_axes, flatten_offset, specialise
 from ...lower.contraction import Contraction
 from ...lower.transpose import stride
 from ...shapes import prod
 from ..printer import Scope
-from .emitter import CEmitter
+from .emitter import CEmitter, StoreAt
 from .vector import VectorPrinter
 from .vectorizable import vectorizable
 
 FLAT_K = sympy.Symbol("kg_k")  # the templates' flat reduction position
+FLAT_COL = sympy.Symbol("kg_col")  # and column (the vector epilogue's lanes run along it)
 
 
 def flat_reduction(c: Contraction, operand: Expr, ranges: Mapping[sympy.Symbol, int]) -> Expr:
@@ -96,36 +97,55 @@ class ContractionEmitter(CEmitter):
         """A loop over a tile row's columns ``width`` at a time from ``kg_j``, each vector of
         sums (``kg_acc_v``, from ``kg_sum``) through the epilogue and stored as one vector,
         while the row and the vector's columns are in range; the template's scalar loop does
-        the rest. Applies where the columns' innermost axis is the domain's last, its extent
-        and ``tn`` multiples of the width (no vector crosses a run: a head split's), and every
-        store is float32, stride 1 along it and ``vectorizable``; otherwise "" (the scalar
-        epilogue: a GELU's erf there cost the BERT layer's FFN as much as its product)."""
+        the rest. The lanes run along the flat column ``kg_col`` where the columns' axes merge
+        into it (``flatten_axes``: a conv's pixels, 49 of them over 7x7), else along the
+        innermost column axis where its extent and ``tn`` are multiples of the width (no
+        vector crosses a run: a head split's); every store float32, stride 1 along the lanes
+        and ``vectorizable``. Otherwise "" (the scalar epilogue: a GELU's erf there cost the
+        BERT layer's FFN as much as its product)."""
         k, c, v = self.kernel, self.contraction, self.vector
         assert c is not None
-        if v is None or not c.cols or c.cols[-1] != len(k.domain) - 1 or tn % v.width:
+        if v is None or not c.cols or any(buf.dtype is not DType.float32
+                                          for buf in k.outputs):
             return ""
-        sym, n = k.domain[-1]
-        stores = self.store_list()
-        lanes = frozenset({c.reduce})
-        if n % v.width or any(
-                buf.dtype is not DType.float32 or stride(sympy.expand(offset), sym) != 1
-                or not vectorizable(value, sym, v, frozenset(k.hoisted), lanes=lanes)
-                for buf, value, offset in stores):
-            return ""
-        rows = [k.domain[i] for i in c.rows]
+        lanes, stores = frozenset({c.reduce}), self.store_list()
         cols = [k.domain[i] for i in c.cols]
+        hoisted = frozenset(k.hoisted)
+
+        def along(sym: sympy.Symbol, chosen: list[StoreAt]) -> list[StoreAt] | None:
+            ok = all(stride(sympy.expand(offset), sym) == 1 and
+                     vectorizable(value, sym, v, hoisted, lanes=lanes)
+                     for _, value, offset in chosen)
+            return chosen if ok else None
+        merged = [(buf, flatten_axes(value, cols, FLAT_COL, keep=lanes),
+                   flatten_offset(offset, cols, FLAT_COL)) for buf, value, offset in stores]
+        flat: list[StoreAt] = [(buf, value, offset) for buf, value, offset in merged
+                               if value is not None and offset is not None]
+        sym = FLAT_COL
+        chosen = along(sym, flat) if len(flat) == len(stores) else None
+        if chosen is None:
+            sym, n = cols[-1]
+            if n % v.width or tn % v.width or c.cols[-1] != len(k.domain) - 1:
+                return ""
+            chosen = along(sym, stores)
+            if chosen is None:
+                return ""
+        rows = [k.domain[i] for i in c.rows]
+        n_cols = prod(m for _, m in cols)
         t, w = self.index_t, v.width
         body = Scope([], depth, parent=tile_scope)
         body.add(f"const {t} kg_row = kg_tr * {tm} + kg_i, kg_col = kg_tc * {tn} + kg_j;")
-        body.add(f"if (kg_row >= {prod(m for _, m in rows)} || "
-                 f"kg_col + {w} > {prod(m for _, m in cols)}) break;")
+        body.add(f"if (kg_row >= {prod(m for _, m in rows)} || kg_col + {w} > {n_cols}) break;")
         self.decompose("kg_row", rows, body)
-        self.decompose("kg_col", cols, body)
+        if sym is FLAT_COL:
+            self.symbol_names[FLAT_COL], self.ranges[FLAT_COL] = "kg_col", n_cols
+        else:
+            self.decompose("kg_col", cols, body)
         body.add(f"const {v.vtype} kg_acc_v = {v.load.format(ptr='kg_sum[kg_i]', off='kg_j')};")
         printer = VectorPrinter(self, sym, self.symbol_names[sym], body, v,
                                 lanes={c.reduce: "kg_acc_v"})
-        printer.reduce_together([value for _, value, _ in stores])
-        for buf, value, offset in stores:
+        printer.reduce_together([value for _, value, _ in chosen])
+        for buf, value, offset in chosen:
             body.add(v.store.format(ptr=self.arg_names[buf.name], off=self.index(offset),
                                     v=printer.expr(value)))
         pad = "    " * (depth - 1)

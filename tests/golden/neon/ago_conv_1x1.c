@@ -41,7 +41,7 @@ static inline int32x4_t kg_vlanes_s32(int32_t first, int32_t step)
 // (each packs its row of every panel in the block, reading runs of the input), then over tiles.
 #include <stdlib.h>
 #define kg_min(a, b) ((a) < (b) ? (a) : (b))
-void kg_fused_conv_relu_conv_450ffc2a1f26(const float* restrict in0,
+void kg_fused_conv_relu_conv_cce5a6113fa3(const float* restrict in0,
         const float* restrict in1,
         const float* restrict in2,
         float* restrict out0)
@@ -219,6 +219,13 @@ void kg_fused_conv_relu_conv_450ffc2a1f26(const float* restrict in0,
                     vst1q_f32(&kg_sum[kg_i][4 * kg_v], kg_acc[kg_i][kg_v]);
             for (int kg_i = 0; kg_i < 4; ++kg_i) {
                 int kg_j = 0;
+                for (; kg_j < 8; kg_j += 4) {
+                    const int kg_row = kg_tr * 4 + kg_i, kg_col = kg_tc * 8 + kg_j;
+                    if (kg_row >= 6 || kg_col + 4 > 99) break;
+                    const int o0 = kg_row;
+                    const float32x4_t kg_acc_v = vld1q_f32(kg_sum[kg_i] + kg_j);
+                    vst1q_f32(out0 + 99 * o0 + kg_col, kg_acc_v);
+                }
                 for (; kg_j < 8; ++kg_j) {
                     const float kg_acc_at = kg_sum[kg_i][kg_j];
                     const int kg_row = kg_tr * 4 + kg_i, kg_col = kg_tc * 8 + kg_j;

@@ -40,7 +40,7 @@ static inline int32x4_t kg_vlanes_s32(int32_t first, int32_t step)
 // (each packs its row of every panel in the block, reading runs of the input), then over tiles.
 #include <stdlib.h>
 #define kg_min(a, b) ((a) < (b) ? (a) : (b))
-void kg_fused_conv_relu_0c43be700567(const float* restrict in0,
+void kg_fused_conv_relu_19e730602427(const float* restrict in0,
         const float* restrict in1,
         float* restrict out0)
 {
@@ -124,6 +124,14 @@ void kg_fused_conv_relu_0c43be700567(const float* restrict in0,
                     vst1q_f32(&kg_sum[kg_i][4 * kg_v], kg_acc[kg_i][kg_v]);
             for (int kg_i = 0; kg_i < 4; ++kg_i) {
                 int kg_j = 0;
+                for (; kg_j < 8; kg_j += 4) {
+                    const int kg_row = kg_tr * 4 + kg_i, kg_col = kg_tc * 8 + kg_j;
+                    if (kg_row >= 7 || kg_col + 4 > 99) break;
+                    const int o0 = kg_row;
+                    const float32x4_t kg_acc_v = vld1q_f32(kg_sum[kg_i] + kg_j);
+                    const float32x4_t v19 = vmaxq_f32(kg_acc_v, vdupq_n_f32(0.0f));
+                    vst1q_f32(out0 + 99 * o0 + kg_col, v19);
+                }
                 for (; kg_j < 8; ++kg_j) {
                     const float kg_acc_at = kg_sum[kg_i][kg_j];
                     const int kg_row = kg_tr * 4 + kg_i, kg_col = kg_tc * 8 + kg_j;

@@ -87,7 +87,7 @@ void kg_fused_winogradinput_1877569202a5(const float* restrict in0,
 // run allows. Prologues are inlined into the operand loads, the epilogue into the store. Batch
 // axes (both operands depend on them) run outermost. Threads: OpenMP over tiles.
 #define kg_min(a, b) ((a) < (b) ? (a) : (b))
-void kg_fused_winogradgemm_f099d304fe66(const float* restrict in0,
+void kg_fused_winogradgemm_f68b45c6398a(const float* restrict in0,
         const float* restrict in1,
         float* restrict out0)
 {
@@ -140,9 +140,8 @@ void kg_fused_winogradgemm_f099d304fe66(const float* restrict in0,
                 const int kg_row = kg_tr * 4 + kg_i, kg_col = kg_tc * 8 + kg_j;
                 if (kg_row >= 6 || kg_col + 4 > 16) break;
                 const int o1 = kg_row;
-                const int o2 = kg_col;
                 const float32x4_t kg_acc_v = vld1q_f32(kg_sum[kg_i] + kg_j);
-                vst1q_f32(out0 + 16 * o1 + 96 * o0 + o2, kg_acc_v);
+                vst1q_f32(out0 + 16 * o1 + 96 * o0 + kg_col, kg_acc_v);
             }
             for (; kg_j < 8; ++kg_j) {
                 const float kg_acc_at = kg_sum[kg_i][kg_j];

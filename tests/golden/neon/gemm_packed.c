@@ -33,7 +33,7 @@
 // (each packs its row of every panel in the block, reading runs of the input), then over tiles.
 #include <stdlib.h>
 #define kg_min(a, b) ((a) < (b) ? (a) : (b))
-void kg_fused_gemm_relu_2f23d20dcc36(const float* restrict in0,
+void kg_fused_gemm_relu_bca59083f9c8(const float* restrict in0,
         const float* restrict in1,
         const float* restrict in2,
         float* restrict out0)
@@ -99,6 +99,16 @@ void kg_fused_gemm_relu_2f23d20dcc36(const float* restrict in0,
                     vst1q_f32(&kg_sum[kg_i][4 * kg_v], kg_acc[kg_i][kg_v]);
             for (int kg_i = 0; kg_i < 4; ++kg_i) {
                 int kg_j = 0;
+                for (; kg_j < 8; kg_j += 4) {
+                    const int kg_row = kg_tr * 4 + kg_i, kg_col = kg_tc * 8 + kg_j;
+                    if (kg_row >= 33 || kg_col + 4 > 9) break;
+                    const int o0 = kg_row;
+                    const float32x4_t kg_acc_v = vld1q_f32(kg_sum[kg_i] + kg_j);
+                    const float32x4_t v14 = vld1q_f32(in2 + kg_col);
+                    const float32x4_t v15 = vaddq_f32(kg_acc_v, v14);
+                    const float32x4_t v16 = vmaxq_f32(v15, vdupq_n_f32(0.0f));
+                    vst1q_f32(out0 + 9 * o0 + kg_col, v16);
+                }
                 for (; kg_j < 8; ++kg_j) {
                     const float kg_acc_at = kg_sum[kg_i][kg_j];
                     const int kg_row = kg_tr * 4 + kg_i, kg_col = kg_tc * 8 + kg_j;
