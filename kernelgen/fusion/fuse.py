@@ -298,6 +298,10 @@ def _decide_edges(block: list[Op], force: bool, conservative: bool
     return edges, block_type
 
 
+# what a chain of remaps before a contraction may hold (``_reads_runs``)
+_REMAPS = (MappingType.ONE_TO_ONE, MappingType.REORGANIZE, MappingType.SHUFFLE)
+
+
 def _reads_runs(producer: Value, consumer: Op, slot: int, members: set[int]) -> bool:
     """Whether ``consumer`` reduces along contiguous runs of the source of ``producer``: a
     chain of single-input remaps (a Slice, Reshape or Transpose, at least one that moves
@@ -314,10 +318,6 @@ def _reads_runs(producer: Value, consumer: Op, slot: int, members: set[int]) -> 
         if id(v) not in members:
             return moves and reads_runs_along_reduction(read)
     return False
-
-
-# what a chain of remaps before a contraction may hold (``_reads_runs``)
-_REMAPS = (MappingType.ONE_TO_ONE, MappingType.REORGANIZE, MappingType.SHUFFLE)
 
 
 def _used(bindings: DataBindings, cond: sympy.Basic) -> DataBindings:

@@ -295,22 +295,24 @@ def simplify(graph: Graph, rules: Mapping[str, Rule] | None = None,
     graph_passes = dict((PASSES if rules is None else {}) if passes is None else passes)
     applied: list[Applied] = []
     rounds = 0
-    for last in (False, True):
+
+    def fixpoint(graph: Graph) -> Graph:  # rounds of the rules until none applies
+        nonlocal rounds
         while rounds < max_rounds:
             rounds += 1
             graph, kept = _round(graph, table)
-            applied += kept
+            applied.extend(kept)
             if not kept:
                 break
-        if last:
-            break
-        changed = False
-        for name, graph_pass in graph_passes.items():
-            graph, done = graph_pass(graph)
-            applied += [Applied(name, joined, flops, flops) for joined, flops in done]
-            changed = changed or bool(done)
-        if not changed:
-            break
+        return graph
+    graph = fixpoint(graph)
+    changed = False
+    for name, graph_pass in graph_passes.items():
+        graph, done = graph_pass(graph)
+        applied.extend(Applied(name, joined, flops, flops) for joined, flops in done)
+        changed = changed or bool(done)
+    if changed:
+        graph = fixpoint(graph)
     return Simplified(graph, tuple(applied), rounds)
 
 

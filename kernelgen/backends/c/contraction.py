@@ -105,8 +105,9 @@ class ContractionEmitter(CEmitter):
         BERT layer's FFN as much as its product)."""
         k, c, v = self.kernel, self.contraction, self.vector
         assert c is not None
-        if v is None or not c.cols or any(buf.dtype is not DType.float32
-                                          for buf in k.outputs):
+        # a whole number of vectors a tile row: the loop below reloads kg_sum by vectors
+        if v is None or not c.cols or tn % v.width or any(buf.dtype is not DType.float32
+                                                          for buf in k.outputs):
             return ""
         lanes, stores = frozenset({c.reduce}), self.store_list()
         cols = [k.domain[i] for i in c.cols]
@@ -125,7 +126,7 @@ class ContractionEmitter(CEmitter):
         chosen = along(sym, flat) if len(flat) == len(stores) else None
         if chosen is None:
             sym, n = cols[-1]
-            if n % v.width or tn % v.width or c.cols[-1] != len(k.domain) - 1:
+            if n % v.width or c.cols[-1] != len(k.domain) - 1:
                 return ""
             chosen = along(sym, stores)
             if chosen is None:
