@@ -5,7 +5,7 @@ commit's ``kernelgen`` package is extracted (``git archive``) under another name
 by side, each with its own OpenCL context on the same device; their outputs are compared first.
 
     python bench/against_commit.py COMMIT [--models bundled,squeezenet,shufflenet] \
-        [--rounds 30] [--onnxruntime] [--json FILE]
+        [--rounds 30] [--rewrite] [--onnxruntime] [--json FILE]
 
 prints, per model, both medians (ms) and the working tree's gain (with ``--onnxruntime``,
 onnxruntime's median of runs just before and after the rounds beside them).
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = ROOT / "kernelgen" / "cli" / "examples" / "mobilenet_v2.onnx"
 sys.path.insert(0, str(ROOT / "tests"))
 
-from models.model_zoo import light, mobilenet_v2  # noqa: E402
+from models.model_zoo import bert_layer, light, mobilenet_v2  # noqa: E402
 
 import kernelgen as kg  # noqa: E402
 from kernelgen.cli.model import _ort_session  # noqa: E402
@@ -50,15 +50,22 @@ def package_at(commit: str, into: Path) -> ModuleType:
     return importlib.import_module(name)
 
 
-def model(name: str):
-    """``name``'s model: 'bundled' is the CLI's default MobileNetV2 (32x32), 'mobilenet_v2'
-    the stack of the model tests at 224x224 ('mobilenet_v2_112' at 112x112), the others
-    onnx's light models with random weights."""
+BERT_SHAPES = {"x": (1, 128, 256), "mask": (1, 128)}
+
+
+def model(name: str) -> tuple[onnx.ModelProto, dict[str, tuple[int, ...]] | None]:
+    """``name``'s model and its input shapes: 'bundled' is the CLI's default MobileNetV2
+    (32x32), 'mobilenet_v2' the stack of the model tests at 224x224 ('mobilenet_v2_112' at
+    112x112), 'bert_layer' the model tests' encoder layer (hidden 256, 4 heads, 128 tokens),
+    the others onnx's light models with random weights."""
     if name == "bundled":
-        return onnx.load(BUNDLED)
+        return onnx.load(BUNDLED), None
     if name.startswith("mobilenet_v2"):
-        return mobilenet_v2(size=int(name.rpartition("_")[2]) if name[-1].isdigit() else 224)
-    return light(name)
+        size = int(name.rpartition("_")[2]) if name[-1].isdigit() else 224
+        return mobilenet_v2(size=size), None
+    if name == "bert_layer":
+        return bert_layer(hidden=256, heads=4), BERT_SHAPES
+    return light(name), None
 
 
 def main() -> int:
@@ -67,6 +74,7 @@ def main() -> int:
     ap.add_argument("--models", default="squeezenet,shufflenet,mobilenet_v2")
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--fusion", default="dnnfusion")
+    ap.add_argument("--rewrite", action="store_true", help="compile after the rewrites")
     ap.add_argument("--onnxruntime", action="store_true",
                     help="time onnxruntime (2 threads, all graph optimisations) just before "
                          "and after the rounds, as the other benchmarks do")
@@ -78,11 +86,13 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="kernelgen-at-") as tmp:
         before = package_at(args.commit, Path(tmp))
         for name in args.models.split(","):
-            proto = model(name)
+            proto, shapes = model(name)
             rng = np.random.default_rng(0)
             feeds = {v.name: rng.standard_normal(v.shape).astype(v.dtype.numpy)
-                     for v in kg.import_onnx(proto).inputs}
-            sessions = {label: pkg.compile_model(proto, backend="opencl", fusion=args.fusion)
+                     if v.dtype.is_float else np.ones(v.shape, v.dtype.numpy)
+                     for v in kg.import_onnx(proto, shapes).inputs}
+            sessions = {label: pkg.compile_model(proto, backend="opencl", fusion=args.fusion,
+                                                 input_shapes=shapes, rewrite=args.rewrite)
                         for label, pkg in ((args.commit, before), ("working tree", kg))}
             outs = [s.run(None, feeds)[0] for s in sessions.values()]
             np.testing.assert_allclose(outs[1], outs[0], rtol=1e-3, atol=1e-4)

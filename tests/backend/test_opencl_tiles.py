@@ -1,6 +1,7 @@
-"""The OpenCL vector contraction's default register tile and reduction unrolling: on a CPU, 4
+"""The OpenCL vector contraction's default register tile and reduction unrolling: on a CPU, 6
 rows x 4 vectors where four-vector column tiles waste at most ``WIDE_MAX_WASTE`` of the
-columns, 8 rows x 2 vectors elsewhere, and with 16 SIMD registers (AVX2) 4 x 3 and 6 x 2
+columns (4 rows where 6-row tiles would waste as much of the rows), 8 rows x 2 vectors
+elsewhere, and with 16 SIMD registers (AVX2) 4 x 3 and 6 x 2
 register-wide vectors; the reduction loop unrolled completely only while the unrolled body
 stays within ``UNROLL_K_MAX_FMAS`` vector FMAs; a tile's column vectors computing their
 epilogue statement by statement in turn. Each default is checked against NumPy on
@@ -36,12 +37,15 @@ def _expected_tile(m: int, n: int, backend: object = None) -> tuple[int, int]:
     wide_n = tiles.wide[1] * width
     if caps.simd_within_work_item and n >= wide_n and \
             -(-n // wide_n) * wide_n <= WIDE_MAX_WASTE * n:
-        return min(tiles.wide[0], m), wide_n
+        rows = min(tiles.wide[0], m)
+        if -(-m // rows) * rows > WIDE_MAX_WASTE * m:  # 6-row tiles over 32 rows: 36 computed
+            rows = tiles.wide_few_rows
+        return rows, wide_n
     return min(tiles.default[0], m), tiles.default[1] * width
 
 
 @pytest.mark.parametrize("m,k,n", [(97, 27, 1031), (5, 3, 784), (13, 64, 196), (64, 9, 49),
-                                   (3, 1, 4096)])
+                                   (3, 1, 4096), (32, 16, 1024), (29, 5, 640)])
 def test_default_tile_follows_the_column_waste(m: int, k: int, n: int) -> None:
     """A matmul + ReLU with the default tile: the rule's tile, and NumPy's values."""
     require("opencl")
@@ -66,19 +70,20 @@ def test_pointwise_conv_takes_the_wide_tile_on_large_maps() -> None:
         conv = kg.conv(kg.tensor("x", x.shape), kg.tensor("w", w.shape))
         kernel = kg.fuse(conv).emit_kernel("opencl", tuning="none")
         assert kernel.metadata["tunables"]["tile"] == _expected_tile(24, side * side)
-        assert (kernel.metadata["tunables"]["tile"][0] == register_tiles(caps).wide[0]) == wide
+        assert (kernel.metadata["tunables"]["tile"][1] == register_tiles(caps).wide[1] *
+                register_tiles(caps).widths[0]) == wide
         want = np.einsum("oc,nchw->nohw", w[:, :, 0, 0].astype(np.float64), x)
         assert_close(kernel(x, w), want, np.float32, scale=16)
 
 
 @pytest.mark.parametrize("device,side,tile,width", [
     ("cpu-avx2", 56, (4, 24), 8), ("cpu-avx2", 14, (6, 16), 8), ("cpu-avx2", 7, (6, 16), 8),
-    ("cpu-avx512", 56, (4, 64), 16), ("cpu-avx512", 14, (8, 32), 16),
+    ("cpu-avx512", 56, (6, 64), 16), ("cpu-avx512", 14, (8, 32), 16),
     ("cpu-sse", 56, (4, 12), 4), ("cpu-sse", 7, (6, 8), 4)])
 def test_register_tiles_fit_the_devices_registers(device: str, side: int,
                                                   tile: tuple[int, int], width: int) -> None:
     """A 1x1 convolution + ReLU generated for a declared CPU: its sums fill at most 12 of AVX2's
-    and SSE's 16 registers (vectors one register wide), 16 of AVX-512's 32; run on the test
+    and SSE's 16 registers (vectors one register wide), 24 of AVX-512's 32; run on the test
     device against NumPy (29 output channels: a partial last row tile)."""
     require("opencl")
     if not backends.get("opencl").caps.vector_widths:

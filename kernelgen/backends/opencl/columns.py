@@ -26,18 +26,22 @@ from .language import vector_syntax
 # widest vectors the device builds (``vector_tile``).
 VECTOR_TILE = (8, 32)
 # On a CPU, where the columns split into tiles of four vectors with at most WIDE_MAX_WASTE of
-# them computed in vain (the last tile shifted back over its neighbour), a tile of 4 rows x 4
-# vectors: per reduction step 4 vector loads and 4 broadcasts feed 16 FMAs, against 2 and 8
-# for 8 x 2, and the right operand's rows are read 256 bytes at a time. Both timed in one
-# process on PoCL (bench/conv1x1.py --repeat 200, results of 2026-11-27): the 13 1x1
-# convolutions of ResNet-50, MobileNetV2 and ShuffleNet over maps of 28x28 and more ran
-# 1.03-1.36x faster; GEMMs 512^3 1.18x and 1024^3 1.30x (160 -> 208 GFLOP/s, a development
-# script). Over 14x14 maps (196 columns, 31 % of a 64-wide tiling wasted) 8 x 2 was faster on
-# 5 of 7 (up to 1.2x).
-WIDE_TILE = (4, 4)  # rows, vectors
+# them computed in vain (the last tile shifted back over its neighbour), a tile of 6 rows x 4
+# vectors: per reduction step 4 vector loads and 6 broadcasts feed 24 FMAs (24 registers of
+# sums, 29 of AVX-512's 32 with the loads), against 2 and 8 for 16 FMAs in 8 x 2, and the right
+# operand's rows are read 256 bytes at a time. 4 x 4 (16 FMAs a step) had been measured 1.03-
+# 1.36x faster than 8 x 2 on the 1x1 convolutions of ResNet-50, MobileNetV2 and ShuffleNet over
+# maps of 28x28 and more (bench/conv1x1.py, 2026-11-27); 6 x 4 ran 1.03-1.19x faster than 4 x 4
+# on 16 of the 17 blocks that take it (0.97x on 16->96 at 112x112; geometric mean 1.08x;
+# device times, Intel Xeon, PoCL, bench/wide_tiles.py, docs/benchmarks.md "Six-row wide
+# tiles"). Where 6-row tiles would waste more than WIDE_MAX_WASTE of the rows (32 output
+# channels: 36 computed), the wide tile keeps 4 rows.
+# Over 14x14 maps (196 columns, 31 % of a 64-wide tiling wasted) 8 x 2 was faster on 5 of 7.
+WIDE_TILE = (6, 4)  # rows, vectors
+WIDE_FEW_ROWS = 4  # the wide tile's rows where WIDE_TILE's would waste rows
 WIDE_MAX_WASTE = 1.1
-# Both tiles hold 16 vectors of sums: AVX-512's 32 registers have room for them and for the
-# step's loads, AVX2's 16 do not (PoCL splits a float16 into two 8-lane registers, so 4 x 64
+# The tiles hold 16 and 24 vectors of sums: AVX-512's 32 registers have room for them and for
+# the step's loads, AVX2's 16 do not (PoCL splits a float16 into two 8-lane registers, so 4 x 64
 # floats are 32 registers of sums). With 16 registers the tiles keep 12 sums in vectors as wide
 # as a register: 4 rows x 3 vectors (3 loads and a broadcast fill the other 4) and 6 rows x 2
 # where 3 vectors would waste columns. Timed round-robin with the AVX-512 tiles on PoCL, AMD
@@ -101,10 +105,20 @@ class RegisterTiles:
     widths: tuple[int, ...]
     default: tuple[int, int]
     wide: tuple[int, int]  # where its column tiles waste at most ``WIDE_MAX_WASTE``
+    wide_few_rows: int  # the wide tile's rows where ``wide``'s would waste rows
 
     def default_tile(self) -> tuple[int, int]:
         """``default`` as (rows, columns)."""
         return self.default[0], self.default[1] * self.widths[0]
+
+    def wide_rows(self, n_rows: int) -> int:
+        """The wide tile's rows over ``n_rows`` rows: ``wide``'s where its row tiles (the
+        last shifted back) compute at most ``WIDE_MAX_WASTE`` of the rows, else
+        ``wide_few_rows``; never more than ``n_rows``."""
+        rows = min(self.wide[0], n_rows)
+        if -(-n_rows // rows) * rows > WIDE_MAX_WASTE * n_rows:
+            rows = self.wide_few_rows
+        return min(rows, n_rows)
 
 
 def few_registers(caps: Capabilities) -> bool:
@@ -118,20 +132,21 @@ def register_tiles(caps: Capabilities) -> RegisterTiles:
     widths = caps.vector_widths
     if few_registers(caps):
         narrow = tuple(w for w in widths if w <= caps.register_lanes) or widths[-1:]
-        return RegisterTiles(narrow, NARROW_TILE, NARROW_WIDE_TILE)
-    return RegisterTiles(widths, (VECTOR_TILE[0], 2), WIDE_TILE)
+        return RegisterTiles(narrow, NARROW_TILE, NARROW_WIDE_TILE, NARROW_WIDE_TILE[0])
+    return RegisterTiles(widths, (VECTOR_TILE[0], 2), WIDE_TILE, WIDE_FEW_ROWS)
 
 
 def wide_plan(k: LoopKernel, c: Contraction, plan: VectorPlan, tiles: RegisterTiles
               ) -> VectorPlan | None:
-    """``tiles.wide``'s columns in place of the default ``plan`` (its tile takes its rows)
-    where the right operand loads as vectors and that many vectors tile its run with little
-    waste, else None (a row-less contraction's tile has one row: nothing to trade)."""
+    """``tiles.wide``'s columns in place of the default ``plan`` (its tile takes its rows:
+    ``tiles.wide_rows``) where the right operand loads as vectors and that many vectors tile
+    its run with little waste, else None (a row-less contraction's tile has one row: nothing
+    to trade)."""
     if not c.rows:
         return None
     n_run = prod(k.domain[i][1] for i in plan.run)
-    rows, vectors = tiles.wide
-    tile_n = vectors * plan.width
+    rows = tiles.wide_rows(prod(k.domain[i][1] for i in c.rows))
+    tile_n = tiles.wide[1] * plan.width
     if plan.right is None or n_run < tile_n or \
             -(-n_run // tile_n) * tile_n > WIDE_MAX_WASTE * n_run:
         return None

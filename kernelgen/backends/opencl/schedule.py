@@ -491,7 +491,7 @@ def _vector_columns(k: LoopKernel, c: Contraction, tile: tuple[int, ...], explic
     wide = None if explicit or full_columns or plan is None or \
         not caps.simd_within_work_item else wide_plan(k, c, plan, registers)
     if wide is not None:
-        return c, wide, registers.wide[0], False
+        return c, wide, registers.wide_rows(_rows(k, c)), False
     return c, plan, None, False
 
 
