@@ -114,11 +114,10 @@ class RegisterTiles:
     def wide_rows(self, n_rows: int) -> int:
         """The wide tile's rows over ``n_rows`` rows: ``wide``'s where its row tiles (the
         last shifted back) compute at most ``WIDE_MAX_WASTE`` of the rows, else
-        ``wide_few_rows``; never more than ``n_rows``."""
+        ``wide_few_rows`` (fewer than ``n_rows`` then: a tile of all the rows wastes none)."""
         rows = min(self.wide[0], n_rows)
-        if -(-n_rows // rows) * rows > WIDE_MAX_WASTE * n_rows:
-            rows = self.wide_few_rows
-        return min(rows, n_rows)
+        wasteful = -(-n_rows // rows) * rows > WIDE_MAX_WASTE * n_rows
+        return self.wide_few_rows if wasteful else rows
 
 
 def few_registers(caps: Capabilities) -> bool:
@@ -138,15 +137,15 @@ def register_tiles(caps: Capabilities) -> RegisterTiles:
 
 def wide_plan(k: LoopKernel, c: Contraction, plan: VectorPlan, tiles: RegisterTiles
               ) -> VectorPlan | None:
-    """``tiles.wide``'s columns in place of the default ``plan`` (its tile takes its rows:
+    """``tiles.wide``'s columns in place of the default ``plan`` (the caller takes the rows,
     ``tiles.wide_rows``) where the right operand loads as vectors and that many vectors tile
     its run with little waste, else None (a row-less contraction's tile has one row: nothing
     to trade)."""
     if not c.rows:
         return None
     n_run = prod(k.domain[i][1] for i in plan.run)
-    rows = tiles.wide_rows(prod(k.domain[i][1] for i in c.rows))
-    tile_n = tiles.wide[1] * plan.width
+    rows, vectors = tiles.wide  # vector_plan reads the columns only
+    tile_n = vectors * plan.width
     if plan.right is None or n_run < tile_n or \
             -(-n_run // tile_n) * tile_n > WIDE_MAX_WASTE * n_run:
         return None
