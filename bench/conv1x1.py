@@ -1,15 +1,16 @@
 """1x1 convolutions, the GEMMs of real models: every pointwise convolution of ResNet-50 and
 MobileNetV2 (224x224, batch 1), ShuffleNet v2's branch convolutions and two of SqueezeNet 1.1,
 each with its ReLU fused (BN folds into the weights in a model compile), on OpenCL with the
-default schedule (what a model compiled without tuning runs) against onnxruntime (2 threads) in
-the same rounds. Round-robin beside the default: the other operand order (lanes along output
-channels or along pixels, ``swap_operands``), a few other register tiles (how far the default is
-from the best of them) and, where the reduction is short enough for the rule before it, the
-default tile with its reduction loop unrolled completely (``schedule.UNROLL_K_MAX_FMAS`` raised
-for that one emit) and, on a device with 16 SIMD registers (AVX2), the tiles AVX-512 takes
-(``_avx512_tiles``: the default before the tiles followed the register file) and, where the
-default's work-groups hold column tiles (``group_columns``), the same kernel in groups of row
-tiles. Each output is checked against onnxruntime's first.
+default schedule (what a model compiled without tuning runs) against onnxruntime (2 threads)
+timed just before and after the rounds. Round-robin beside the default: the other operand order
+(lanes along output channels or along pixels, ``swap_operands``), a few other register tiles
+(how far the default is from the best of them) and, where the reduction is short enough for
+the rule before it, the default tile with its reduction loop unrolled completely
+(``schedule.UNROLL_K_MAX_FMAS`` raised for that one emit) and, on a device with 16 SIMD
+registers (AVX2), the tiles AVX-512 takes (``_avx512_tiles``: the default before the tiles
+followed the register file) and, where the default's work-groups hold column tiles
+(``group_columns``), the same kernel in groups of row tiles. Each output is checked against
+onnxruntime's first.
 
     python bench/conv1x1.py [--repeat 200] [--only 16->96] [--orders-only] \
         [--json bench/results/conv1x1.json]
@@ -94,7 +95,7 @@ def variants(fused: kg.FusedOp, x: np.ndarray, ref: np.ndarray, orders_only: boo
         program = fused.emit("opencl", tile=tile)
         if _tile(program) != _tile(out["default"]):
             out[f"tile {tile[0]}x{tile[1]}"] = program
-    if out["default"].metadata["tunables"].get("group_columns"):  # as before that rule
+    if _tunables(out["default"]).get("group_columns"):  # as before that rule
         out["groups of row tiles"] = fused.emit("opencl", group_columns=False)
     with mock.patch.object(opencl_schedule, "UNROLL_K_MAX_FMAS", 1 << 30):
         unrolled = fused.emit("opencl")
@@ -109,10 +110,15 @@ def _checked(programs: dict[str, object], x: np.ndarray, ref: np.ndarray) -> dic
     return {name: (program, [x]) for name, program in programs.items()}
 
 
-def _tile(program) -> list[int] | None:
-    """The GEMM's register tile (a program's last kernel)."""
+def _tunables(program) -> dict[str, object]:
+    """The GEMM's tunables (a program's last kernel)."""
     kernel = program.kernels[-1] if hasattr(program, "kernels") else program
-    return kernel.metadata["tunables"].get("tile")
+    return kernel.metadata["tunables"]
+
+
+def _tile(program) -> list[int] | None:
+    """The GEMM's register tile."""
+    return _tunables(program).get("tile")
 
 
 def _row_groups() -> ContextManager[object]:
@@ -146,10 +152,10 @@ def row(c: int, m: int, side: int, stride: int, model: str, repeat: int,
         return sess.run(None, {"x": x})
     ref = np.maximum(ort_run()[0], 0)
     timed = variants(fused, x, ref, orders_only)
-    # onnxruntime in the same rounds: the machine's drift hits it and every variant alike
+    # onnxruntime just before and after the rounds: its spinning pool would slow the call after it
     calls = {name: runner(program, *arrays) for name, (program, arrays) in timed.items()}
     times = {name: float(np.median(t)) for name, t in
-             round_robin({**calls, ORT: ort_run}, 1, repeat).items()}
+             round_robin(calls, 1, repeat, apart={ORT: ort_run}).items()}
     ort_ms = times.pop(ORT)
     best = min(times, key=times.__getitem__)
     side_out = -(-side // stride)

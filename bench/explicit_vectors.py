@@ -4,8 +4,9 @@ own (LRN's window over channels, a reduction over channels) against the 'item' s
 ran before, and interleaved stores for rows that interleave copies of their inputs' rows
 (Winograd's output transform, nearest upsampling + concat, depth-to-space) against the
 unroll before them. Each pair is compiled from the same block in one process (the new path
-switched off by ``mock.patch``), checked against onnxruntime, and timed round-robin with
-onnxruntime (all graph optimisations, 2 threads) in the same rounds; medians in ms. The shapes
+switched off by ``mock.patch``), checked against onnxruntime, and timed round-robin, with
+onnxruntime (all graph optimisations, 2 threads) just before and after the rounds
+(``measure.round_robin``'s ``apart``); medians in ms. The shapes
 are Inception v1's (LRN, its Winograd convs), SqueezeNet's and those of bench/patterns.py.
 
     python bench/explicit_vectors.py [--repeat 60] [--json bench/results/explicit-vectors.json]
@@ -150,8 +151,8 @@ def measure(r: Row, repeat: int) -> dict[str, object]:
     for program in (now, before):
         np.testing.assert_allclose(program(*args), want, rtol=1e-3, atol=1e-3)
     times = {name: float(np.median(t)) for name, t in round_robin(
-        {"now": runner(now, *args), "before": runner(before, *args), ORT: ort_call},
-        3, repeat).items()}
+        {"now": runner(now, *args), "before": runner(before, *args)}, 3, repeat,
+        apart={ORT: ort_call}).items()}
     kernels = getattr(now, "kernels", [now])
     return {"block": r.label, "now_ms": times["now"], "before_ms": times["before"],
             "onnxruntime_ms": times[ORT], "gain": times["before"] / times["now"],

@@ -3,7 +3,9 @@ the caches; with ``--rewrite``, every second one after the math-property rewrite
 sessions checked equal and then timed round-robin, one whole run of each per round (medians
 in ms). Whether a later session of the same plan runs slower than the first, as
 ``bench/whole_models.py``'s second configuration in a process did, is then told apart from the
-machine's drift between the two timings.
+machine's drift between the two timings. onnxruntime (all graph optimisations, 2 threads) is
+timed in five blocks of its own, before, between and after shares of the rounds
+(``measure.round_robin``'s ``apart``): its spinning thread pool slows the run after its own.
 
     python bench/sessions_interleaved.py [--model bert_layer] [--fusion dnnfusion] \\
         [--sessions 3] [--rewrite] [--rounds 40] [--json FILE]
@@ -59,11 +61,12 @@ def main() -> int:
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
     runs = {name: partial(session.run, None, feeds) for name, session in sessions.items()}
     ort = _ort_session(proto, optimise=True, threads=2)
+    apart = {}
     if ort is not None:
-        runs["onnxruntime"] = partial(ort.run, None, dict(feeds))
-        for a, b in zip(outputs[0], runs["onnxruntime"]()):
+        apart["onnxruntime"] = partial(ort.run, None, dict(feeds))
+        for a, b in zip(outputs[0], apart["onnxruntime"]()):
             np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4)
-    times = round_robin(runs, warmup=0, repeat=args.rounds)
+    times = round_robin(runs, warmup=1, repeat=args.rounds, apart=apart, blocks=5)
     ort_ms = float(np.median(times["onnxruntime"])) if ort is not None else None
     rows = []
     for name, ts in times.items():

@@ -2,10 +2,10 @@
 compiled the default way (the 'tiled' contraction reading every second float of the patches
 as vectors where the output rows take 16-lane vectors, ``columns.column_plan``) and with that
 read switched off (a patch matrix written by one kernel and a GEMM in a second: im2col's
-two-kernel form), timed round-robin with onnxruntime (2 threads, Conv then Relu) in the same
-rounds. Each output is checked against onnxruntime's
-first. The shapes are every distinct strided conv of ResNet-50, SqueezeNet 1.1, ShuffleNet,
-MobileNetV2 and Inception v1 at 224x224.
+two-kernel form), timed round-robin, with onnxruntime (2 threads, Conv then Relu) just before
+and after the rounds (``measure.round_robin``'s ``apart``). Each output is checked against
+onnxruntime's first. The shapes are every distinct strided conv of ResNet-50, SqueezeNet 1.1,
+ShuffleNet, MobileNetV2 and Inception v1 at 224x224.
 
     python bench/strided_convs.py [--repeat 100] [--json bench/results/strided-convs.json]
 
@@ -95,7 +95,7 @@ def row(x_shape: tuple[int, ...], w_shape: tuple[int, ...], pads: int, models: s
         np.testing.assert_allclose(program(x), ref, rtol=1e-3, atol=1e-3)
     calls = {name: runner(p, x) for name, p in programs.items()}
     times = {name: float(np.median(t)) for name, t in round_robin(
-        {**calls, ORT: lambda: sess.run(None, {"x": x})}, 1, repeat).items()}
+        calls, 1, repeat, apart={ORT: lambda: sess.run(None, {"x": x})}).items()}
     return {"conv": f"{w_shape[2]}x{w_shape[3]}/2 {w_shape[1]}->{w_shape[0]} @{x_shape[2]}",
             "models": models, "onnxruntime_ms": times[ORT], "default_ms": times["default"],
             "patch_matrix_ms": times["patch matrix"], "default_form": _form(default),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+from functools import partial
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -74,7 +75,8 @@ def runner(kernels: Kernel | Sequence[Kernel] | Program, *inputs: np.ndarray
            ) -> Callable[[], None]:
     """A zero-argument callable that runs ``kernels`` (one kernel, a chain wired by buffer
     name, or a ``Program``) on device-resident copies of ``inputs`` and waits for the last one.
-    Buffers are allocated once, here; the first launch (compilation happens there) too. This
+    Buffers are allocated once, here, and the launches bound to them (``Runtime.bound``, as a
+    compiled model runs them); the first launch (compilation happens there) too. This
     is the callable to hand to pytest-benchmark's ``benchmark`` fixture."""
     chain = _chain(kernels)
     if len({k.backend for k in chain}) != 1:
@@ -95,11 +97,17 @@ def runner(kernels: Kernel | Sequence[Kernel] | Program, *inputs: np.ndarray
     for k in chain:
         for b in k.loop.outputs:
             handles[b.name] = runtime.device_empty(b)
-    launches = [(k, [handles[b.name] for b in k.loop.inputs + k.loop.outputs]) for k in chain]
+
+    def bound(k: Kernel) -> Callable[[], None]:
+        args = [handles[b.name] for b in k.loop.inputs + k.loop.outputs]
+        if hasattr(k.runtime, "bound"):  # as a compiled model binds it: arguments set once
+            return k.bound_launch(*args)
+        return partial(k.launch, *args, wait=False)
+    calls = [bound(k) for k in chain]
 
     def run_once() -> None:
-        for k, args in launches:
-            k.launch(*args, wait=False)
+        for call in calls:
+            call()
         runtime.sync()
 
     run_once()
@@ -125,18 +133,52 @@ def bench(kernels: Kernel | Sequence[Kernel] | Program, *inputs: np.ndarray, war
     return _measurement(kernels, times)
 
 
-def round_robin(calls: Mapping[str, Callable[[], object]], warmup: int = 3, repeat: int = 20
+def round_robin(calls: Mapping[str, Callable[[], object]], warmup: int = 3, repeat: int = 20,
+                apart: Mapping[str, Callable[[], object]] | None = None, blocks: int = 2
                 ) -> dict[str, list[float]]:
     """Each call's wall times in ms, ``repeat`` rounds of one call of each after ``warmup``
     untimed rounds, so that drift in the machine's state (the other core's load, frequency)
-    hits every call alike and their ratios stay meaningful on a noisy machine."""
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    for k in range(warmup + repeat):
-        for name, call in calls.items():
-            t0 = time.perf_counter()
-            call()
-            if k >= warmup:
-                times[name].append((time.perf_counter() - t0) * 1e3)
+    hits every call alike and their ratios stay meaningful on a noisy machine.
+
+    The calls in ``apart`` (another runtime, e.g. onnxruntime) are timed in ``blocks`` blocks
+    of their own (``repeat`` runs in all, after ``warmup`` untimed ones), the first just before
+    the rounds, the last just after them and the others between equal shares of them:
+    onnxruntime's thread pool keeps spinning after each run, and a call right after it then
+    shares the cores with those threads (on 2 cores, kernelgen's SqueezeNet ran 1.8x slower
+    interleaved with it than alone). The round after each block inside is not timed."""
+    apart = dict(apart or {})
+    clash = sorted(set(calls) & set(apart))
+    if clash:
+        raise ArgumentError(f"round_robin: {clash} named both in calls and apart")
+    if apart and blocks < 2:
+        raise ArgumentError(f"round_robin: blocks={blocks}; the calls apart need 2 at least "
+                            f"(before and after the rounds)")
+    times: dict[str, list[float]] = {name: [] for name in (*calls, *apart)}
+
+    def run(chosen: Mapping[str, Callable[[], object]], n: int, timed: bool) -> None:
+        for _ in range(n):
+            for name, call in chosen.items():
+                t0 = time.perf_counter()
+                call()
+                if timed:
+                    times[name].append((time.perf_counter() - t0) * 1e3)
+
+    def share(i: int, parts: int) -> int:  # the i-th of ``parts`` near-equal shares of repeat
+        return repeat * (i + 1) // parts - repeat * i // parts
+
+    if not apart:
+        run(calls, warmup, False)
+        run(calls, repeat, True)
+        return times
+    for name, call in apart.items():
+        run({name: call}, warmup, False)
+    for i in range(blocks - 1):
+        for name, call in apart.items():
+            run({name: call}, share(i, blocks), True)
+        run(calls, warmup if i == 0 else 1, False)
+        run(calls, share(i, blocks - 1), True)
+    for name, call in apart.items():
+        run({name: call}, share(blocks - 1, blocks), True)
     return times
 
 
