@@ -57,6 +57,43 @@ def test_each_run_reads_its_own_inputs(sessions: dict[str, Any], case: str) -> N
             np.testing.assert_allclose(array, ref, rtol=1e-4, atol=1e-5, err_msg=name)
 
 
+def test_blocks_sharing_a_kernel_keep_their_own_packed_weights(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two MatMuls of one shape by different constant weights share one compiled kernel,
+    which packs its weights once (``Launch.pack_once``): each block keeps panels of its own
+    weights, packed when the run's launches are bound, so later runs launch no packing kernel
+    and every run gives onnxruntime's outputs for its own input."""
+    require("opencl")
+    import pyopencl as cl
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["p"]),
+             helper.make_node("Relu", ["p"], ["y1"]),
+             helper.make_node("MatMul", ["x", "w2"], ["q"]),
+             helper.make_node("Relu", ["q"], ["y2"])]
+    inits = [numpy_helper.from_array(randn(29, 43, scale=0.2), name) for name in ("w1", "w2")]
+    m = model(nodes, [io("x", (13, 29))], [io("y1", (13, 43)), io("y2", (13, 43))], inits)
+    session = kg.compile_model(m, backend="opencl", fusion="dnnfusion")
+    kernels = {launch.kernel for launch in session.plan.launches}
+    if len(session.plan.launches) != 2 or len(kernels) != 1:
+        pytest.fail(f"the two blocks should share one kernel: {session.plan.launches}")
+    (kernel,) = (session.model.executables[k] for k in kernels)
+    if not kernel.metadata.get("packed_once"):
+        pytest.skip("the OpenCL device builds no float vectors (no packing template)")
+    session.run(None, {"x": randn(13, 29)})  # binds the launches: both packs happen here
+    launched: list[str] = []
+    enqueue = cl.enqueue_nd_range_kernel
+
+    def counted(queue: Any, k: Any, *args: Any, **kwargs: Any) -> Any:
+        launched.append(k.function_name)
+        return enqueue(queue, k, *args, **kwargs)
+    monkeypatch.setattr(cl, "enqueue_nd_range_kernel", counted)
+    for _ in range(3):
+        feeds = {"x": randn(13, 29)}
+        want = onnxruntime_run(m, feeds)
+        for array, (name, ref) in zip(session.run(None, feeds), want.items()):
+            np.testing.assert_allclose(array, ref, rtol=1e-4, atol=1e-5, err_msg=name)
+    assert launched == [kernel.name] * 6
+
+
 def _winograd_chain() -> Any:
     """Three 3x3 convolutions of 5 -> 7 -> 3 -> 6 channels over 9x11, then a Relu: each
     a Winograd program whose stages hand buffers of other sizes to each other."""

@@ -368,9 +368,14 @@ class OpenCLRuntime:
 
     @property
     def concurrent_safe(self) -> bool:
-        """Whether launches may go to several queues at once: not with a packing launch
-        filling a scratch buffer every launch of this kernel shares."""
-        return not self.geometry.scratch
+        """Whether bound launches (``bound``) may go to several queues at once: not with a
+        packing launch filling a scratch buffer every launch of this kernel shares; yes when
+        the panels are constants', which each binding packs into its own buffer once."""
+        return not self.geometry.scratch or self._packs_constants
+
+    @property
+    def _packs_constants(self) -> bool:
+        return self.geometry.pack is not None and bool(self.geometry.pack_once)
 
     def concurrently(self, groups: Sequence[Sequence[Callable[[], None]]]) -> None:
         concurrently(groups)
@@ -399,33 +404,43 @@ class OpenCLRuntime:
         object of its own, so no other binding or caller can change them. (The bundled
         model's launches took 3.7 us each to enqueue so on PoCL, 5.7 with their arguments
         set every time.) The function holds the buffers: a kernel's arguments do not keep a
-        buffer alive."""
+        buffer alive.
+
+        Panels of constants (``Launch.pack_once``) are packed here, once, into a buffer of
+        this binding's own: blocks of one structure share a kernel but not their weights, and
+        panels shared between them were packed again at every launch (the BERT layer's Q, K
+        and V projections: two packs a run)."""
         cl = _import_cl()
         with self._lock:
             self._compiled()
         kernel = build(self.source, self.name)
-        args = (*handles, *((self._scratch,) if self._scratch is not None else ()))
-        kernel.set_args(*args)
         geometry, main = self.geometry, device().queue
         global_size, local_size = geometry.global_size, geometry.local_size
-        if geometry.pack is None and not geometry.scratch:
+        scratch = self._scratch
+        if self._packs_constants:
+            scratch = cl.Buffer(device().context, cl.mem_flags.READ_WRITE, 4 * geometry.scratch)
+            pack = build(self.source, f"{self.name}_pack")
+            pack.set_args(*handles[:self.n_inputs], scratch)
+            cl.enqueue_nd_range_kernel(main, pack, geometry.pack.global_size,
+                                       geometry.pack.local_size).wait()
+        args = (*handles, *((scratch,) if scratch is not None else ()))
+        kernel.set_args(*args)
+        if self._packs_constants or (geometry.pack is None and not geometry.scratch):
             def plain(held: tuple[Any, ...] = args) -> None:
                 cl.enqueue_nd_range_kernel(_current_queue.get() or main, kernel, global_size,
                                            local_size)
             return plain
         pack = None
-        if geometry.pack is not None:
+        if geometry.pack is not None:  # an operand packed at every launch
             pack = build(self.source, f"{self.name}_pack")
             pack.set_args(*handles[:self.n_inputs], self._scratch)
-        keys = tuple(handles[i] for i in geometry.pack_once)
 
         def packed(held: tuple[Any, ...] = args) -> None:
             self._refuse_concurrent()
             with self._lock:  # the packing launch and the kernel share the scratch panels
-                if pack is not None and self._repack(keys):
+                if pack is not None:
                     cl.enqueue_nd_range_kernel(main, pack, geometry.pack.global_size,
                                                geometry.pack.local_size)
-                    self._packed_from = keys
                 cl.enqueue_nd_range_kernel(main, kernel, global_size, local_size)
         return packed
 
