@@ -61,7 +61,7 @@ def model(name: str) -> tuple[onnx.ModelProto, dict[str, tuple[int, ...]] | None
     if name == "bundled":
         return onnx.load(BUNDLED), None
     if name.startswith("mobilenet_v2"):
-        size = int(name.rpartition("_")[2]) if name[-1].isdigit() else 224
+        size = int(name.removeprefix("mobilenet_v2_")) if name != "mobilenet_v2" else 224
         return mobilenet_v2(size=size), None
     if name == "bert_layer":
         return bert_layer(hidden=256, heads=4), BERT_SHAPES

@@ -67,6 +67,14 @@ def onnx_node_model(op: kg.Op, input_dtypes: Sequence[str]) -> tuple[onnx.ModelP
         node_inputs.append(name)
     while node_inputs and node_inputs[-1] == "":
         node_inputs.pop()
+    if kind == "BatchNormalization" and len(op.inputs) == 3:
+        # constant parameters are read as x * s + t (ops.nn.batch_normalization): ONNX's
+        # formula with mean 0, variance 1 and epsilon 0 computes the same
+        channels, dtype = op.inputs[1].shape, op.inputs[0].dtype.numpy
+        inits += [_tensor("mean", np.zeros(channels), dtype),
+                  _tensor("var", np.ones(channels), dtype)]
+        node_inputs += ["mean", "var"]
+        attrs["epsilon"] = 0.0
     outputs = ["out"]
     if kind == "Split":
         attrs.pop("split", None)

@@ -206,7 +206,8 @@ class _Importer:
 
     def _name_ops(self, node: Node, outs: list[Value]) -> None:
         """The node's operators take its output names; operators it built on the way (Softmax
-        before opset 13 flattens first) take fresh names derived from the node's."""
+        before opset 13 flattens first) and constants it computed take fresh names derived
+        from the node's."""
         known = {id(v) for v in self.env.values() if isinstance(v, Value)}
         known |= {id(c) for c in self.constants.values()}
         for out, name in zip(outs, node.outputs):
@@ -215,9 +216,12 @@ class _Importer:
         stack = [v for out in outs if isinstance(out, Op) for v in out.inputs]
         while stack:
             v = stack.pop()
-            if id(v) in known or not isinstance(v, Op):
+            if id(v) in known or not isinstance(v, (Op, Constant)):
                 continue
             known.add(id(v))
+            if isinstance(v, Constant):  # computed from the node's constants (BN's s and t)
+                v.name = self._fresh(f"{node.name}/{v.name}")
+                continue
             v.name = self._fresh(f"{node.name}/{v.kind}")
             stack.extend(v.inputs)
 

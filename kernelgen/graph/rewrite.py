@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import KernelgenError
 from ..ir.node import Constant, Op, Value, constant
-from ..ops.nn import conv, gemm
+from ..ops.nn import batch_norm_affine, conv, gemm
 from ..ops.shape import slice_op
 
 
@@ -26,17 +26,20 @@ def _const(op: str, v: Value, role: str) -> np.ndarray:
 
 def fold_batchnorm(bn: Op) -> Op:
     """``BatchNormalization(Conv(x, W, B))`` as one ``Conv(x, W', B')`` (same for Gemm with
-    transB=0 and no transA): ``W' = W * s``, ``B' = (B - mean) * s + beta`` per output channel,
-    with ``s = gamma / sqrt(var + eps)``. Removes two elementwise passes over the output."""
+    transB=0 and no transA): ``W' = W * s``, ``B' = B * s + t`` per output channel, with
+    ``s = gamma / sqrt(var + eps)`` and ``t = beta - mean * s`` (``batch_norm_affine``).
+    Removes an elementwise pass over the output."""
     if bn.kind != "BatchNormalization":
         raise RewriteError(f"fold_batchnorm: '{bn.name}' is {bn.kind}, not BatchNormalization")
     producer = bn.inputs[0]
     if not isinstance(producer, Op) or producer.kind not in ("Conv", "Gemm"):
         what = getattr(producer, "kind", "an input")
         raise RewriteError(f"fold_batchnorm: '{bn.name}' follows {what}, not Conv or Gemm")
-    gamma, beta, mean, var = (_const("BatchNormalization", v, role) for v, role in
-                              zip(bn.inputs[1:], ("scale", "B", "input_mean", "input_var")))
-    s = gamma / np.sqrt(var + bn.attrs["epsilon"])
+    affine = batch_norm_affine(bn)
+    if affine is None:
+        raise RewriteError(f"fold_batchnorm: the parameters of '{bn.name}' must be constants "
+                           f"(kg.constant) to fold")
+    s, t = affine
     x, w = producer.inputs[0], producer.inputs[1]
     weights = _const(producer.kind, w, "W")
     has_bias = len(producer.inputs) > 2
@@ -44,7 +47,7 @@ def fold_batchnorm(bn: Op) -> Op:
     dtype = w.dtype.numpy
     if producer.kind == "Conv":
         w_new = weights * s.reshape((-1,) + (1,) * (weights.ndim - 1))
-        b_new = (bias - mean) * s + beta
+        b_new = bias * s + t
         a = producer.attrs
         return conv(x, constant(f"{w.name}_bnfolded", w_new.astype(dtype)),
                     constant(f"{bn.name}_bias", b_new.astype(dtype)),
@@ -55,7 +58,7 @@ def fold_batchnorm(bn: Op) -> Op:
         raise RewriteError(f"fold_batchnorm: Gemm '{producer.name}' must have transA=transB=0 "
                            "and alpha=beta=1 to fold (channels are its columns)")
     w_new = weights * s[None, :]
-    b_new = (np.broadcast_to(bias, (producer.shape[1],)) - mean) * s + beta
+    b_new = np.broadcast_to(bias, (producer.shape[1],)) * s + t
     return gemm(x, constant(f"{w.name}_bnfolded", w_new.astype(dtype)),
                 constant(f"{bn.name}_bias", b_new.astype(dtype)))
 

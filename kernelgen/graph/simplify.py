@@ -47,6 +47,7 @@ from ..ir.interp import interpret
 from ..ir.node import Constant, Op, Value
 from ..lower import lower
 from ..ops.elementwise import binary
+from ..ops.nn import batch_norm_affine
 from ..ops.shape import reshape, transpose
 from .model import Graph, fresh_name
 from .projections import merge_projections
@@ -207,12 +208,10 @@ def fold_bn(op: Op, ctx: Context) -> Match | None:
     if not isinstance(producer, Op) or producer.kind not in ("Conv", "Gemm") or \
             not ctx.exclusive(producer):
         return None
-    params = [_constant_value(v) for v in op.inputs[1:]]
-    if any(p is None for p in params):
+    affine = batch_norm_affine(op)
+    if affine is None:
         return None
-    gamma, _, _, var = (np.asarray(p, np.float64) for p in params)
-    with np.errstate(all="ignore"):
-        scale = gamma / np.sqrt(var + op.attrs["epsilon"])
+    scale = affine[0]
     if not np.all(np.isfinite(scale)) or np.any(scale == 0):
         return None  # the folded weights would turn Inf into NaN or lose it
     try:

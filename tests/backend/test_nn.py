@@ -104,6 +104,38 @@ def test_intensive_operator(backend: str, case: Case) -> None:
     assert_close(got, want.astype(got.dtype), scale=case.scale)
 
 
+@pytest.mark.parametrize("shape", [(1, 1, 1, 1), (2, 5, 7, 3), (1, 13, 1, 11), (3, 7)])
+def test_batch_norm_of_constants_reads_its_scale_and_shift(backend: str,
+                                                           shape: tuple[int, ...]) -> None:
+    """BatchNormalization by constant parameters reads two per-channel constants, computes
+    x * s + t, and gives NumPy's (x - mean) / sqrt(var + eps) * gamma + beta; parameters
+    whose s is not finite (a variance of 0 with epsilon 0) keep the formula and its NaN."""
+    rng = np.random.default_rng(3)
+    c = shape[1]
+    gamma, beta, mean = (rng.standard_normal(c).astype(np.float32) for _ in range(3))
+    var = rng.uniform(0.1, 2.0, c).astype(np.float32)
+    X = rng.standard_normal(shape).astype(np.float32)
+    axes = (-1,) + (1,) * (len(shape) - 2)
+    for epsilon, zero_channel in ((1e-3, False), (0.0, True)):
+        v = var.copy()
+        if zero_channel:
+            v[0] = 0.0
+        x = kg.tensor("x", shape)
+        bn = kg.batch_normalization(x, kg.constant("gamma", gamma), kg.constant("beta", beta),
+                                    kg.constant("mean", mean), kg.constant("var", v),
+                                    epsilon=epsilon)
+        assert len(bn.inputs) == (5 if zero_channel else 3)
+        with np.errstate(all="ignore"):
+            want = (X.astype(np.float64) - mean.reshape(axes)) / \
+                np.sqrt(v.astype(np.float64).reshape(axes) + epsilon) * gamma.reshape(axes) + \
+                beta.reshape(axes)
+        fused = kg.fuse(bn)
+        (got,) = run(backend, fused, *(X if v is x else v.value for v in fused.inputs))
+        if zero_channel:  # channel 0 divides by zero: inf times gamma, NaN where x == mean
+            want, got = want[:, 1:], got[:, 1:]
+        assert_close(got, want, np.float32, scale=4)
+
+
 # --- fused prologues and epilogues ---------------------------------------------------------------
 
 PRO = ["Relu", "Neg", "Tanh", "Abs", "Sigmoid"]
