@@ -6,9 +6,10 @@ in ms). Whether a later session of the same plan runs slower than the first, as
 machine's drift between the two timings. onnxruntime (all graph optimisations, 2 threads) is
 timed in five blocks of its own, before, between and after shares of the rounds
 (``measure.round_robin``'s ``apart``): its spinning thread pool slows the run after its own.
+``--onnxruntime-in-rounds`` gives it a turn in every round instead, as this script did before.
 
     python bench/sessions_interleaved.py [--model bert_layer] [--fusion dnnfusion] \\
-        [--sessions 3] [--rewrite] [--rounds 40] [--json FILE]
+        [--sessions 3] [--rewrite] [--rounds 40] [--onnxruntime-in-rounds] [--json FILE]
 """
 from __future__ import annotations
 
@@ -39,6 +40,8 @@ def main() -> int:
     ap.add_argument("--sessions", type=int, default=3)
     ap.add_argument("--rewrite", action="store_true", help="every second session rewritten")
     ap.add_argument("--rounds", type=int, default=40)
+    ap.add_argument("--onnxruntime-in-rounds", action="store_true",
+                    help="onnxruntime takes its turn in every round (as before 2026-12-03)")
     ap.add_argument("--json", type=Path, default=None, help="the rows, appended to the file's")
     args = ap.parse_args()
     build, shape_args = MODELS[args.model]
@@ -66,6 +69,9 @@ def main() -> int:
         apart["onnxruntime"] = partial(ort.run, None, dict(feeds))
         for a, b in zip(outputs[0], apart["onnxruntime"]()):
             np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4)
+    if args.onnxruntime_in_rounds:
+        runs.update(apart)
+        apart = {}
     times = round_robin(runs, warmup=1, repeat=args.rounds, apart=apart, blocks=5)
     ort_ms = float(np.median(times["onnxruntime"])) if ort is not None else None
     rows = []
@@ -77,6 +83,7 @@ def main() -> int:
         rows.append({"model": args.model, "backend": args.backend, "session": name,
                      "launches": launches, "ms": round(ms, 4), "p20": round(p20, 4),
                      "p80": round(p80, 4),
+                     "onnxruntime": "in the rounds" if args.onnxruntime_in_rounds else "apart",
                      "onnxruntime_over_this": round(ort_ms / ms, 3) if ort_ms else None})
     if args.json is not None and args.json.exists():
         rows = json.loads(args.json.read_text())["rows"] + rows
