@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 import time
-from functools import partial
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np

@@ -121,10 +121,8 @@ PACK_TILE_LOCAL = 2
 # A right operand of constants only (a MatMul's weights) is packed by the first kernel at the
 # first launch and not again while later launches pass the same buffers (``Launch.pack_once``):
 # MatMul + bias + ReLU on BERT's and prime shapes 1.10-1.35x faster than packing at every
-# launch, in the tile or in a first kernel (AMD EPYC, PoCL; bench/packed_weights.py). Packed
-# once, panels cost no launch, so constants are packed whatever their size: weights below
-# PACK_MIN_BYTES (BERT's projections, a batch-1 classifier, primes), packed once against read
-# in place, 0.98-1.14x (bench/packed_weights.py --in-place, AMD EPYC, two runs)
+# launch, in the tile or in a first kernel (AMD EPYC, PoCL; bench/packed_weights.py); so any
+# size is packed: below PACK_MIN_BYTES 0.98-1.14x faster than in place (its --in-place, 2 runs)
 PACK_CONSTANTS_ONCE = True
 # A work-group of column tiles (``group_columns``), measured on PoCL (AMD EPYC, AVX2, 512 KiB of
 # L2 a core), 1x1 convs + ReLU with 6x16 tiles in 4-item groups, against groups of row tiles in
@@ -560,12 +558,11 @@ def _ago_vector_plan(k: LoopKernel, c: Contraction, tile: tuple[int, ...], expli
 
 def _packs_right(k: LoopKernel, c: Contraction, pack: bool | None, tiles_r: int,
                  packed: int, *, gathered: bool, constant: bool) -> bool:
-    """Whether the right operand is laid out in panels first (``pack``; by default whenever
-    it is ``constant``, packed once at the first launch; else when ``PACK_MIN_ROW_TILES`` row
-    tiles or more read an operand of at least ``PACK_MIN_BYTES``, or, for an operand
-    ``gathered`` lane by lane, contiguous along no output column, when two row tiles or more
-    read it: the NT product Q Kᵀ). Never for an AGO block: its producer is computed within
-    the tiles."""
+    """Whether the right operand is laid out in panels first (``pack``; by default when it is
+    ``constant``, packed once; when ``PACK_MIN_ROW_TILES`` row tiles or more read one of at
+    least ``PACK_MIN_BYTES``; and when two row tiles or more read one ``gathered`` lane by
+    lane, contiguous along no output column: the NT product Q Kᵀ). Never for an AGO block:
+    its producer is computed within the tiles."""
     ago = operand_has_reduction(c.left) or operand_has_reduction(c.right)
     if pack and ago:
         raise ValueError(f"kernel '{k.name}': pack needs a contraction of plain operands; "
