@@ -9,8 +9,8 @@ the BERT layer's DNNFusion plan compiled both ways and whole runs of both round-
 
 With ``--in-place``, instead: the blocks whose weights are smaller than
 ``schedule.PACK_MIN_BYTES`` (BERT's projections, a classifier, awkward shapes), packed once by
-default since constants are packed whatever their size, against the same block reading its
-weights in place (``pack=False``, the default for them before); with ``--models``, the BERT
+default since constants are packed whatever their size, against the same block compiled with
+the rule before (``_in_place``: its weights read in place); with ``--models``, the BERT
 layer's plan with and without those packs.
 
     python bench/packed_weights.py [--repeat 100] [--in-place] [--models bert_layer] \
