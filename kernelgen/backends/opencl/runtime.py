@@ -318,25 +318,33 @@ class OpenCLRuntime:
         self.n_inputs = n_inputs
         self._kernel: Any = None
         self._pack: Any = None
-        self._scratch: Any = None
+        self._scratch: Any = None  # shared by unbound launches, made at the first
         self._lock = threading.Lock()
         self._kept: dict[int, tuple[np.ndarray, Any]] = {}  # input index -> (array, buffer)
         self._packed_from: tuple[Any, ...] = ()  # the constants' buffers the panels hold
 
     def _compiled(self) -> Any:
-        """The kernel (and its packing kernel and scratch), built once; call with the lock."""
+        """The kernel (and its packing kernel), built once; call with the lock."""
         if self._kernel is None:
             kernel = build(self.source, self.name)
             self._check_group(kernel, self.geometry.local_size, self.name)
             if self.geometry.pack is not None:
                 self._pack = build(self.source, f"{self.name}_pack")
                 self._check_group(self._pack, self.geometry.pack.local_size, f"{self.name}_pack")
-            if self.geometry.scratch:
-                cl = _import_cl()
-                self._scratch = cl.Buffer(device().context, cl.mem_flags.READ_WRITE,
-                                          4 * self.geometry.scratch)
             self._kernel = kernel
         return self._kernel
+
+    def _shared_scratch(self) -> Any:
+        """The scratch buffer unbound launches, and bindings that pack at every launch, share
+        (made at the first; a model's bindings of constant panels own theirs, so it is never
+        made for them); None for a kernel without scratch. Call with the lock."""
+        if self._scratch is None and self.geometry.scratch:
+            self._scratch = self._new_scratch()
+        return self._scratch
+
+    def _new_scratch(self) -> Any:
+        cl = _import_cl()
+        return cl.Buffer(device().context, cl.mem_flags.READ_WRITE, 4 * self.geometry.scratch)
 
     @staticmethod
     def _check_group(kernel: Any, local: tuple[int, ...] | None, name: str) -> None:
@@ -387,14 +395,15 @@ class OpenCLRuntime:
         queue = _current_queue.get() or device().queue
         with self._lock:
             kernel = self._compiled()
+            scratch = self._shared_scratch()
             keys = tuple(handles[i] for i in self.geometry.pack_once)
             if self._repack(keys):
                 pack = self.geometry.pack
-                self._pack.set_args(*handles[:self.n_inputs], self._scratch)
+                self._pack.set_args(*handles[:self.n_inputs], scratch)
                 cl.enqueue_nd_range_kernel(queue, self._pack, pack.global_size, pack.local_size)
                 self._packed_from = keys
-            if self._scratch is not None:
-                handles = [*handles, self._scratch]
+            if scratch is not None:
+                handles = [*handles, scratch]
             kernel.set_args(*handles)
             cl.enqueue_nd_range_kernel(queue, kernel, self.geometry.global_size,
                                        self.geometry.local_size)
@@ -413,27 +422,24 @@ class OpenCLRuntime:
         cl = _import_cl()
         with self._lock:
             self._compiled()
+            scratch = self._new_scratch() if self._packs_constants else self._shared_scratch()
         kernel = build(self.source, self.name)
         geometry, main = self.geometry, device().queue
         global_size, local_size = geometry.global_size, geometry.local_size
-        scratch = self._scratch
-        if self._packs_constants:
-            scratch = cl.Buffer(device().context, cl.mem_flags.READ_WRITE, 4 * geometry.scratch)
+        pack = None
+        if geometry.pack is not None:
             pack = build(self.source, f"{self.name}_pack")
             pack.set_args(*handles[:self.n_inputs], scratch)
+        if self._packs_constants:
             cl.enqueue_nd_range_kernel(main, pack, geometry.pack.global_size,
                                        geometry.pack.local_size).wait()
         args = (*handles, *((scratch,) if scratch is not None else ()))
         kernel.set_args(*args)
-        if self._packs_constants or (geometry.pack is None and not geometry.scratch):
+        if self._packs_constants or scratch is None:
             def plain(held: tuple[Any, ...] = args) -> None:
                 cl.enqueue_nd_range_kernel(_current_queue.get() or main, kernel, global_size,
                                            local_size)
             return plain
-        pack = None
-        if geometry.pack is not None:  # an operand packed at every launch
-            pack = build(self.source, f"{self.name}_pack")
-            pack.set_args(*handles[:self.n_inputs], self._scratch)
 
         def packed(held: tuple[Any, ...] = args) -> None:
             self._refuse_concurrent()
