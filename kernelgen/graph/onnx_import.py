@@ -210,9 +210,10 @@ class _Importer:
         from the node's."""
         known = {id(v) for v in self.env.values() if isinstance(v, Value)}
         known |= {id(c) for c in self.constants.values()}
+        renamed = {}  # an operator's own name -> its node output's
         for out, name in zip(outs, node.outputs):
             if isinstance(out, Op):
-                out.name = name
+                renamed[out.name], out.name = name, name
         stack = [v for out in outs if isinstance(out, Op) for v in out.inputs]
         while stack:
             v = stack.pop()
@@ -220,7 +221,8 @@ class _Importer:
                 continue
             known.add(id(v))
             if isinstance(v, Constant):  # computed from the node's constants (BN's s and t)
-                v.name = self._fresh(f"{node.name}/{v.name}")
+                owner, _, part = v.name.rpartition("_")
+                v.name = self._fresh(f"{renamed.get(owner, node.name)}/{part or v.name}")
                 continue
             v.name = self._fresh(f"{node.name}/{v.kind}")
             stack.extend(v.inputs)

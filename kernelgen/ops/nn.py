@@ -16,7 +16,7 @@ import sympy
 from ..dtypes import FLOATS, DType
 from ..errors import AttributeError_, ShapeError
 from ..ir.expr import Expr, IndexCond, Read, call, cast, const, reduce, select
-from ..ir.node import Constant, Op, Value, constant
+from ..ir.node import Constant, Op, Value, constant, new_name
 from ..mapping_types import FloorDiv, fresh_reduce_symbol, out_symbols
 from ..mapping_types.index_map import simplify_guard
 from ..shapes import prod
@@ -371,22 +371,24 @@ def batch_normalization(x: Value, scale: Value, b: Value, mean: Value, var: Valu
     o = out_symbols(x.rank)
     ch = (o[1],) if x.rank > 1 else (sympy.Integer(0),)
     xs = Read(x.dtype, 0, tuple(o))
-    affine = _constant_affine(x, params, epsilon)
+    name = new_name("BatchNormalization")
+    affine = _constant_affine(name, x, params, epsilon)
     if affine is not None:
         body = call("add", call("mul", xs, Read(x.dtype, 1, ch)), Read(x.dtype, 2, ch))
         return make_op("BatchNormalization", [x, *affine], x.shape, x.dtype, body,
-                       {"epsilon": epsilon})
+                       {"epsilon": epsilon}, name=name)
     s, bb, mu, va = (Read(x.dtype, k + 1, ch) for k in range(4))
     inv = call("rsqrt", call("add", va, const(epsilon, x.dtype)))
     body = call("add", call("mul", call("mul", call("sub", xs, mu), inv), s), bb)
     return make_op("BatchNormalization", [x, *params], x.shape, x.dtype, body,
-                   {"epsilon": epsilon})
+                   {"epsilon": epsilon}, name=name)
 
 
-def _constant_affine(x: Value, params: Sequence[Value], epsilon: float
+def _constant_affine(name: str, x: Value, params: Sequence[Value], epsilon: float
                      ) -> tuple[Constant, Constant] | None:
-    """``s`` and ``t`` (``batch_normalization``) as constants named after ``x``, where the
-    four parameters are constants and both come out finite; else None."""
+    """``s`` and ``t`` (``batch_normalization``) as constants named after the operator
+    ``name`` (two normalisations of one ``x`` each have their own), where the four parameters
+    are constants and both come out finite; else None."""
     values = [np.asarray(v.value, np.float64) for v in params if isinstance(v, Constant)]
     if len(values) < 4:
         return None
@@ -395,7 +397,7 @@ def _constant_affine(x: Value, params: Sequence[Value], epsilon: float
     s, t = s.astype(x.dtype.numpy), t.astype(x.dtype.numpy)
     if not (np.all(np.isfinite(s)) and np.all(np.isfinite(t))):
         return None
-    return constant(f"{x.name}_bn_scale", s), constant(f"{x.name}_bn_shift", t)
+    return constant(f"{name}_scale", s), constant(f"{name}_shift", t)
 
 
 def _affine(gamma: np.ndarray, beta: np.ndarray, mean: np.ndarray, var: np.ndarray,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import assert_close, prebuild, run
+from conftest import assert_close, prebuild, require, run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reference import evaluate_chain, reference
@@ -133,6 +133,33 @@ def test_batch_norm_of_constants_reads_its_scale_and_shift(backend: str,
         (got,) = run(backend, fused, *(X if v is x else v.value for v in fused.inputs))
         if zero_channel:  # channel 0 divides by zero: inf times gamma, NaN where x == mean
             want, got = want[:, 1:], got[:, 1:]
+        assert_close(got, want, np.float32, scale=4)
+
+
+@pytest.mark.parametrize("backend", ["opencl", "neon"])
+def test_two_batch_norms_of_one_input_each_keep_their_scale_and_shift(backend: str) -> None:
+    """Two normalisations of one tensor by different constants, built with the API into one
+    graph: their computed scale and shift constants are named after each operator (named
+    after the input, the graph refused two distinct values of one name), and each output
+    matches NumPy's formula from its own four parameters."""
+    from kernelgen.graph import Graph
+    require(backend)
+    rng = np.random.default_rng(11)
+    shape = (2, 5, 3, 7)
+    X = rng.standard_normal(shape).astype(np.float32)
+    x = kg.tensor("x", shape)
+    outs, wants = [], []
+    for k in range(2):
+        gamma, beta, mean = (rng.standard_normal(5).astype(np.float32) for _ in range(3))
+        var = rng.uniform(0.1, 2.0, 5).astype(np.float32)
+        outs.append(kg.batch_normalization(
+            x, *(kg.constant(f"{n}{k}", a) for n, a in
+                 (("gamma", gamma), ("beta", beta), ("mean", mean), ("var", var)))))
+        c = (-1, 1, 1)
+        wants.append((X - mean.reshape(c)) / np.sqrt(var.reshape(c) + 1e-5) * gamma.reshape(c)
+                     + beta.reshape(c))
+    session = kg.compile_model(Graph.build([x], outs, "two_bns"), backend=backend)
+    for got, want in zip(session.run(None, {"x": X}), wants):
         assert_close(got, want, np.float32, scale=4)
 
 
