@@ -11,14 +11,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import Any
+from typing import Any, cast
 
+import numpy as np
 import sympy
 
 from ..dtypes import DType
 from ..errors import FusionError
 from ..ir.expr import DataBindings, Expr, IndexCond, Read, Reduce, const, select, transform, walk
-from ..ir.node import _DIRECTNESS, Op, Value, _reads_with_axes
+from ..ir.node import _DIRECTNESS, Constant, Op, Value, _reads_with_axes
 from ..mapping_types import (Colour, FusionRule, IndexMap, MappingType, compose,
                              fresh_reduce_symbol, fusion_rule, out_symbols, reshape_rule,
                              run_rule, simplify_index)
@@ -386,10 +387,24 @@ class _Inliner:
         src = op.inputs[node.slot]
         if id(src) in self.members:
             value = self.inline(src, exprs, g, data)  # type: ignore[arg-type]
-            if g is sympy.true:
-                return value
-            # A guarded read is 0 where the guard fails (a convolution's padding): the producer's
-            # value there is not what it would compute from zero-filled loads (sigmoid(0) != 0).
-            return select(IndexCond(DType.bool, g, _used(data, g)), value, const(0, node.dtype))
-        return Read(node.dtype, self._slot(src), exprs, g, data)
+        elif _a_number(src, op):
+            value = const(np.asarray(cast(Constant, src).value).reshape(-1)[0].item(), node.dtype)
+        else:
+            return Read(node.dtype, self._slot(src), exprs, g, data)
+        if g is sympy.true:
+            return value
+        # A guarded read is 0 where the guard fails (a convolution's padding): the producer's
+        # value there is not what it would compute from zero-filled loads (sigmoid(0) != 0).
+        return select(IndexCond(DType.bool, g, _used(data, g)), value, const(0, node.dtype))
+
+
+def _a_number(value: Value, reader: Op) -> bool:
+    """Whether ``reader`` reads the constant ``value`` as a literal: a single-element constant
+    (Clip's bounds, a scale, GELU's 0.5 and 1) read by an operator that reduces over none of its
+    inputs. The kernel then takes no buffer for it, and the backends see the number: a Clip
+    by constant bounds is then one compare and one select a side instead of three operations
+    and a select (its NaN test is needed only where the bound could be NaN). A contraction's
+    operands stay buffers, which its templates read."""
+    return isinstance(value, Constant) and value.numel == 1 and \
+        reader.mapping_type is not MappingType.MANY_TO_MANY
 

@@ -45,6 +45,15 @@ UNARY = {
     "clip": (lambda t: kg.clip(t, -1.0, 1.0), lambda x: np.clip(x, np.float32(-1), np.float32(1))),
     "clip-min": (lambda t: kg.clip(t, 0.25), lambda x: np.maximum(x, np.float32(0.25))),
     "sign": (kg.sign, np.sign),
+    # single-element constants are read as numbers (fusion._a_number): Max and Min by a number
+    # take one compare, by NaN the NaN-testing form; a number first or second
+    "clip-constants": (lambda t: kg.clip(t, kg.constant("lo", np.float32(-1)),
+                                         kg.constant("hi", np.float32(1))),
+                       lambda x: np.clip(x, np.float32(-1), np.float32(1))),
+    "max-nan-constant": (lambda t: kg.max(t, kg.constant("nan", np.float32(np.nan))),
+                         lambda x: np.maximum(x, np.float32(np.nan))),
+    "min-number-first": (lambda t: kg.min(kg.constant("two", np.float32(2)), t),
+                         lambda x: np.minimum(np.float32(2), x)),
 }
 
 
@@ -55,7 +64,7 @@ def test_unary_special_values(backend: str, name: str, shape: tuple[int, ...]) -
     x = _special(shape)
     (got,) = run(backend, kg.fuse(build(kg.tensor("x", shape))), x)
     _same(got, ref(x))
-    if name == "clip":  # -0 inside the bounds comes out unchanged
+    if name in ("clip", "clip-constants"):  # -0 inside the bounds comes out unchanged
         zeros = x == 0
         np.testing.assert_array_equal(np.signbit(got[zeros]), np.signbit(x[zeros]))
 
@@ -66,7 +75,8 @@ def test_unary_matches_onnx_reference(backend: str) -> None:
     for build, _ in UNARY.values():
         op = build(kg.tensor("x", (3, 13)))
         (got,) = run(backend, kg.fuse(op), x)
-        _same(got, np.asarray(reference(op, x)))
+        arrays = (v.value if isinstance(v, kg.Constant) else x for v in op.inputs)
+        _same(got, np.asarray(reference(op, *arrays)))
 
 
 # subnormals of both signs beside values whose rounding is known (a GPU flushes subnormals to

@@ -67,3 +67,23 @@ def test_other_convolutions_keep_their_channel_axis(out_channels: int, kernel: i
                                                     groups: int, attrs: dict) -> None:
     loop = kg.fuse(_grouped(out_channels, kernel, groups, **attrs)).lower()
     assert out_channels in [n for _, n in loop.domain]
+
+
+def test_single_element_constants_are_read_as_numbers() -> None:
+    """A single-element constant read by an operator that reduces over nothing (Clip's
+    bounds, a scale) becomes a literal of the fused body and no kernel input; a contraction
+    keeps such an operand a buffer (its templates read it), and larger constants stay inputs."""
+    from kernelgen.ir.expr import Const, Read
+    x = kg.tensor("x", (3, 5))
+    y = kg.mul(kg.clip(x, kg.constant("lo", np.float32(0)), kg.constant("hi", np.float32(6))),
+               kg.constant("scale", np.array([0.5], np.float32)))
+    fused = kg.fuse(y.inputs[0], y)
+    assert [v.name for v in fused.inputs] == ["x"]
+    values = {n.value for n in walk(fused.outputs[0].body) if isinstance(n, Const)}
+    assert {0.0, 6.0, 0.5} <= values
+    bias = kg.add(kg.tensor("a", (3, 5)), kg.constant("b", np.arange(5, dtype=np.float32)))
+    assert [v.name for v in kg.fuse(bias).inputs] == ["a", "b"]
+    gemm = kg.gemm(kg.tensor("m", (3, 4)), kg.constant("w", np.ones((4, 2), np.float32)),
+                   kg.constant("c", np.ones(1, np.float32)))
+    assert [v.name for v in kg.fuse(gemm).inputs] == ["m", "w", "c"]
+    assert sum(isinstance(n, Read) for n in walk(kg.fuse(gemm).outputs[0].body)) == 3
