@@ -19,7 +19,7 @@ from ...ir.loop import Buffer, LoopKernel, Staged
 from ...lower.staging import hoist_order
 from ...lower.unroll import Unrolled
 from ..base import Capabilities
-from ..printer import Emitter, Scope, recomputed_inside
+from ..printer import Emitter, Scope, recomputed_inside, spelling
 from .vector import VectorPrinter, VectorSyntax, outer_reductions, transposable_loads
 from .vectorizable import vector_columns_ok, vector_reduction_ok, vectorizable
 
@@ -140,7 +140,7 @@ class CEmitter(Emitter):
     def call_text(self, node: Call, args: list[str]) -> str:
         operand = node.args[0].dtype
         table = self.float_formats if operand.is_float else self.int_formats
-        fmt = table.get(node.fn)
+        fmt = table.get(spelling(node, table))
         if isinstance(fmt, Mapping):  # per-dtype spelling (expf vs exp)
             fmt = fmt.get(operand.compute)
         if fmt is None:

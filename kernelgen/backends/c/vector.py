@@ -13,7 +13,7 @@ from ...dtypes import DType
 from ...ir.expr import (Call, Cast, Const, Expr, IndexCond, Load, Reduce, Select,
                         free_index_symbols, walk)
 from ...lower.transpose import stride
-from ..printer import Emitter, Scope
+from ..printer import Emitter, Scope, spelling
 from .dots import dot_loop
 from .vector_syntax import VectorSyntax as VectorSyntax  # the table's home; imported from here too
 from .vectorizable import split_guard, vectorizable
@@ -79,7 +79,8 @@ class VectorPrinter:
                 return self._guarded_load(node)
             return self._read(node)
         if isinstance(node, Call):
-            return self.v.functions[node.fn].format(*(self.expr(a) for a in node.args))
+            fmt = self.v.functions[spelling(node, self.v.functions)]
+            return fmt.format(*(self.expr(a) for a in node.args))
         if isinstance(node, Cast):
             src = cast(Load, node.value)
             return self.v.load_convert[src.dtype.value].format(
