@@ -351,9 +351,10 @@ def batch_normalization(x: Value, scale: Value, b: Value, mean: Value, var: Valu
 
     With constant parameters (a model's initializers) the operator's inputs are ``x`` and two
     per-channel constants computed here, ``s = scale / sqrt(var + epsilon)`` and
-    ``t = B - mean * s``, and it computes ``x * s + t`` (as onnxruntime's kernel does): no
-    kernel then evaluates the square root per output (fused after a 1x1 convolution over a
-    short reduction, the rsqrt of every row cost 1.05-1.5x its time). Parameters whose ``s``
+    ``t = B - mean * s``, and it computes ``x * s + t`` as one multiply-add (``muladd``, one
+    FMA where the device has a fast one; as onnxruntime's kernel does): no kernel then
+    evaluates the square root per output (fused after a 1x1 convolution over a short
+    reduction, the rsqrt of every row cost 1.05-1.5x its time). Parameters whose ``s``
     or ``t`` would not be finite keep the five inputs and the formula as written."""
     x = check_value("BatchNormalization", x, "X")
     if training_mode:
@@ -374,7 +375,7 @@ def batch_normalization(x: Value, scale: Value, b: Value, mean: Value, var: Valu
     name = new_name("BatchNormalization")
     affine = _constant_affine(name, x, params, epsilon)
     if affine is not None:
-        body = call("add", call("mul", xs, Read(x.dtype, 1, ch)), Read(x.dtype, 2, ch))
+        body = call("muladd", xs, Read(x.dtype, 1, ch), Read(x.dtype, 2, ch))
         return make_op("BatchNormalization", [x, *affine], x.shape, x.dtype, body,
                        {"epsilon": epsilon}, name=name)
     s, bb, mu, va = (Read(x.dtype, k + 1, ch) for k in range(4))
