@@ -2,7 +2,7 @@
 and Clip (ReLU6) fused, compiled as now and as before three changes (``before()``):
 
 - a single-element constant (Clip's bounds, a scale) is read as a literal of the fused body, not
-  as a kernel argument (``fusion.fuse._a_number``);
+  as a kernel argument (``fusion.fuse._number``);
 - Max and Min by a number other than NaN are one ordered compare and a select
   (``backends.printer.spelling``), not a compare, a NaN test, their or and a select;
 - BatchNormalization by constants computes x s + t as one multiply-add (``muladd``).
@@ -27,17 +27,16 @@ from unittest import mock
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from models.model_zoo import mobilenet_v2  # noqa: E402
 
 import kernelgen as kg  # noqa: E402
 from kernelgen.backends.c import emitter, vector  # noqa: E402
+from kernelgen.cli.model import _feeds  # noqa: E402
+from kernelgen.graph.scheduling import whole_runs  # noqa: E402
 from kernelgen.ir import expr  # noqa: E402
 from kernelgen.measure import bench_interleaved  # noqa: E402
 from kernelgen.ops import nn  # noqa: E402
-from kernelgen.graph.scheduling import whole_runs  # noqa: E402
+from against_commit import model  # noqa: E402
 from pooling import gain_line, write_rows  # noqa: E402
 from wide_tiles import DeviceTimes  # noqa: E402
 
@@ -59,7 +58,7 @@ def _apart(fn: str, *args: Any, **kwargs: Any) -> Any:
 def before() -> Iterator[None]:
     """The three changes switched off: constants as arguments, Max/Min in their NaN-testing
     form whatever the operand, BatchNormalization's multiply and add apart."""
-    with mock.patch.object(FUSE, "_a_number", lambda value, reader: False), \
+    with mock.patch.object(FUSE, "_number", lambda value, reader: None), \
             mock.patch.object(emitter, "spelling", lambda node, table: node.fn), \
             mock.patch.object(vector, "spelling", lambda node, table: node.fn), \
             mock.patch.object(nn, "call", _apart):
@@ -87,18 +86,15 @@ def block(c: int, m: int, side: int, rng: np.random.Generator
 
 def blocks(repeat: int) -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
-    rng = np.random.default_rng(0)
-    for c, m, side in SHAPES:
+    for seed, (c, m, side) in enumerate(SHAPES):  # both ways from the same weights and input
         with before():
-            fused, x, want = block(c, m, side, rng)
+            fused, x, want = block(c, m, side, np.random.default_rng(seed))
             old = fused.emit("opencl")
-        now = block(c, m, side, np.random.default_rng(rng.integers(1 << 30)))
-        new = now[0].emit("opencl")
-        for k, (xx, ww) in ((old, (x, want)), (new, now[1:])):
-            np.testing.assert_allclose(k(xx), ww, rtol=1e-4, atol=1e-4)
+        new = block(c, m, side, np.random.default_rng(seed))[0].emit("opencl")
+        for k in (old, new):
+            np.testing.assert_allclose(k(x), want, rtol=1e-4, atol=1e-4)
         assert "lo[0]" in old.source and "lo[0]" not in new.source
-        timed = bench_interleaved({"now": (new, [now[1]]), "before": (old, [x])},
-                                  repeat=repeat)
+        timed = bench_interleaved({"now": (new, [x]), "before": (old, [x])}, repeat=repeat)
         ms = {label: timed[label].median_ms for label in LABELS}
         name = f"1x1 {c}->{m} @{side} + BN + Clip"
         print(gain_line(name, ms, LABELS), flush=True)
@@ -108,19 +104,16 @@ def blocks(repeat: int) -> list[dict[str, object]]:
 
 
 def models_both_ways(name: str, rounds: int) -> dict[str, object]:
-    """MobileNetV2 (``name``: mobilenet_v2[_SIZE]) compiled now and ``before()``: whole runs
-    of both round-robin, and the summed device times of their kernels (OpenCL events) in
-    rounds of one run of each, which the launches' and the host's noise leaves out."""
-    if not name.startswith("mobilenet_v2"):
-        raise SystemExit(f"--models: {name!r}: only mobilenet_v2[_SIZE] is built here")
-    size = int(name.removeprefix("mobilenet_v2_")) if name != "mobilenet_v2" else 224
-    proto = mobilenet_v2(size=size)
-    now = kg.compile_model(proto, backend="opencl", fusion="dnnfusion")
+    """The model ``name`` (``against_commit.model``: mobilenet_v2[_SIZE], bert_layer, a light
+    model) compiled now and ``before()``: whole runs of both round-robin, and the summed
+    device times of their kernels (OpenCL events) in rounds of one run of each, which the
+    launches' and the host's noise leaves out."""
+    proto, shapes = model(name)
+    now = kg.compile_model(proto, backend="opencl", fusion="dnnfusion", input_shapes=shapes)
     with before():
-        old = kg.compile_model(proto, backend="opencl", fusion="dnnfusion")
+        old = kg.compile_model(proto, backend="opencl", fusion="dnnfusion", input_shapes=shapes)
     wall = whole_runs({"now": now.model, "before": old.model}, rounds=rounds)
-    feeds = {v.name: np.random.default_rng(0).standard_normal(v.shape).astype(np.float32)
-             for v in now.graph.inputs}
+    feeds = _feeds(now.graph, None)
     device = DeviceTimes()
     sums: dict[str, list[float]] = {label: [] for label in LABELS}
     for _ in range(rounds):
@@ -138,7 +131,8 @@ def models_both_ways(name: str, rounds: int) -> dict[str, object]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--repeat", type=int, default=100)
-    ap.add_argument("--models", default="", help="e.g. mobilenet_v2_112: whole runs both ways")
+    ap.add_argument("--models", default="", help="e.g. mobilenet_v2_112,bert_layer: whole runs "
+                    "both ways (against_commit.model's names)")
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--no-blocks", action="store_true", help="the models only")
     ap.add_argument("--json", type=Path)

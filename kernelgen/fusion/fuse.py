@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import sympy
@@ -387,8 +387,8 @@ class _Inliner:
         src = op.inputs[node.slot]
         if id(src) in self.members:
             value = self.inline(src, exprs, g, data)  # type: ignore[arg-type]
-        elif _a_number(src, op):
-            value = const(np.asarray(cast(Constant, src).value).reshape(-1)[0].item(), node.dtype)
+        elif (number := _number(src, op)) is not None:
+            value = const(number, node.dtype)
         else:
             return Read(node.dtype, self._slot(src), exprs, g, data)
         if g is sympy.true:
@@ -398,13 +398,15 @@ class _Inliner:
         return select(IndexCond(DType.bool, g, _used(data, g)), value, const(0, node.dtype))
 
 
-def _a_number(value: Value, reader: Op) -> bool:
-    """Whether ``reader`` reads the constant ``value`` as a literal: a single-element constant
-    (Clip's bounds, a scale, GELU's 0.5 and 1) read by an operator that reduces over none of its
-    inputs. The kernel then takes no buffer for it, and the backends see the number: a Clip
-    by constant bounds is then one compare and one select a side instead of three operations
-    and a select (its NaN test is needed only where the bound could be NaN). A contraction's
-    operands stay buffers, which its templates read."""
-    return isinstance(value, Constant) and value.numel == 1 and \
-        reader.mapping_type is not MappingType.MANY_TO_MANY
+def _number(value: Value, reader: Op) -> float | int | bool | None:
+    """The number ``reader`` reads for ``value`` if it reads it as a literal, else None: a
+    single-element constant (Clip's bounds, a scale, GELU's 0.5 and 1) read by an operator that
+    reduces over none of its inputs. The kernel then takes no buffer for it, and the backends
+    see the number: a Clip by constant bounds is then one compare and one select a side
+    instead of three operations and a select (its NaN test is needed only where the bound
+    could be NaN). A contraction's operands stay buffers, which its templates read."""
+    if not isinstance(value, Constant) or value.numel != 1 or \
+            reader.mapping_type is MappingType.MANY_TO_MANY:
+        return None
+    return np.asarray(value.value).reshape(-1)[0].item()
 

@@ -45,7 +45,7 @@ UNARY = {
     "clip": (lambda t: kg.clip(t, -1.0, 1.0), lambda x: np.clip(x, np.float32(-1), np.float32(1))),
     "clip-min": (lambda t: kg.clip(t, 0.25), lambda x: np.maximum(x, np.float32(0.25))),
     "sign": (kg.sign, np.sign),
-    # single-element constants are read as numbers (fusion._a_number): Max and Min by a number
+    # single-element constants are read as numbers (fusion._number): Max and Min by a number
     # take one compare, by NaN the NaN-testing form; a number first or second
     "clip-constants": (lambda t: kg.clip(t, kg.constant("lo", np.float32(-1)),
                                          kg.constant("hi", np.float32(1))),
