@@ -413,15 +413,19 @@ class Emitter:
 
 
 def spelling(node: Call, table: Mapping[str, object]) -> str:
-    """The key of ``node``'s spelling in ``table``: ``max_number`` or ``min_number`` for a
-    float Max or Min by a number other than NaN (a Relu's 0, Clip's bounds) where the table has
-    it, else the primitive's name. Max and Min propagate NaN; by such a number only the other
-    operand can be NaN, and one ordered compare and a select say it (the general form, a
-    compare, a NaN test and their or, made a Clip after a short GEMM 1.13x a ReLU's time)."""
+    """The key of ``node``'s spelling in ``table``: for a float Max or Min by a number (a Relu's
+    0, Clip's bounds) where the table has it, ``max_number`` / ``min_number`` by a number other
+    than NaN and zero, ``max_zero`` / ``min_zero`` by +0; else the primitive's name. Max and Min
+    propagate NaN; by such a number only the other operand can be NaN, and one ordered compare
+    says it (the general form, a compare, a NaN test and their or, made a Clip after a short
+    GEMM 1.13x a ReLU's time). By -0 the general form: only it gives -0 against +0."""
     right = node.args[-1]
-    if node.fn in ("max", "min") and isinstance(right, Const) and right.dtype.is_float and \
-            not math.isnan(float(right.value)) and f"{node.fn}_number" in table:
-        return f"{node.fn}_number"
+    if node.fn in ("max", "min") and isinstance(right, Const) and right.dtype.is_float:
+        value = float(right.value)
+        negative_zero = value == 0 and math.copysign(1.0, value) < 0
+        key = f"{node.fn}_{'zero' if value == 0 else 'number'}"
+        if not math.isnan(value) and not negative_zero and key in table:
+            return key
     return node.fn
 
 

@@ -54,6 +54,13 @@ UNARY = {
                          lambda x: np.maximum(x, np.float32(np.nan))),
     "min-number-first": (lambda t: kg.min(kg.constant("two", np.float32(2)), t),
                          lambda x: np.minimum(np.float32(2), x)),
+    # by zeros, whose sign decides between equal operands: NumPy gives the second one
+    "min-zero": (lambda t: kg.min(t, kg.constant("zero", np.float32(0))),
+                 lambda x: np.minimum(x, np.float32(0))),
+    "max-negative-zero": (lambda t: kg.max(t, kg.constant("zero", np.float32(-0.0))),
+                          lambda x: np.maximum(x, np.float32(-0.0))),
+    "min-negative-zero": (lambda t: kg.min(t, kg.constant("zero", np.float32(-0.0))),
+                          lambda x: np.minimum(x, np.float32(-0.0))),
 }
 
 
@@ -63,10 +70,10 @@ def test_unary_special_values(backend: str, name: str, shape: tuple[int, ...]) -
     build, ref = UNARY[name]
     x = _special(shape)
     (got,) = run(backend, kg.fuse(build(kg.tensor("x", shape))), x)
-    _same(got, ref(x))
-    if name in ("clip", "clip-constants"):  # -0 inside the bounds comes out unchanged
-        zeros = x == 0
-        np.testing.assert_array_equal(np.signbit(got[zeros]), np.signbit(x[zeros]))
+    want = ref(x)
+    _same(got, want)
+    zeros = want == 0  # of NumPy's sign: Relu(-0) is +0, Clip keeps -0 inside its bounds
+    np.testing.assert_array_equal(np.signbit(got[zeros]), np.signbit(want[zeros]))
 
 
 def test_unary_matches_onnx_reference(backend: str) -> None:

@@ -24,6 +24,14 @@ from .vector import VectorPrinter, VectorSyntax, outer_reductions, transposable_
 from .vectorizable import vector_columns_ok, vector_reduction_ok, vectorizable
 
 StoreAt = tuple[Buffer, Expr, sympy.Expr]  # an output, its value, its flat offset
+# Max and Min by a number {1} other than NaN and zero (``printer.spelling``), the number first:
+# LLVM's and GCC's x86 backends make one maxps/minps of it (they give the second operand for
+# NaN and for equal operands), where '{0} <= {1} ? {1} : {0}' took a compare and a blend;
+# equal operands are equal bits. By +0, then + 0: -0 against 0 gives +0, as NumPy's maximum
+# and the general form do.
+MAX_NUMBER, MIN_NUMBER = "(({1} > {0}) ? {1} : {0})", "(({1} < {0}) ? {1} : {0})"
+BY_NUMBER = {"max_number": MAX_NUMBER, "min_number": MIN_NUMBER,
+             "max_zero": f"({MAX_NUMBER} + {{1}})", "min_zero": f"({MIN_NUMBER} + {{1}})"}
 
 
 @dataclass(frozen=True)

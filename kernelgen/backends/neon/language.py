@@ -16,6 +16,7 @@ from ...lower.fastmath import FUNCTIONS as EXPANDED
 from ...version import __version__
 from .. import templates
 from ..base import Source
+from ..c.emitter import BY_NUMBER
 from ..c.vector import VectorSyntax
 
 _UNARY_F = ("exp", "expm1", "log", "log1p", "sqrt", "sin", "cos", "tan", "asin", "acos", "atan",
@@ -37,8 +38,7 @@ FLOAT: dict[str, Any] = {
     # NaN propagates, as in NumPy's maximum and ONNX Max, Relu, Clip (fmax would drop it)
     "max": "((({0} > {1}) | isnan({0})) ? {0} : {1})",
     "min": "((({0} < {1}) | isnan({0})) ? {0} : {1})",
-    "max_number": "(({0} <= {1}) ? {1} : {0})",  # by a number (printer.spelling)
-    "min_number": "(({0} >= {1}) ? {1} : {0})",
+    **BY_NUMBER,  # by a number other than NaN (c/emitter.py)
     "pow": {dt: f"{n}({{0}}, {{1}})" for dt, n in _per_dtype("pow").items()},
     "fmod": {dt: f"{n}({{0}}, {{1}})" for dt, n in _per_dtype("fmod").items()},
     "rsqrt": {DType.float32: "1.0f / sqrtf({0})", DType.float64: "1.0 / sqrt({0})"},

@@ -9,6 +9,7 @@ from typing import Any
 
 from ...dtypes import DType
 from ..base import Source
+from ..c.emitter import BY_NUMBER
 from ..c.vector import VectorSyntax
 
 _MATH = ("exp", "expm1", "log", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "asin", "acos",
@@ -24,8 +25,6 @@ _LOGIC = {"and": "{0} && {1}", "or": "{0} || {1}", "xor": "{0} != {1}", "not": "
 ISNAN = "({0} != {0})"
 MAX_NAN = f"((({{0}} > {{1}}) | {ISNAN}) ? {{0}} : {{1}})"
 MIN_NAN = f"((({{0}} < {{1}}) | {ISNAN}) ? {{0}} : {{1}})"
-# by a number {1} other than NaN (``printer.spelling``); equal operands give {1}, as above
-MAX_NUMBER, MIN_NUMBER = "(({0} <= {1}) ? {1} : {0})", "(({0} >= {1}) ? {1} : {0})"
 # one expression, which OpenCL C contracts into an FMA (FP_CONTRACT is on by default) where
 # the device has a fast one and computes as a multiply and an add elsewhere; fma() would be a
 # slow software routine on a CPU without FMA
@@ -34,7 +33,7 @@ FLOAT: dict[str, str | dict[DType, str]] = {
     "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / {1}",
     "muladd": MULADD,
     "neg": "-{0}", "max": MAX_NAN, "min": MIN_NAN,  # "abs": after _bits below
-    "max_number": MAX_NUMBER, "min_number": MIN_NUMBER,
+    **BY_NUMBER,  # by a number other than NaN (c/emitter.py)
     "pow": "pow({0}, {1})", "fmod": "fmod({0}, {1})",
     # sign() of OpenCL C gives 0 for NaN; NumPy and ONNX give NaN (the input itself), and +0
     # for -0 (1 / sign(-0) is +Inf: a long-run fuzz finding)

@@ -41,7 +41,7 @@ static inline int32x4_t kg_vlanes_s32(int32_t first, int32_t step)
 // (each packs its row of every panel in the block, reading runs of the input), then over tiles.
 #include <stdlib.h>
 #define kg_min(a, b) ((a) < (b) ? (a) : (b))
-void kg_fused_conv_relu_conv_cb9dd2d02b5c(const float* restrict in0,
+void kg_fused_conv_relu_conv_3268d346d11f(const float* restrict in0,
         const float* restrict in1,
         const float* restrict in2,
         float* restrict out0)
@@ -165,19 +165,19 @@ void kg_fused_conv_relu_conv_cb9dd2d02b5c(const float* restrict in0,
                                     }
                                 }
                             }
-                            const float t62 = ((acc36 <= 0.0f) ? 0.0f : acc36);
+                            const float t62 = (((0.0f > acc36) ? 0.0f : acc36) + 0.0f);
                             kg_b[kg_j] = t62;
-                            const float t63 = ((acc37 <= 0.0f) ? 0.0f : acc37);
+                            const float t63 = (((0.0f > acc37) ? 0.0f : acc37) + 0.0f);
                             kg_b[8 + kg_j] = t63;
-                            const float t64 = ((acc38 <= 0.0f) ? 0.0f : acc38);
+                            const float t64 = (((0.0f > acc38) ? 0.0f : acc38) + 0.0f);
                             kg_b[16 + kg_j] = t64;
-                            const float t65 = ((acc39 <= 0.0f) ? 0.0f : acc39);
+                            const float t65 = (((0.0f > acc39) ? 0.0f : acc39) + 0.0f);
                             kg_b[24 + kg_j] = t65;
-                            const float t66 = ((acc40 <= 0.0f) ? 0.0f : acc40);
+                            const float t66 = (((0.0f > acc40) ? 0.0f : acc40) + 0.0f);
                             kg_b[32 + kg_j] = t66;
-                            const float t67 = ((acc41 <= 0.0f) ? 0.0f : acc41);
+                            const float t67 = (((0.0f > acc41) ? 0.0f : acc41) + 0.0f);
                             kg_b[40 + kg_j] = t67;
-                            const float t68 = ((acc42 <= 0.0f) ? 0.0f : acc42);
+                            const float t68 = (((0.0f > acc42) ? 0.0f : acc42) + 0.0f);
                             kg_b[48 + kg_j] = t68;
                         }
                     }

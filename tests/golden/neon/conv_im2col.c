@@ -40,7 +40,7 @@ static inline int32x4_t kg_vlanes_s32(int32_t first, int32_t step)
 // (each packs its row of every panel in the block, reading runs of the input), then over tiles.
 #include <stdlib.h>
 #define kg_min(a, b) ((a) < (b) ? (a) : (b))
-void kg_fused_conv_relu_5bf0d5d57f70(const float* restrict in0,
+void kg_fused_conv_relu_7c30bc492d27(const float* restrict in0,
         const float* restrict in1,
         float* restrict out0)
 {
@@ -139,7 +139,7 @@ void kg_fused_conv_relu_5bf0d5d57f70(const float* restrict in0,
                     const int o0 = kg_row;
                     const int o1 = kg_col / 11;
                     const int o2 = kg_col % 11;
-                    const float t17 = ((kg_acc_at <= 0.0f) ? 0.0f : kg_acc_at);
+                    const float t17 = (((0.0f > kg_acc_at) ? 0.0f : kg_acc_at) + 0.0f);
                     out0[11 * o1 + 99 * o0 + o2] = t17;
                 }
             }

@@ -176,7 +176,7 @@ void kg_fused_winogradgemm_f68b45c6398a(const float* restrict in0,
 // fused_conv_relu
 //   in0: input 'winogradgemm_#2' float32[4, 4, 6, 1, 4, 4]
 //   out0: output 'y' float32[1, 6, 8, 8]
-void kg_fused_conv_relu_484b3d8e8382(const float* restrict in0,
+void kg_fused_conv_relu_ddb1d6d8aa10(const float* restrict in0,
         float* restrict out0)
 {
     for (int g1 = 0; g1 < 48; ++g1) {
@@ -218,7 +218,7 @@ void kg_fused_conv_relu_484b3d8e8382(const float* restrict in0,
             const float t36 = t26 - t35;
             const float t37 = t26 + t35;
             const float t38 = t4 ? t36 : t37;
-            const float t39 = ((t38 <= 0.0f) ? 0.0f : t38);
+            const float t39 = (((0.0f > t38) ? 0.0f : t38) + 0.0f);
             out0[64 * o0 + 8 * o1 + o2] = t39;
         }
     }

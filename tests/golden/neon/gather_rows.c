@@ -18,7 +18,7 @@
 //   in0: input 'd' float32[10, 6]
 //   in1: input 'i' int64[7]
 //   out0: output 'y' float32[7, 6]
-void kg_fused_gather_relu_a463857e3e9f(const float* restrict in0,
+void kg_fused_gather_relu_7021a43ec0f2(const float* restrict in0,
         const int64_t* restrict in1,
         float* restrict out0)
 {
@@ -33,7 +33,7 @@ void kg_fused_gather_relu_a463857e3e9f(const float* restrict in0,
             const int64_t t9 = (t8 < 9L ? t8 : 9L);
             const int ix3 = (int)(t9);
             const float t10 = in0[6 * ix3 + o1];
-            const float t11 = ((t10 <= 0.0f) ? 0.0f : t10);
+            const float t11 = (((0.0f > t10) ? 0.0f : t10) + 0.0f);
             out0[6 * o0 + o1] = t11;
         }
     }

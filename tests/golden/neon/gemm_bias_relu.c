@@ -25,7 +25,7 @@
 // run allows. Prologues are inlined into the operand loads, the epilogue into the store. Batch
 // axes (both operands depend on them) run outermost. Threads: OpenMP over tiles.
 #define kg_min(a, b) ((a) < (b) ? (a) : (b))
-void kg_fused_gemm_relu_4a6662844eac(const float* restrict in0,
+void kg_fused_gemm_relu_512c60635cd1(const float* restrict in0,
         const float* restrict in1,
         const float* restrict in2,
         float* restrict out0)
@@ -92,7 +92,7 @@ void kg_fused_gemm_relu_4a6662844eac(const float* restrict in0,
                 const int o1 = kg_col;
                 const float t10 = in2[o1];
                 const float t11 = kg_acc_at + t10;
-                const float t12 = ((t11 <= 0.0f) ? 0.0f : t11);
+                const float t12 = (((0.0f > t11) ? 0.0f : t11) + 0.0f);
                 out0[9 * o0 + o1] = t12;
             }
         }

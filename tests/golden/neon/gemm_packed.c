@@ -33,7 +33,7 @@
 // (each packs its row of every panel in the block, reading runs of the input), then over tiles.
 #include <stdlib.h>
 #define kg_min(a, b) ((a) < (b) ? (a) : (b))
-void kg_fused_gemm_relu_3c4222bc75ff(const float* restrict in0,
+void kg_fused_gemm_relu_b56180a51fed(const float* restrict in0,
         const float* restrict in1,
         const float* restrict in2,
         float* restrict out0)
@@ -117,7 +117,7 @@ void kg_fused_gemm_relu_3c4222bc75ff(const float* restrict in0,
                     const int o1 = kg_col;
                     const float t10 = in2[o1];
                     const float t11 = kg_acc_at + t10;
-                    const float t12 = ((t11 <= 0.0f) ? 0.0f : t11);
+                    const float t12 = (((0.0f > t11) ? 0.0f : t11) + 0.0f);
                     out0[9 * o0 + o1] = t12;
                 }
             }

@@ -25,7 +25,7 @@ static inline int32x4_t kg_vlanes_s32(int32_t first, int32_t step)
 // fused_relu_maxpool
 //   in0: input 'x' float32[1, 4, 13, 21]
 //   out0: output 'y' float32[1, 4, 7, 11]
-void kg_fused_relu_maxpool_ec66dd08b78f(const float* restrict in0,
+void kg_fused_relu_maxpool_a2408ef6883b(const float* restrict in0,
         float* restrict out0)
 {
     for (int g1 = 0; g1 < 28; ++g1) {
@@ -63,7 +63,7 @@ void kg_fused_relu_maxpool_ec66dd08b78f(const float* restrict in0,
                 for (int r14 = 0; r14 < 3; ++r14) {
                     const bool t15 = (2 * o1 + r13 >= 1) && (2 * o2 + r14 >= 1) && (2 * o1 + r13 < 14) && (2 * o2 + r14 < 22);
                     const float t16 = t15 ? in0[2 * o2 + 21 * r13 + 273 * o0 + 42 * o1 + r14 - 22] : 0.0f;
-                    const float t17 = ((t16 <= 0.0f) ? 0.0f : t16);
+                    const float t17 = (((0.0f > t16) ? 0.0f : t16) + 0.0f);
                     const float t18 = t15 ? t17 : (-INFINITY);
                     acc12 = (((acc12 > t18) | isnan(acc12)) ? acc12 : t18);
                 }

@@ -87,19 +87,19 @@ __kernel void fused_conv_relu_conv(__global const float* restrict x,
                     }
                 }
             }
-            const float8 v24 = ((vacc5 <= ((float8)(0.0f))) ? ((float8)(0.0f)) : vacc5);
+            const float8 v24 = (((((float8)(0.0f)) > vacc5) ? ((float8)(0.0f)) : vacc5) + ((float8)(0.0f)));
             kg_b[0][kg_v] = v24;
-            const float8 v25 = ((vacc6 <= ((float8)(0.0f))) ? ((float8)(0.0f)) : vacc6);
+            const float8 v25 = (((((float8)(0.0f)) > vacc6) ? ((float8)(0.0f)) : vacc6) + ((float8)(0.0f)));
             kg_b[1][kg_v] = v25;
-            const float8 v26 = ((vacc7 <= ((float8)(0.0f))) ? ((float8)(0.0f)) : vacc7);
+            const float8 v26 = (((((float8)(0.0f)) > vacc7) ? ((float8)(0.0f)) : vacc7) + ((float8)(0.0f)));
             kg_b[2][kg_v] = v26;
-            const float8 v27 = ((vacc8 <= ((float8)(0.0f))) ? ((float8)(0.0f)) : vacc8);
+            const float8 v27 = (((((float8)(0.0f)) > vacc8) ? ((float8)(0.0f)) : vacc8) + ((float8)(0.0f)));
             kg_b[3][kg_v] = v27;
-            const float8 v28 = ((vacc9 <= ((float8)(0.0f))) ? ((float8)(0.0f)) : vacc9);
+            const float8 v28 = (((((float8)(0.0f)) > vacc9) ? ((float8)(0.0f)) : vacc9) + ((float8)(0.0f)));
             kg_b[4][kg_v] = v28;
-            const float8 v29 = ((vacc10 <= ((float8)(0.0f))) ? ((float8)(0.0f)) : vacc10);
+            const float8 v29 = (((((float8)(0.0f)) > vacc10) ? ((float8)(0.0f)) : vacc10) + ((float8)(0.0f)));
             kg_b[5][kg_v] = v29;
-            const float8 v30 = ((vacc11 <= ((float8)(0.0f))) ? ((float8)(0.0f)) : vacc11);
+            const float8 v30 = (((((float8)(0.0f)) > vacc11) ? ((float8)(0.0f)) : vacc11) + ((float8)(0.0f)));
             kg_b[6][kg_v] = v30;
         }
         _Pragma("unroll") for (int kg_g = 0; kg_g < 7; ++kg_g) {

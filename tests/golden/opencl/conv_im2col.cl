@@ -78,11 +78,11 @@ __kernel void fused_conv_relu(__global const float* restrict x,
             const int o0 = kg_row;
             if (kg_c0 == kg_own) {  // a whole tile: one vector store a column block
                 const int kg_col0 = kg_c0;
-                const float8 v10 = ((kg_acc[kg_i][0] <= ((float8)(0.0f))) ? ((float8)(0.0f)) : kg_acc[kg_i][0]);
+                const float8 v10 = (((((float8)(0.0f)) > kg_acc[kg_i][0]) ? ((float8)(0.0f)) : kg_acc[kg_i][0]) + ((float8)(0.0f)));
                 vstore8(v10, 0, y + 11 * o1 + 99 * o0 + kg_col0);
             } else {  // the last tile, shifted 5 back: its columns from kg_own on
                 const int kg_col0 = kg_c0;
-                const float8 v11 = ((kg_acc[kg_i][0] <= ((float8)(0.0f))) ? ((float8)(0.0f)) : kg_acc[kg_i][0]);
+                const float8 v11 = (((((float8)(0.0f)) > kg_acc[kg_i][0]) ? ((float8)(0.0f)) : kg_acc[kg_i][0]) + ((float8)(0.0f)));
                 vstore2(v11.s56, 0, y + 11 * o1 + 99 * o0 + kg_col0 + 5);
                 y[11 * o1 + 99 * o0 + kg_col0 + 7] = v11.s7;
             }

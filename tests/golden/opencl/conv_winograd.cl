@@ -188,7 +188,7 @@ __kernel void fused_conv_relu(__global const float* restrict winogradgemm_#2,
     const float t15 = winogradgemm_#2[16 * o0 + 4 * o1 + o2 + 960];
     const float t16 = t14 + t15;
     const float t17 = t11 + t16;
-    const float t18 = ((t17 <= 0.0f) ? 0.0f : t17);
+    const float t18 = (((0.0f > t17) ? 0.0f : t17) + 0.0f);
     y[16 * o1 + 2 * o2 + 64 * o0] = t18;
     const float t19 = t2 - t4;
     const float t20 = winogradgemm_#2[16 * o0 + 4 * o1 + o2 + 288];
@@ -201,7 +201,7 @@ __kernel void fused_conv_relu(__global const float* restrict winogradgemm_#2,
     const float t27 = winogradgemm_#2[16 * o0 + 4 * o1 + o2 + 1056];
     const float t28 = t26 - t27;
     const float t29 = t25 + t28;
-    const float t30 = ((t29 <= 0.0f) ? 0.0f : t29);
+    const float t30 = (((0.0f > t29) ? 0.0f : t29) + 0.0f);
     y[16 * o1 + 2 * o2 + 64 * o0 + 1] = t30;
     const float t31 = t10 - t16;
     const float t32 = winogradgemm_#2[16 * o0 + 4 * o1 + o2 + 1152];
@@ -210,13 +210,13 @@ __kernel void fused_conv_relu(__global const float* restrict winogradgemm_#2,
     const float t35 = winogradgemm_#2[16 * o0 + 4 * o1 + o2 + 1344];
     const float t36 = t34 + t35;
     const float t37 = t31 - t36;
-    const float t38 = ((t37 <= 0.0f) ? 0.0f : t37);
+    const float t38 = (((0.0f > t37) ? 0.0f : t37) + 0.0f);
     y[16 * o1 + 2 * o2 + 64 * o0 + 8] = t38;
     const float t39 = t24 - t28;
     const float t40 = t33 - t35;
     const float t41 = winogradgemm_#2[16 * o0 + 4 * o1 + o2 + 1440];
     const float t42 = t40 - t41;
     const float t43 = t39 - t42;
-    const float t44 = ((t43 <= 0.0f) ? 0.0f : t43);
+    const float t44 = (((0.0f > t43) ? 0.0f : t43) + 0.0f);
     y[16 * o1 + 2 * o2 + 64 * o0 + 9] = t44;
 }

@@ -17,6 +17,6 @@ __kernel void fused_gather_relu(__global const float* restrict d,
     const long t7 = min(t6, 9L);
     const int ix1 = (int)(t7);
     const float t8 = d[6 * ix1 + o1];
-    const float t9 = ((t8 <= 0.0f) ? 0.0f : t8);
+    const float t9 = (((0.0f > t8) ? 0.0f : t8) + 0.0f);
     y[6 * o0 + o1] = t9;
 }

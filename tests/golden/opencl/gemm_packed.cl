@@ -86,13 +86,13 @@ __kernel void fused_gemm_relu(__global const float* restrict a,
             const int kg_col0 = kg_c0;
             const float8 v6 = vload8(0, c + kg_col0);
             const float8 v7 = kg_acc[kg_i][0] + v6;
-            const float8 v8 = ((v7 <= ((float8)(0.0f))) ? ((float8)(0.0f)) : v7);
+            const float8 v8 = (((((float8)(0.0f)) > v7) ? ((float8)(0.0f)) : v7) + ((float8)(0.0f)));
             vstore8(v8, 0, y + 9 * o0 + kg_col0);
         } else {  // the last tile, shifted 7 back: its columns from kg_own on
             const int kg_col0 = kg_c0;
             const float8 v9 = vload8(0, c + kg_col0);
             const float8 v10 = kg_acc[kg_i][0] + v9;
-            const float8 v11 = ((v10 <= ((float8)(0.0f))) ? ((float8)(0.0f)) : v10);
+            const float8 v11 = (((((float8)(0.0f)) > v10) ? ((float8)(0.0f)) : v10) + ((float8)(0.0f)));
             y[9 * o0 + kg_col0 + 7] = v11.s7;
         }
     }
