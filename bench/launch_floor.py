@@ -1,8 +1,10 @@
 """The OpenCL device's launch floor: the wall time of one empty kernel enqueued and waited for
-(what every single-kernel timing in bench/ includes), the same per kernel when ten are queued
-before one wait (how a Program's stages run), and the event-profiled execution time. On PoCL's
-pthread device the floor is the worker threads' wake-up, not the kernel, and it bounds any
-small kernel's speed against a CPU library that runs in the calling thread.
+(what every single-kernel timing in bench/ includes), sleeping in the wait and polling the
+event's status (as kernelgen waits for a brief kernel, ``backends/opencl/waiting.py``), the
+same per kernel when ten are queued before one wait (how a Program's stages run), and the
+event-profiled execution time. On PoCL's pthread device the floor is the threads' wake-up,
+not the kernel, and it bounds any small kernel's speed against a CPU library that runs in the
+calling thread.
 
     python bench/launch_floor.py [--repeat 200]
 """
@@ -27,7 +29,7 @@ def main() -> int:
     buf = cl.Buffer(dev.context, cl.mem_flags.READ_WRITE, 4096)
     kernel = cl.Program(dev.context, "__kernel void empty(__global float* x) {}").build().empty
     kernel(dev.queue, (1,), None, buf).wait()
-    single, queued, profiled = [], [], []
+    single, polled, queued, profiled = [], [], [], []
     for _ in range(args.repeat):
         t0 = time.perf_counter()
         event = kernel(dev.queue, (1,), None, buf)
@@ -39,8 +41,16 @@ def main() -> int:
             kernel(dev.queue, (1,), None, buf)
         dev.queue.finish()
         queued.append((time.perf_counter() - t0) / 10)
+    for _ in range(args.repeat):  # apart: a sleeping wait leaves the threads slower to wake
+        t0 = time.perf_counter()
+        event = kernel(dev.queue, (1,), None, buf)
+        dev.queue.flush()
+        while event.command_execution_status > 0:
+            pass
+        polled.append(time.perf_counter() - t0)
     print(f"device: {dev.name}")
     print(f"empty kernel, enqueue + wait: median {np.median(single) * 1e3:.4f} ms")
+    print(f"empty kernel, enqueue + polled wait: median {np.median(polled) * 1e3:.4f} ms")
     print(f"empty kernel, 10 queued then one wait: median {np.median(queued) * 1e3:.4f} ms "
           f"per kernel")
     print(f"empty kernel, profiled execution: median {np.median(profiled) * 1e3:.4f} ms")

@@ -14,7 +14,7 @@ import os
 import re
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -22,6 +22,7 @@ import numpy as np
 from ... import hostmem
 from ...errors import KernelgenError
 from .device import DeviceInfo, read
+from .waiting import Waits, polled
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class Device:
     info: DeviceInfo  # what code is generated for
     # the alignment a host array needs for a call to use it in place (``host_alignment``)
     host_alignment: int = 1
+    waits: Waits = field(default_factory=Waits)  # polled or slept for (waiting.py)
 
     @property
     def name(self) -> str:
@@ -322,6 +324,7 @@ class OpenCLRuntime:
         self._lock = threading.Lock()
         self._kept: dict[int, tuple[np.ndarray, Any]] = {}  # input index -> (array, buffer)
         self._packed_from: tuple[Any, ...] = ()  # the constants' buffers the panels hold
+        self.brief = False  # ran briefly at its last wait: the next one polls (waiting.py)
 
     def _compiled(self) -> Any:
         """The kernel (and its packing kernel), built once; call with the lock."""
@@ -405,8 +408,9 @@ class OpenCLRuntime:
             if scratch is not None:
                 handles = [*handles, scratch]
             kernel.set_args(*handles)
-            cl.enqueue_nd_range_kernel(queue, kernel, self.geometry.global_size,
-                                       self.geometry.local_size)
+            event = cl.enqueue_nd_range_kernel(queue, kernel, self.geometry.global_size,
+                                               self.geometry.local_size)
+        device().waits.launched(event, self)
 
     def bound(self, handles: Sequence[Any]) -> Callable[[], None]:
         """``launch`` on ``handles`` as a function, with the arguments set once: on a kernel
@@ -424,7 +428,7 @@ class OpenCLRuntime:
             self._compiled()
             scratch = self._new_scratch() if self._packs_constants else self._shared_scratch()
         kernel = build(self.source, self.name)
-        geometry, main = self.geometry, device().queue
+        geometry, main, waits = self.geometry, device().queue, device().waits
         global_size, local_size = geometry.global_size, geometry.local_size
         pack = None
         if geometry.pack is not None:
@@ -437,8 +441,8 @@ class OpenCLRuntime:
         kernel.set_args(*args)
         if self._packs_constants or scratch is None:
             def plain(held: tuple[Any, ...] = args) -> None:
-                cl.enqueue_nd_range_kernel(_current_queue.get() or main, kernel, global_size,
-                                           local_size)
+                waits.launched(cl.enqueue_nd_range_kernel(
+                    _current_queue.get() or main, kernel, global_size, local_size), self)
             return plain
 
         def packed(held: tuple[Any, ...] = args) -> None:
@@ -447,7 +451,8 @@ class OpenCLRuntime:
                 if pack is not None:
                     cl.enqueue_nd_range_kernel(main, pack, geometry.pack.global_size,
                                                geometry.pack.local_size)
-                cl.enqueue_nd_range_kernel(main, kernel, global_size, local_size)
+                waits.launched(cl.enqueue_nd_range_kernel(main, kernel, global_size,
+                                                          local_size), self)
         return packed
 
     def _refuse_concurrent(self) -> None:
@@ -474,7 +479,8 @@ class OpenCLRuntime:
         return _import_cl().enqueue_copy(device().queue, out, handle, is_blocking=False)
 
     def sync(self) -> None:
-        device().queue.finish()
+        dev = device()
+        dev.waits.finish(dev.queue)
 
     def view(self, handle: Any, offset: int, buffer: Any) -> Any:
         size = buffer.dtype.itemsize
@@ -503,6 +509,8 @@ class OpenCLRuntime:
             written = outputs
             out_handles = [self._device_output(o) for o in outputs]
         self.launch([*handles, *out_handles])
+        if shared:  # the maps below would sleep until the kernel is done (waiting.py)
+            self.sync()
         for o, w, h in zip(outputs, written, out_handles):
             self._read_back(h, w, shared)
             if w is not o:
@@ -542,11 +550,12 @@ class OpenCLRuntime:
         if not shared:
             cl.enqueue_copy(queue, out, handle)
             return
-        mapped, _ = cl.enqueue_map_buffer(queue, handle, cl.map_flags.READ, 0, out.shape,
-                                          out.dtype, is_blocking=True)
+        mapped, mapping = cl.enqueue_map_buffer(queue, handle, cl.map_flags.READ, 0,
+                                                out.shape, out.dtype, is_blocking=False)
+        polled(queue, mapping)
         if mapped.ctypes.data != out.ctypes.data:  # an implementation that copied after all
             np.copyto(out, mapped)
-        mapped.base.release(queue)
+        polled(queue, mapped.base.release(queue))
 
 
 def _same(a: Sequence[Any], b: Sequence[Any]) -> bool:
