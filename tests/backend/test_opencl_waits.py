@@ -1,7 +1,8 @@
-"""Waiting for the OpenCL device (``backends/opencl/waiting.py``): the host polls for a kernel
-that ran briefly at its last wait, when it is the only one launched since the last wait, and
-sleeps otherwise; polling gives up after its limit; whichever way, a wait returns with the
-kernel's results complete."""
+"""Waiting for the OpenCL device (``backends/opencl/waiting.py``): on a device where polling
+pays, the host polls for a kernel that ran briefly at its last wait, when it is the only one
+launched since the last wait, and sleeps otherwise; polling gives up after its limit; whichever
+way, a wait returns with the kernel's results complete. Whether polling pays is measured once,
+at the first wait that could poll."""
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -18,11 +19,13 @@ from kernelgen.backends.opencl.runtime import device
 
 @pytest.fixture
 def polls() -> Iterator[mock.MagicMock]:
-    """``waiting._poll`` counted (still polling), after a wait for what earlier tests left."""
+    """``waiting._poll`` counted (still polling) on a device taken to be one where polling
+    pays, after a wait for what earlier tests left."""
     require("opencl")
     dev = device()
     dev.waits.finish(dev.queue)
-    with mock.patch.object(waiting, "_poll", wraps=waiting._poll) as counted:
+    with mock.patch.object(dev.waits, "polls", True), \
+            mock.patch.object(waiting, "_poll", wraps=waiting._poll) as counted:
         yield counted
 
 
@@ -106,3 +109,33 @@ def test_calls_on_numpy_arrays_poll_their_maps(polls: mock.MagicMock, n: int) ->
         np.testing.assert_array_equal(kernel(x), want)
     if device().info.unified_memory:
         assert polls.call_count >= 2 * 3  # a map and an unmap a call
+
+
+@pytest.mark.parametrize("slept, polled, polls", [(70e-6, 25e-6, True), (8e-6, 4e-6, False)],
+                         ids=["sleeping-slowly", "sleeping-fast"])
+def test_whether_polling_pays_is_measured_once_and_obeyed(slept: float, polled: float,
+                                                           polls: bool) -> None:
+    """The first wait for a brief kernel measures the device's floors, once; afterwards brief
+    kernels are polled for exactly where polling saved ``POLL_GAIN_S`` (PoCL's floors and
+    Intel's runtime's, as measured)."""
+    require("opencl")
+    dev = device()
+    dev.waits.finish(dev.queue)
+    kernel, handles, _, want = _relu(5)
+    with mock.patch.object(dev.waits, "polls", None), \
+            mock.patch.object(waiting, "POLL_BELOW_S", 10.0), \
+            mock.patch.object(waiting, "floors", return_value=(slept, polled)) as floors, \
+            mock.patch.object(waiting, "_poll", wraps=waiting._poll) as counted:
+        for _ in range(4):
+            kernel.launch(*handles)
+        assert floors.call_count == 1 and dev.waits.polls is polls
+        assert counted.call_count == (3 if polls else 0)
+    np.testing.assert_array_equal(_output(kernel, handles[1], want.shape), want)
+
+
+def test_the_floors_are_two_durations() -> None:
+    require("opencl")
+    dev = device()
+    dev.waits.finish(dev.queue)
+    slept, polled = waiting.floors(dev.queue)
+    assert 0 < slept < 1 and 0 < polled < 1

@@ -22,7 +22,7 @@ import numpy as np
 from ... import hostmem
 from ...errors import KernelgenError
 from .device import DeviceInfo, read
-from .waiting import Waits, polled
+from .waiting import Waits
 
 
 @dataclass(frozen=True)
@@ -552,10 +552,11 @@ class OpenCLRuntime:
             return
         mapped, mapping = cl.enqueue_map_buffer(queue, handle, cl.map_flags.READ, 0,
                                                 out.shape, out.dtype, is_blocking=False)
-        polled(queue, mapping)
+        waits = device().waits
+        waits.wait_for_map(queue, mapping)
         if mapped.ctypes.data != out.ctypes.data:  # an implementation that copied after all
             np.copyto(out, mapped)
-        polled(queue, mapped.base.release(queue))
+        waits.wait_for_map(queue, mapped.base.release(queue))
 
 
 def _same(a: Sequence[Any], b: Sequence[Any]) -> bool:

@@ -10,15 +10,22 @@ core, which a longer kernel's work-items need: 50 us of polling made a 0.2 ms re
 and that kernel ran under ``POLL_BELOW_S`` the last time the host waited for it (its first
 wait sleeps); polling gives up after ``POLL_LIMIT_S`` and sleeps. Compiled models launch many
 kernels a run and keep sleeping.
+
+Not every implementation sleeps slowly: Intel's CPU runtime waited for an empty kernel in 8 us
+sleeping (4 polled), and polling beside its worker threads made brief kernels up to 1.3x
+slower. So at the first wait that could poll, the device's two floors are measured on an
+empty kernel (``floors``), and its waits poll only where polling saves ``POLL_GAIN_S``.
 """
 from __future__ import annotations
 
-import threading
+import statistics
 import time
 from typing import Any, Protocol
 
 POLL_BELOW_S = 50e-6
 POLL_LIMIT_S = 200e-6
+POLL_GAIN_S = 20e-6  # PoCL 3.1 on 2 cores: 74 us sleeping against 28 polled
+FLOOR_SAMPLES = 30
 
 
 class Timed(Protocol):
@@ -29,39 +36,62 @@ class Timed(Protocol):
 
 class Waits:
     """The kernels launched on one queue since the host last waited for it (the last one's
-    event and launcher), shared by every thread that launches there."""
+    event and launcher), shared by every thread that launches there. Kept without a lock: a
+    compiled model notes every launch of a run (a lock cost a 15-kernel run 3 %), and a count
+    that threads race on only changes whether a wait polls or sleeps, never what it waits
+    for."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._launches = 0
-        self._last: tuple[Any, Timed] | None = None
+        self.launches = 0
+        self.last: tuple[Any, Timed] | None = None
+        self.polls: bool | None = None  # whether polling pays on this device (``floors``)
 
     def launched(self, event: Any, launcher: Timed) -> None:
         """Note a kernel enqueued on the queue, with its event."""
-        with self._lock:
-            self._launches += 1
-            self._last = (event, launcher)
+        self.launches += 1
+        self.last = event, launcher
 
     def finish(self, queue: Any) -> None:
         """Wait until everything enqueued on ``queue`` is done (``queue.finish()``), polling
         first where the only kernel since the last wait is a brief one; then note whether
         that kernel was brief this time."""
-        with self._lock:
-            only = self._last if self._launches == 1 else None
-            self._launches, self._last = 0, None
-        if only is not None and only[1].brief:
+        only = self.last if self.launches == 1 else None
+        self.launches, self.last = 0, None
+        if only is not None and only[1].brief and self.polls:
             _poll(queue, only[0])
         queue.finish()
         if only is not None:
             only[1].brief = _seconds(only[0]) < POLL_BELOW_S
+            if only[1].brief and self.polls is None:
+                slept, polled = floors(queue)
+                self.polls = slept - polled > POLL_GAIN_S
+
+    def wait_for_map(self, queue: Any, event: Any) -> None:
+        """Wait for ``event``, a command that moves no data (a map or unmap of a buffer over
+        host memory), polling first where polling pays: a call on NumPy arrays whose kernel
+        ran 5 us took 0.19 ms on PoCL with a sleeping map and unmap beside it, 0.10 with both
+        polled."""
+        if self.polls:
+            _poll(queue, event)
+        event.wait()
 
 
-def polled(queue: Any, event: Any) -> None:
-    """Wait for ``event``, a command that moves no data (a map or unmap of a buffer over host
-    memory), polling first: a call on NumPy arrays whose kernel ran 5 us took 0.19 ms with a
-    sleeping map and unmap beside it, 0.10 with both polled."""
-    _poll(queue, event)
-    event.wait()
+def floors(queue: Any) -> tuple[float, float]:
+    """The medians of ``FLOOR_SAMPLES`` launches of an empty kernel on ``queue`` (idle) waited
+    for sleeping and polling, in seconds (``bench/launch_floor.py`` prints the same)."""
+    import pyopencl as cl
+    kernel = cl.Kernel(cl.Program(queue.context, "__kernel void kg_empty(void) {}").build(),
+                       "kg_empty")
+    times: dict[bool, list[float]] = {False: [], True: []}
+    for polled in (True, False):  # polled first: after sleeping waits, polled ones varied
+        for _ in range(FLOOR_SAMPLES + 1):  # the first launch of each way is not counted
+            start = time.perf_counter()
+            event = cl.enqueue_nd_range_kernel(queue, kernel, (1,), None)
+            if polled:
+                _poll(queue, event)
+            event.wait()
+            times[polled].append(time.perf_counter() - start)
+    return statistics.median(times[False][1:]), statistics.median(times[True][1:])
 
 
 def _poll(queue: Any, event: Any) -> None:
