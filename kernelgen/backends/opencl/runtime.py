@@ -10,6 +10,7 @@ PoCL keeps its own on-disk cache of compiled kernels (``POCL_CACHE_DIR``, read o
 from __future__ import annotations
 
 import contextvars
+import math
 import os
 import re
 import threading
@@ -324,7 +325,7 @@ class OpenCLRuntime:
         self._lock = threading.Lock()
         self._kept: dict[int, tuple[np.ndarray, Any]] = {}  # input index -> (array, buffer)
         self._packed_from: tuple[Any, ...] = ()  # the constants' buffers the panels hold
-        self.brief = False  # ran briefly at its last wait: the next one polls (waiting.py)
+        self.fastest_s = math.inf  # its fastest run seen at a wait (waiting.py)
 
     def _compiled(self) -> Any:
         """The kernel (and its packing kernel), built once; call with the lock."""

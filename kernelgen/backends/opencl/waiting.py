@@ -7,9 +7,10 @@ cores, a channel shuffle whose kernel ran 5 us took 85 us from launch to the end
 and 27 us when the host polled its event instead (``bench/brief_waits.py``). Polling holds a
 core, which a longer kernel's work-items need: 50 us of polling made a 0.2 ms residual add
 50 us slower. So a wait polls only when exactly one kernel was launched since the last wait
-and that kernel ran under ``POLL_BELOW_S`` the last time the host waited for it (its first
-wait sleeps); polling gives up after ``POLL_LIMIT_S`` and sleeps. Compiled models launch many
-kernels a run and keep sleeping.
+and that kernel has run under ``POLL_BELOW_S`` at a wait before (the fastest run seen: another
+process taking the cores lengthens some runs, not the kernel's work; its first wait sleeps);
+polling gives up after ``POLL_LIMIT_S`` and sleeps. Compiled models launch many kernels a run
+and keep sleeping.
 
 Not every implementation sleeps slowly: Intel's CPU runtime waited for an empty kernel in 8 us
 sleeping (4 polled), and polling beside its worker threads made brief kernels up to 1.3x
@@ -29,9 +30,10 @@ FLOOR_SAMPLES = 30
 
 
 class Timed(Protocol):
-    """What launched a kernel: whether its last run was brief enough to poll for."""
+    """What launched a kernel: its fastest run seen at a wait, in seconds (infinite before
+    the first)."""
 
-    brief: bool
+    fastest_s: float
 
 
 class Waits:
@@ -53,18 +55,20 @@ class Waits:
 
     def finish(self, queue: Any) -> None:
         """Wait until everything enqueued on ``queue`` is done (``queue.finish()``), polling
-        first where the only kernel since the last wait is a brief one; then note whether
-        that kernel was brief this time."""
+        first where the only kernel since the last wait is a brief one; then note its run."""
         only = self.last if self.launches == 1 else None
         self.launches, self.last = 0, None
-        if only is not None and only[1].brief and self.polls:
-            _poll(queue, only[0])
+        if only is None:
+            queue.finish()
+            return
+        event, launcher = only
+        if self.polls and launcher.fastest_s < POLL_BELOW_S:
+            _poll(queue, event)
         queue.finish()
-        if only is not None:
-            only[1].brief = _seconds(only[0]) < POLL_BELOW_S
-            if only[1].brief and self.polls is None:
-                slept, polled = floors(queue)
-                self.polls = slept - polled > POLL_GAIN_S
+        launcher.fastest_s = min(launcher.fastest_s, _seconds(event))
+        if self.polls is None and launcher.fastest_s < POLL_BELOW_S:
+            slept, polled = floors(queue)
+            self.polls = slept - polled > POLL_GAIN_S
 
     def wait_for_map(self, queue: Any, event: Any) -> None:
         """Wait for ``event``, a command that moves no data (a map or unmap of a buffer over
