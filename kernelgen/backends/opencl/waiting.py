@@ -16,6 +16,8 @@ Not every implementation sleeps slowly: Intel's CPU runtime waited for an empty 
 sleeping (4 polled), and polling beside its worker threads made brief kernels up to 1.3x
 slower. So at the first wait that could poll, the device's two floors are measured on an
 empty kernel (``floors``), and its waits poll only where polling saves ``POLL_GAIN_S``.
+The decision is made once per process: a brief wait that sleeps costs 40-60 us on PoCL, so
+the measurement (3 ms there) pays for itself within a hundred such waits.
 """
 from __future__ import annotations
 
@@ -25,8 +27,10 @@ from typing import Any, Protocol
 
 POLL_BELOW_S = 50e-6
 POLL_LIMIT_S = 200e-6
-POLL_GAIN_S = 20e-6  # PoCL 3.1 on 2 cores: 74 us sleeping against 28 polled
-FLOOR_SAMPLES = 30
+# by ``floors``: Debian's PoCL 3.1 on 2 cores 69-84 us sleeping against 38-44 polled, pip's
+# PoCL 3.0 68-82 against 32-53, Intel's CPU runtime 5.3-6.3 against 4.5-4.8
+POLL_GAIN_S = 10e-6
+FLOOR_SAMPLES, FLOOR_BLOCKS = 30, 3
 
 
 class Timed(Protocol):
@@ -82,20 +86,23 @@ class Waits:
 
 def floors(queue: Any) -> tuple[float, float]:
     """The medians of ``FLOOR_SAMPLES`` launches of an empty kernel on ``queue`` (idle) waited
-    for sleeping and polling, in seconds (``bench/launch_floor.py`` prints the same)."""
+    for sleeping and of as many polled for, in seconds (``bench/launch_floor.py`` prints the
+    same)."""
     import pyopencl as cl
     kernel = cl.Kernel(cl.Program(queue.context, "__kernel void kg_empty(void) {}").build(),
                        "kg_empty")
     times: dict[bool, list[float]] = {False: [], True: []}
-    for polled in (True, False):  # polled first: after sleeping waits, polled ones varied
-        for _ in range(FLOOR_SAMPLES + 1):  # the first launch of each way is not counted
-            start = time.perf_counter()
-            event = cl.enqueue_nd_range_kernel(queue, kernel, (1,), None)
-            if polled:
-                _poll(queue, event)
-            event.wait()
-            times[polled].append(time.perf_counter() - start)
-    return statistics.median(times[False][1:]), statistics.median(times[True][1:])
+    for _ in range(FLOOR_BLOCKS):  # blocks of each way in turn, so that a passing load on
+        for polled in (True, False):  # the cores hits both
+            for k in range(FLOOR_SAMPLES // FLOOR_BLOCKS + 1):
+                start = time.perf_counter()
+                event = cl.enqueue_nd_range_kernel(queue, kernel, (1,), None)
+                if polled:
+                    _poll(queue, event)
+                event.wait()
+                if k:  # the first wait of a block follows the other way's: not counted
+                    times[polled].append(time.perf_counter() - start)
+    return statistics.median(times[False]), statistics.median(times[True])
 
 
 def _poll(queue: Any, event: Any) -> None:
