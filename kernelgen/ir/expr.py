@@ -197,7 +197,8 @@ PRIMITIVES: dict[str, Primitive] = {p.name: p for p in [
         "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "floor", "ceil",
         "rint")),
     # bit-level pieces of the float32 math library (``lower/fastmath.py``), defined on normal
-    # floats: 2^k for an integral k in [-126, 127]; the unbiased exponent; the significand
+    # floats: 2^k for an integral k in [-126, 127] and +0 for -127 (the exponent field's zero:
+    # exp's factors for a result that rounds to 0); the unbiased exponent; the significand
     # scaled into [1, 2), sign kept
     *(Primitive(f, 1, float_only=True) for f in ("exp2i", "logb", "significand")),
     *(Primitive(f, 2, "compare") for f in ("lt", "le", "gt", "ge", "eq", "ne")),

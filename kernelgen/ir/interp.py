@@ -49,7 +49,8 @@ def _pow(a: Any, b: Any) -> Any:
 # [0.5, 1)); what the backends' bit manipulations give elsewhere is unspecified
 def _exp2i(k: Any) -> Any:
     k = np.asarray(k)
-    return np.ldexp(np.ones_like(k), np.nan_to_num(k).astype(np.int32))
+    power = np.ldexp(np.ones_like(k), np.nan_to_num(k).astype(np.int32))
+    return np.where(k == -127, np.zeros_like(power), power)  # the exponent field's zero: +0
 
 
 def _logb(x: Any) -> Any:

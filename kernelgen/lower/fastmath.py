@@ -64,7 +64,8 @@ EXPANDABLE = FUNCTIONS | {"pow"}
 _FLOAT32_COMPUTE = (DType.float32, DType.float16)
 
 EXP_OVERFLOW = 88.8  # exp(88.8) overflows; above, x is clamped here (k = 128: 2^64 * 2^64)
-EXP_UNDERFLOW = -104.0  # exp(-104) rounds to 0; below, x is clamped here (k = -150)
+EXP_UNDERFLOW = -104.0  # exp(x) rounds to 0 from here down (k = -150)
+EXP_ZERO = -176.0  # k = -254 = -127 - 127: exp's two 2^k factors are +0 (``exp``)
 EXPM1_MINUS_ONE = -80.0  # expm1(x) rounds to -1 from -17.4; clamped here, 2^(k-1) stays normal
 TANH_ONE = 9.1  # tanh(x) rounds to 1 from 9.01; clamped here (2|x| <= 18.2: no overflow)
 FLT_MIN = 2.0**-126  # the smallest normal float32
@@ -198,11 +199,16 @@ def _expm1_poly(r: Expr) -> Expr:
 
 def exp(x: Expr) -> Expr:
     """exp(x): (1 + expm1(r)) 2^k1 2^k2, k1 + k2 = k: each factor a normal float for k in
-    [-150, 128], and the one rounding into the subnormals or to Inf comes last."""
-    xc = _clamp_below(_clamp_above(x, EXP_OVERFLOW), EXP_UNDERFLOW)
+    [-150, 128], and the one rounding into the subnormals or to Inf comes last. x is clamped
+    below at ``EXP_ZERO``, where both factors are exp2i(-127) = +0: exp(x) rounds to 0 from
+    -104 down, and a product rounding there from below the normals costs a microcode assist a
+    vector on Intel's CPUs, which a padding mask of -1e4 put in every row of a softmax (1536 rows
+    of 128 with 7 masked ran 1.6x slower than unmasked; docs/benchmarks.md, "exp of a padding
+    mask")."""
+    xc = _clamp_below(_clamp_above(x, EXP_OVERFLOW), EXP_ZERO)
     k, r = _reduce_ln2(xc)
     y = _add(_k(1.0, x), _expm1_poly(r))
-    k1 = _round_product(k, 0.5)  # k1, k - k1 in [-75, 64]
+    k1 = _round_product(k, 0.5)  # k1, k - k1 in [-127, 64]
     return _mul(_mul(y, call("exp2i", k1)), call("exp2i", _sub(k, k1)))
 
 

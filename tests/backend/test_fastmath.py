@@ -39,8 +39,8 @@ EDGES: dict[str, list[float]] = {
     # overflow / FLT_MIN / underflow thresholds, the clamps, rint's k boundaries near 0 and at
     # the ends, where the result enters the subnormals and the smallest subnormal
     "exp": [88.72283935546875, 88.7228390520683, -87.33654475, -103.97208, -103.2789,
-            fastmath.EXP_OVERFLOW, fastmath.EXP_UNDERFLOW, *(math.log(2) * (j + 0.5) for j in
-                                                             (-150, -127, -2, -1, 0, 1, 126))],
+            fastmath.EXP_OVERFLOW, fastmath.EXP_UNDERFLOW, fastmath.EXP_ZERO,
+            *(math.log(2) * (j + 0.5) for j in (-254, -253, -150, -127, -2, -1, 0, 1, 126))],
     "expm1": [88.72283935546875, -17.328679, fastmath.EXPM1_MINUS_ONE, 2.0**-25, 2.0**-12,
               *(math.log(2) * (j + 0.5) for j in (-2, -1, 0, 1, 127))],
     "log": [1.0, fastmath.SQRT2, math.sqrt(0.5), 2.0**-126, 2.0**-149, 2.0**-127, 2.0,

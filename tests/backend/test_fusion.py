@@ -306,4 +306,4 @@ def test_loop_kernel_prints_as_a_listing() -> None:
     assert "  staged: stage0[_row0 < 8] = exp(sub(x[_row0 + 8*o0], max[" in text
     assert any(re.fullmatch(r"  hoisted: sum\[(r\d+) < 8\]\(stage0\[\1\]\)", line)
                for line in lines)
-    assert lines[-1].startswith("  softmax_") and "div(stage0[o1], sum[" in lines[-1]
+    assert lines[-1].startswith("  softmax_") and "mul(stage0[o1], div(1.0, sum[" in lines[-1]

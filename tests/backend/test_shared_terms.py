@@ -53,7 +53,7 @@ def test_the_exp_row_is_staged_and_the_sum_reads_it() -> None:
     staged = [line for line in listing if line.startswith("  staged: ")]
     assert len(staged) == 1 and "= exp(sub(x[" in staged[0]
     assert any(line.startswith("  hoisted: sum[") and "(stage0[" in line for line in listing)
-    assert listing[-1].split(" = ")[1].startswith("div(stage0[o1], sum[")
+    assert listing[-1].split(" = ")[1].startswith("mul(stage0[o1], div(1.0, sum[")
 
 
 @pytest.mark.parametrize("build", [

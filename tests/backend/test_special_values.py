@@ -199,6 +199,40 @@ def test_max_pool_2x2_of_one_window(backend: str) -> None:
         assert np.isnan(got).all(), (pos, got)
 
 
+def _softmax_rows(n: int = 37) -> np.ndarray:
+    """Rows of ``n``: normal numbers with a padding mask of -1e4; a row whose max is 0 and whose
+    other entries' exps lie in the subnormals (-90, -103.5), round to 0 (-104.5, -150: below
+    exp's zero, -200: below its clamp at -176) or are 0 (-inf); then +inf among numbers, NaN,
+    all -inf (NaN rows)."""
+    rng = np.random.default_rng(3)
+    rows = rng.standard_normal((6, n)).astype(np.float32)
+    rows[0, -7:] = -1e4
+    rows[1] = -30.0  # a sum of 1 (to float32's precision): exps below the normals stay there
+    rows[1, [0, 1, 5, 17, 29, 33, 36]] = [0, -90, -103.5, -104.5, -150, -200, -np.inf]
+    rows[2, 11] = np.inf
+    rows[3, 20] = np.nan
+    rows[4] = -np.inf
+    return rows
+
+
+def test_softmax_masks_underflow_and_specials(backend: str) -> None:
+    """A softmax multiplies its exps by the sum's reciprocal, and exp clamps x at -176 where both
+    its 2^k factors are +0: masked and underflowing entries are exactly +0, subnormal ones
+    within two of their ulps, and rows with +inf, NaN or nothing but -inf are NaN, as in NumPy
+    (float64, rounded)."""
+    x = _softmax_rows()
+    (got,) = run(backend, kg.fuse(kg.softmax(kg.tensor("x", x.shape), 1)), x)
+    with np.errstate(invalid="ignore"):
+        z = x.astype(np.float64) - x.max(1, keepdims=True)
+        e = np.exp(z)
+        want = (e / e.sum(1, keepdims=True)).astype(np.float32)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg="NaN positions")
+    np.testing.assert_array_equal(got[want == 0], 0.0)
+    assert not np.signbit(got[want == 0]).any()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=3e-45)
+    assert (got[1, [1, 5]] > 0).all()  # subnormal, not flushed
+
+
 # --- Gather indices ----------------------------------------------------------------------
 
 N = 5

@@ -14,9 +14,9 @@
 #define KG_FLOORDIV(a, b) (((a) - ((((a) % (b)) + (b)) % (b))) / (b))
 #define KG_FLOORMOD(a, b) ((((a) % (b)) + (b)) % (b))
 
-// 2^k for an integral k in [-126, 127] (exp2i of lower/fastmath.py): k + 1.5 * 2^23 holds k in
-// its low mantissa bits, which shifted into the exponent field with the bias give 2^k. No
-// float-to-int conversion, so every input (NaN too) has a defined result.
+// 2^k for an integral k in [-126, 127], +0 for -127 (exp2i of lower/fastmath.py): k + 1.5 *
+// 2^23 holds k in its low mantissa bits, which shifted into the exponent field with the bias give
+// 2^k. No float-to-int conversion, so every input (NaN too) has a defined result.
 static inline float kg_exp2if(float k)
 {
     union { float f; uint32_t u; } v = { k + 12582912.0f };

@@ -14,9 +14,9 @@
 #define KG_FLOORDIV(a, b) (((a) - ((((a) % (b)) + (b)) % (b))) / (b))
 #define KG_FLOORMOD(a, b) ((((a) % (b)) + (b)) % (b))
 
-// 2^k for an integral k in [-126, 127] (exp2i of lower/fastmath.py): k + 1.5 * 2^23 holds k in
-// its low mantissa bits, which shifted into the exponent field with the bias give 2^k. No
-// float-to-int conversion, so every input (NaN too) has a defined result.
+// 2^k for an integral k in [-126, 127], +0 for -127 (exp2i of lower/fastmath.py): k + 1.5 *
+// 2^23 holds k in its low mantissa bits, which shifted into the exponent field with the bias give
+// 2^k. No float-to-int conversion, so every input (NaN too) has a defined result.
 static inline float kg_exp2if(float k)
 {
     union { float f; uint32_t u; } v = { k + 12582912.0f };
@@ -42,7 +42,7 @@ static inline int32x4_t kg_vlanes_s32(int32_t first, int32_t step)
 //   in0: input 'x' float32[1, 4, 13, 16]
 //   in1: input 'w' float32[4, 1, 3, 3]
 //   out0: output 'y' float32[1, 4, 13, 16]
-void kg_fused_relu_conv_sigmoid_fb3f831e9759(const float* restrict in0,
+void kg_fused_relu_conv_sigmoid_66d3381d9907(const float* restrict in0,
         const float* restrict in1,
         float* restrict out0)
 {
@@ -81,8 +81,8 @@ void kg_fused_relu_conv_sigmoid_fb3f831e9759(const float* restrict in0,
             const float32x4_t v16 = vnegq_f32(v15);
             const uint32x4_t v17 = vcgtq_f32(v16, vdupq_n_f32(88.8f));
             const float32x4_t v18 = vbslq_f32(v17, vdupq_n_f32(88.8f), v16);
-            const uint32x4_t v19 = vcltq_f32(v18, vdupq_n_f32(-104.0f));
-            const float32x4_t v20 = vbslq_f32(v19, vdupq_n_f32(-104.0f), v18);
+            const uint32x4_t v19 = vcltq_f32(v18, vdupq_n_f32(-176.0f));
+            const float32x4_t v20 = vbslq_f32(v19, vdupq_n_f32(-176.0f), v18);
             const float32x4_t v21 = vfmaq_f32(vdupq_n_f32(12582912.0f), v20, vdupq_n_f32(1.4426950216293335f));
             const float32x4_t v22 = vsubq_f32(v21, vdupq_n_f32(12582912.0f));
             const float32x4_t v23 = vfmaq_f32(v20, v22, vdupq_n_f32(-0.693115234375f));

@@ -14,9 +14,9 @@
 #define KG_FLOORDIV(a, b) (((a) - ((((a) % (b)) + (b)) % (b))) / (b))
 #define KG_FLOORMOD(a, b) ((((a) % (b)) + (b)) % (b))
 
-// 2^k for an integral k in [-126, 127] (exp2i of lower/fastmath.py): k + 1.5 * 2^23 holds k in
-// its low mantissa bits, which shifted into the exponent field with the bias give 2^k. No
-// float-to-int conversion, so every input (NaN too) has a defined result.
+// 2^k for an integral k in [-126, 127], +0 for -127 (exp2i of lower/fastmath.py): k + 1.5 *
+// 2^23 holds k in its low mantissa bits, which shifted into the exponent field with the bias give
+// 2^k. No float-to-int conversion, so every input (NaN too) has a defined result.
 static inline float kg_exp2if(float k)
 {
     union { float f; uint32_t u; } v = { k + 12582912.0f };
@@ -46,7 +46,7 @@ static inline float kg_vmaxvq_f32(float32x4_t v)
 // fused_softmax
 //   in0: input 'x' float32[64, 1000]
 //   out0: output 'y' float32[64, 1000]
-void kg_fused_softmax_29468b042aa5(const float* restrict in0,
+void kg_fused_softmax_9afc4518d252(const float* restrict in0,
         float* restrict out0)
 {
     #pragma omp parallel for schedule(static)
@@ -66,8 +66,8 @@ void kg_fused_softmax_29468b042aa5(const float* restrict in0,
             const float32x4_t v9 = vsubq_f32(v8, vdupq_n_f32(acc4));
             const uint32x4_t v10 = vcgtq_f32(v9, vdupq_n_f32(88.8f));
             const float32x4_t v11 = vbslq_f32(v10, vdupq_n_f32(88.8f), v9);
-            const uint32x4_t v12 = vcltq_f32(v11, vdupq_n_f32(-104.0f));
-            const float32x4_t v13 = vbslq_f32(v12, vdupq_n_f32(-104.0f), v11);
+            const uint32x4_t v12 = vcltq_f32(v11, vdupq_n_f32(-176.0f));
+            const float32x4_t v13 = vbslq_f32(v12, vdupq_n_f32(-176.0f), v11);
             const float32x4_t v14 = vfmaq_f32(vdupq_n_f32(12582912.0f), v13, vdupq_n_f32(1.4426950216293335f));
             const float32x4_t v15 = vsubq_f32(v14, vdupq_n_f32(12582912.0f));
             const float32x4_t v16 = vfmaq_f32(v13, v15, vdupq_n_f32(-0.693115234375f));
@@ -95,11 +95,12 @@ void kg_fused_softmax_29468b042aa5(const float* restrict in0,
             vacc32 = vaddq_f32(vacc32, v35);
         }
         float acc33 = vaddvq_f32(vacc32);
+        const float t36 = 1.0f / acc33;
         int o1 = 0;
         for (; o1 + 4 <= 1000; o1 += 4) {
-            const float32x4_t v36 = vld1q_f32(kg_stage0 + o1);
-            const float32x4_t v37 = vdivq_f32(v36, vdupq_n_f32(acc33));
-            vst1q_f32(out0 + 1000 * o0 + o1, v37);
+            const float32x4_t v37 = vld1q_f32(kg_stage0 + o1);
+            const float32x4_t v38 = vmulq_f32(v37, vdupq_n_f32(t36));
+            vst1q_f32(out0 + 1000 * o0 + o1, v38);
         }
     }
 }

@@ -14,9 +14,9 @@
 #define KG_FLOORDIV(a, b) (((a) - ((((a) % (b)) + (b)) % (b))) / (b))
 #define KG_FLOORMOD(a, b) ((((a) % (b)) + (b)) % (b))
 
-// 2^k for an integral k in [-126, 127] (exp2i of lower/fastmath.py): k + 1.5 * 2^23 holds k in
-// its low mantissa bits, which shifted into the exponent field with the bias give 2^k. No
-// float-to-int conversion, so every input (NaN too) has a defined result.
+// 2^k for an integral k in [-126, 127], +0 for -127 (exp2i of lower/fastmath.py): k + 1.5 *
+// 2^23 holds k in its low mantissa bits, which shifted into the exponent field with the bias give
+// 2^k. No float-to-int conversion, so every input (NaN too) has a defined result.
 static inline float kg_exp2if(float k)
 {
     union { float f; uint32_t u; } v = { k + 12582912.0f };
@@ -48,7 +48,7 @@ static inline float kg_vmaxvq_f32(float32x4_t v)
 //   in1: input 'k' float32[8, 10]
 //   in2: input 'v' float32[10, 4]
 //   out0: output 'y' float32[16, 4]
-void kg_fused_matmul_softmax_matmul_cdab7a66d194(const float* restrict in0,
+void kg_fused_matmul_softmax_matmul_4f3fbeb96914(const float* restrict in0,
         const float* restrict in1,
         const float* restrict in2,
         float* restrict out0)
@@ -116,8 +116,8 @@ void kg_fused_matmul_softmax_matmul_cdab7a66d194(const float* restrict in0,
             const float32x4_t v31 = vsubq_f32(v30, vdupq_n_f32(acc20));
             const uint32x4_t v32 = vcgtq_f32(v31, vdupq_n_f32(88.8f));
             const float32x4_t v33 = vbslq_f32(v32, vdupq_n_f32(88.8f), v31);
-            const uint32x4_t v34 = vcltq_f32(v33, vdupq_n_f32(-104.0f));
-            const float32x4_t v35 = vbslq_f32(v34, vdupq_n_f32(-104.0f), v33);
+            const uint32x4_t v34 = vcltq_f32(v33, vdupq_n_f32(-176.0f));
+            const float32x4_t v35 = vbslq_f32(v34, vdupq_n_f32(-176.0f), v33);
             const float32x4_t v36 = vfmaq_f32(vdupq_n_f32(12582912.0f), v35, vdupq_n_f32(1.4426950216293335f));
             const float32x4_t v37 = vsubq_f32(v36, vdupq_n_f32(12582912.0f));
             const float32x4_t v38 = vfmaq_f32(v35, v37, vdupq_n_f32(-0.693115234375f));
@@ -141,8 +141,8 @@ void kg_fused_matmul_softmax_matmul_cdab7a66d194(const float* restrict in0,
             const float32x4_t v55 = vsubq_f32(v54, vdupq_n_f32(acc25));
             const uint32x4_t v56 = vcgtq_f32(v55, vdupq_n_f32(88.8f));
             const float32x4_t v57 = vbslq_f32(v56, vdupq_n_f32(88.8f), v55);
-            const uint32x4_t v58 = vcltq_f32(v57, vdupq_n_f32(-104.0f));
-            const float32x4_t v59 = vbslq_f32(v58, vdupq_n_f32(-104.0f), v57);
+            const uint32x4_t v58 = vcltq_f32(v57, vdupq_n_f32(-176.0f));
+            const float32x4_t v59 = vbslq_f32(v58, vdupq_n_f32(-176.0f), v57);
             const float32x4_t v60 = vfmaq_f32(vdupq_n_f32(12582912.0f), v59, vdupq_n_f32(1.4426950216293335f));
             const float32x4_t v61 = vsubq_f32(v60, vdupq_n_f32(12582912.0f));
             const float32x4_t v62 = vfmaq_f32(v59, v61, vdupq_n_f32(-0.693115234375f));
@@ -168,8 +168,8 @@ void kg_fused_matmul_softmax_matmul_cdab7a66d194(const float* restrict in0,
             const float t80 = t79 - acc20;
             const bool t81 = t80 > 88.8f;
             const float t82 = t81 ? 88.8f : t80;
-            const bool t83 = t82 < -104.0f;
-            const float t84 = t83 ? -104.0f : t82;
+            const bool t83 = t82 < -176.0f;
+            const float t84 = t83 ? -176.0f : t82;
             const float t85 = t84 * 1.4426950216293335f + 12582912.0f;
             const float t86 = t85 - 12582912.0f;
             const float t87 = t86 * -0.693115234375f + t84;
@@ -193,8 +193,8 @@ void kg_fused_matmul_softmax_matmul_cdab7a66d194(const float* restrict in0,
             const float t104 = t103 - acc25;
             const bool t105 = t104 > 88.8f;
             const float t106 = t105 ? 88.8f : t104;
-            const bool t107 = t106 < -104.0f;
-            const float t108 = t107 ? -104.0f : t106;
+            const bool t107 = t106 < -176.0f;
+            const float t108 = t107 ? -176.0f : t106;
             const float t109 = t108 * 1.4426950216293335f + 12582912.0f;
             const float t110 = t109 - 12582912.0f;
             const float t111 = t110 * -0.693115234375f + t108;
@@ -239,37 +239,39 @@ void kg_fused_matmul_softmax_matmul_cdab7a66d194(const float* restrict in0,
         }
         float kg_stage2_0[10];
         float kg_stage2_1[10];
+        const float t138 = 1.0f / acc128;
+        const float t139 = 1.0f / acc133;
         int j137 = 0;
         for (; j137 + 4 <= 10; j137 += 4) {
-            const float32x4_t v138 = vld1q_f32(kg_stage1_0 + j137);
-            const float32x4_t v139 = vdivq_f32(v138, vdupq_n_f32(acc128));
-            vst1q_f32(kg_stage2_0 + j137, v139);
-            const float32x4_t v140 = vld1q_f32(kg_stage1_1 + j137);
-            const float32x4_t v141 = vdivq_f32(v140, vdupq_n_f32(acc133));
-            vst1q_f32(kg_stage2_1 + j137, v141);
+            const float32x4_t v140 = vld1q_f32(kg_stage1_0 + j137);
+            const float32x4_t v141 = vmulq_f32(v140, vdupq_n_f32(t138));
+            vst1q_f32(kg_stage2_0 + j137, v141);
+            const float32x4_t v142 = vld1q_f32(kg_stage1_1 + j137);
+            const float32x4_t v143 = vmulq_f32(v142, vdupq_n_f32(t139));
+            vst1q_f32(kg_stage2_1 + j137, v143);
         }
-        for (int j142 = j137; j142 < 10; ++j142) {
-            const float t143 = kg_stage1_0[j142];
-            const float t144 = t143 / acc128;
-            kg_stage2_0[j142] = t144;
-            const float t145 = kg_stage1_1[j142];
-            const float t146 = t145 / acc133;
-            kg_stage2_1[j142] = t146;
+        for (int j144 = j137; j144 < 10; ++j144) {
+            const float t145 = kg_stage1_0[j144];
+            const float t146 = t145 * t138;
+            kg_stage2_0[j144] = t146;
+            const float t147 = kg_stage1_1[j144];
+            const float t148 = t147 * t139;
+            kg_stage2_1[j144] = t148;
         }
         for (int o1 = 0; o1 < 4; ++o1) {
-            float acc147 = 0.0f;
-            float acc148 = 0.0f;
-            for (int r149 = 0; r149 < 10; ++r149) {
-                const float t150 = kg_stage2_0[r149];
-                const float t151 = in2[4 * r149 + o1];
-                const float t152 = t150 * t151;
-                acc147 = acc147 + t152;
-                const float t153 = kg_stage2_1[r149];
-                const float t154 = t153 * t151;
-                acc148 = acc148 + t154;
+            float acc149 = 0.0f;
+            float acc150 = 0.0f;
+            for (int r151 = 0; r151 < 10; ++r151) {
+                const float t152 = kg_stage2_0[r151];
+                const float t153 = in2[4 * r151 + o1];
+                const float t154 = t152 * t153;
+                acc149 = acc149 + t154;
+                const float t155 = kg_stage2_1[r151];
+                const float t156 = t155 * t153;
+                acc150 = acc150 + t156;
             }
-            out0[8 * o0 + o1] = acc147;
-            out0[8 * o0 + o1 + 4] = acc148;
+            out0[8 * o0 + o1] = acc149;
+            out0[8 * o0 + o1 + 4] = acc150;
         }
     }
 }

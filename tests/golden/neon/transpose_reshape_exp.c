@@ -14,9 +14,9 @@
 #define KG_FLOORDIV(a, b) (((a) - ((((a) % (b)) + (b)) % (b))) / (b))
 #define KG_FLOORMOD(a, b) ((((a) % (b)) + (b)) % (b))
 
-// 2^k for an integral k in [-126, 127] (exp2i of lower/fastmath.py): k + 1.5 * 2^23 holds k in
-// its low mantissa bits, which shifted into the exponent field with the bias give 2^k. No
-// float-to-int conversion, so every input (NaN too) has a defined result.
+// 2^k for an integral k in [-126, 127], +0 for -127 (exp2i of lower/fastmath.py): k + 1.5 *
+// 2^23 holds k in its low mantissa bits, which shifted into the exponent field with the bias give
+// 2^k. No float-to-int conversion, so every input (NaN too) has a defined result.
 static inline float kg_exp2if(float k)
 {
     union { float f; uint32_t u; } v = { k + 12582912.0f };
@@ -33,7 +33,7 @@ static inline float32x4_t kg_exp2iq_f32(float32x4_t k)
 // fused_transpose_reshape_exp
 //   in0: input 'x' float32[3, 5, 7]
 //   out0: output 'y' float32[7, 15]
-void kg_fused_transpose_reshape_exp_a4fc3ada0b82(const float* restrict in0,
+void kg_fused_transpose_reshape_exp_da66b7cb904b(const float* restrict in0,
         float* restrict out0)
 {
     for (int g1 = 0; g1 < 7; ++g1) {
@@ -42,8 +42,8 @@ void kg_fused_transpose_reshape_exp_a4fc3ada0b82(const float* restrict in0,
             const float t3 = in0[7 * o1 + o0];
             const bool t4 = t3 > 88.8f;
             const float t5 = t4 ? 88.8f : t3;
-            const bool t6 = t5 < -104.0f;
-            const float t7 = t6 ? -104.0f : t5;
+            const bool t6 = t5 < -176.0f;
+            const float t7 = t6 ? -176.0f : t5;
             const float t8 = t7 * 1.4426950216293335f + 12582912.0f;
             const float t9 = t8 - 12582912.0f;
             const float t10 = t9 * -0.693115234375f + t7;

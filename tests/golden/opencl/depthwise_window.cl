@@ -143,8 +143,8 @@ __kernel void fused_relu_conv_sigmoid(__global const float* restrict x,
     const float8 v84 = -v83;
     const int8 v85 = v84 > ((float8)(88.8f));
     const float8 v86 = select(v84, ((float8)(88.8f)), v85);
-    const int8 v87 = v86 < ((float8)(-104.0f));
-    const float8 v88 = select(v86, ((float8)(-104.0f)), v87);
+    const int8 v87 = v86 < ((float8)(-176.0f));
+    const float8 v88 = select(v86, ((float8)(-176.0f)), v87);
     const float8 v89 = v88 * ((float8)(1.4426950216293335f)) + ((float8)(12582912.0f));
     const float8 v90 = v89 - ((float8)(12582912.0f));
     const float8 v91 = v90 * ((float8)(-0.693115234375f)) + v88;
@@ -173,8 +173,8 @@ __kernel void fused_relu_conv_sigmoid(__global const float* restrict x,
     const float8 v113 = -v112;
     const int8 v114 = v113 > ((float8)(88.8f));
     const float8 v115 = select(v113, ((float8)(88.8f)), v114);
-    const int8 v116 = v115 < ((float8)(-104.0f));
-    const float8 v117 = select(v115, ((float8)(-104.0f)), v116);
+    const int8 v116 = v115 < ((float8)(-176.0f));
+    const float8 v117 = select(v115, ((float8)(-176.0f)), v116);
     const float8 v118 = v117 * ((float8)(1.4426950216293335f)) + ((float8)(12582912.0f));
     const float8 v119 = v118 - ((float8)(12582912.0f));
     const float8 v120 = v119 * ((float8)(-0.693115234375f)) + v117;

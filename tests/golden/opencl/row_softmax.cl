@@ -31,8 +31,8 @@ __kernel void fused_softmax(__global const float* restrict x,
         const float16 v12 = v11 - ((float16)(acc2));
         const int16 v13 = v12 > ((float16)(88.8f));
         const float16 v14 = select(v12, ((float16)(88.8f)), v13);
-        const int16 v15 = v14 < ((float16)(-104.0f));
-        const float16 v16 = select(v14, ((float16)(-104.0f)), v15);
+        const int16 v15 = v14 < ((float16)(-176.0f));
+        const float16 v16 = select(v14, ((float16)(-176.0f)), v15);
         const float16 v17 = v16 * ((float16)(1.4426950216293335f)) + ((float16)(12582912.0f));
         const float16 v18 = v17 - ((float16)(12582912.0f));
         const float16 v19 = v18 * ((float16)(-0.693115234375f)) + v16;
@@ -58,8 +58,8 @@ __kernel void fused_softmax(__global const float* restrict x,
         const float t37 = t36 - acc2;
         const bool t38 = t37 > 88.8f;
         const float t39 = t38 ? 88.8f : t37;
-        const bool t40 = t39 < -104.0f;
-        const float t41 = t40 ? -104.0f : t39;
+        const bool t40 = t39 < -176.0f;
+        const float t41 = t40 ? -176.0f : t39;
         const float t42 = t41 * 1.4426950216293335f + 12582912.0f;
         const float t43 = t42 - 12582912.0f;
         const float t44 = t43 * -0.693115234375f + t41;
@@ -95,15 +95,16 @@ __kernel void fused_softmax(__global const float* restrict x,
         const float t68 = kg_stage0[i62];
         acc61 = acc61 + t68;
     }
+    const float t69 = 1.0f / acc61;
     int o1 = 0;
     for (; o1 + 16 <= 1000; o1 += 16) {
-        const float16 v69 = vload16(0, kg_stage0 + o1);
-        const float16 v70 = v69 / ((float16)(acc61));
-        vstore16(v70, 0, y + 1000 * o0 + o1);
+        const float16 v70 = vload16(0, kg_stage0 + o1);
+        const float16 v71 = v70 * ((float16)(t69));
+        vstore16(v71, 0, y + 1000 * o0 + o1);
     }
     for (; o1 < 1000; ++o1) {
-        const float t71 = kg_stage0[o1];
-        const float t72 = t71 / acc61;
-        y[1000 * o0 + o1] = t72;
+        const float t72 = kg_stage0[o1];
+        const float t73 = t72 * t69;
+        y[1000 * o0 + o1] = t73;
     }
 }

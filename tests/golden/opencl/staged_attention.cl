@@ -37,8 +37,8 @@ __kernel void fused_matmul_softmax_matmul(__global const float* restrict q,
         const float t12 = t11 - acc7;
         const bool t13 = t12 > 88.8f;
         const float t14 = t13 ? 88.8f : t12;
-        const bool t15 = t14 < -104.0f;
-        const float t16 = t15 ? -104.0f : t14;
+        const bool t15 = t14 < -176.0f;
+        const float t16 = t15 ? -176.0f : t14;
         const float t17 = t16 * 1.4426950216293335f + 12582912.0f;
         const float t18 = t17 - 12582912.0f;
         const float t19 = t18 * -0.693115234375f + t16;
@@ -69,20 +69,21 @@ __kernel void fused_matmul_softmax_matmul(__global const float* restrict q,
     float kg_stage2[10];
     for (int j38 = 0; j38 < 10; ++j38) {
         const float t39 = kg_stage1[j38];
-        const float t40 = t39 / acc35;
-        kg_stage2[j38] = t40;
+        const float t40 = 1.0f / acc35;
+        const float t41 = t39 * t40;
+        kg_stage2[j38] = t41;
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     for (int o1 = 0; o1 < 4; ++o1) {
-        float acc41 = 0.0f;
+        float acc42 = 0.0f;
         _Pragma("unroll")
-        for (int r42 = 0; r42 < 10; ++r42) {
-            const float t43 = kg_stage2[r42];
-            const float t44 = v[4 * r42 + o1];
-            const float t45 = t43 * t44;
-            acc41 = acc41 + t45;
+        for (int r43 = 0; r43 < 10; ++r43) {
+            const float t44 = kg_stage2[r43];
+            const float t45 = v[4 * r43 + o1];
+            const float t46 = t44 * t45;
+            acc42 = acc42 + t46;
         }
-        if (in_range) y[4 * o0 + o1] = acc41;
+        if (in_range) y[4 * o0 + o1] = acc42;
         barrier(CLK_LOCAL_MEM_FENCE);
     }
 }

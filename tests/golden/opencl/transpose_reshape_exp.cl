@@ -11,8 +11,8 @@ __kernel void fused_transpose_reshape_exp(__global const float* restrict x,
     const float t1 = x[7 * o1 + o0];
     const bool t2 = t1 > 88.8f;
     const float t3 = t2 ? 88.8f : t1;
-    const bool t4 = t3 < -104.0f;
-    const float t5 = t4 ? -104.0f : t3;
+    const bool t4 = t3 < -176.0f;
+    const float t5 = t4 ? -176.0f : t3;
     const float t6 = t5 * 1.4426950216293335f + 12582912.0f;
     const float t7 = t6 - 12582912.0f;
     const float t8 = t7 * -0.693115234375f + t5;

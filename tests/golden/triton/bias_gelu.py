@@ -6,8 +6,8 @@ import triton.language as tl
 
 @triton.jit
 def kg_exp2i(k):
-    # 2^k for an integral k in [-126, 127] (lower/fastmath.py): k + 1.5 * 2^23 holds k in its
-    # low mantissa bits, shifted into the exponent field with the bias
+    # 2^k for an integral k in [-126, 127], +0 for -127 (lower/fastmath.py): k + 1.5 * 2^23
+    # holds k in its low mantissa bits, shifted into the exponent field with the bias
     bits = (k.to(tl.float32) + 12582912.0).to(tl.int32, bitcast=True)
     return ((bits + 127) << 23).to(tl.float32, bitcast=True)
 

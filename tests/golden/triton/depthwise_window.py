@@ -6,8 +6,8 @@ import triton.language as tl
 
 @triton.jit
 def kg_exp2i(k):
-    # 2^k for an integral k in [-126, 127] (lower/fastmath.py): k + 1.5 * 2^23 holds k in its
-    # low mantissa bits, shifted into the exponent field with the bias
+    # 2^k for an integral k in [-126, 127], +0 for -127 (lower/fastmath.py): k + 1.5 * 2^23
+    # holds k in its low mantissa bits, shifted into the exponent field with the bias
     bits = (k.to(tl.float32) + 12582912.0).to(tl.int32, bitcast=True)
     return ((bits + 127) << 23).to(tl.float32, bitcast=True)
 
@@ -22,7 +22,7 @@ def kg_max(a, b):
 #   in1: input 'w' float32[4, 1, 3, 3]
 #   out0: output 'y' float32[1, 4, 13, 16]
 @triton.jit
-def kg_fused_relu_conv_sigmoid_702f5da3542e(in0, in1, out0, BLOCK_R: tl.constexpr, BLOCK_E: tl.constexpr):
+def kg_fused_relu_conv_sigmoid_44b60b4c9bd6(in0, in1, out0, BLOCK_R: tl.constexpr, BLOCK_E: tl.constexpr):
     o0 = tl.program_id(0) // 208
     o1 = (tl.program_id(0) >> 4) % 13
     o2 = (tl.program_id(0) & 15)
@@ -46,8 +46,8 @@ def kg_fused_relu_conv_sigmoid_702f5da3542e(in0, in1, out0, BLOCK_R: tl.constexp
     t22 = (-t21)
     t23 = (t22 > 88.8)
     t24 = tl.where(t23, 88.8, t22)
-    t25 = (t24 < -104.0)
-    t26 = tl.where(t25, -104.0, t24)
+    t25 = (t24 < -176.0)
+    t26 = tl.where(t25, -176.0, t24)
     t27 = (t26 * 1.4426950216293335 + 12582912.0)
     t28 = (t27 - 12582912.0)
     t29 = (t28 * -0.693115234375 + t26)

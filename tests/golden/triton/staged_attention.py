@@ -6,8 +6,8 @@ import triton.language as tl
 
 @triton.jit
 def kg_exp2i(k):
-    # 2^k for an integral k in [-126, 127] (lower/fastmath.py): k + 1.5 * 2^23 holds k in its
-    # low mantissa bits, shifted into the exponent field with the bias
+    # 2^k for an integral k in [-126, 127], +0 for -127 (lower/fastmath.py): k + 1.5 * 2^23
+    # holds k in its low mantissa bits, shifted into the exponent field with the bias
     bits = (k.to(tl.float32) + 12582912.0).to(tl.int32, bitcast=True)
     return ((bits + 127) << 23).to(tl.float32, bitcast=True)
 
@@ -23,7 +23,7 @@ def kg_max(a, b):
 #   in2: input 'v' float32[10, 4]
 #   out0: output 'y' float32[16, 4]
 @triton.jit
-def kg_fused_matmul_softmax_matmul_6f7545713637(in0,
+def kg_fused_matmul_softmax_matmul_3048f39819b8(in0,
         in1,
         in2,
         out0,
@@ -49,8 +49,8 @@ def kg_fused_matmul_softmax_matmul_6f7545713637(in0,
     t15 = (t14 - red12)
     t16 = (t15 > 88.8)
     t17 = tl.where(t16, 88.8, t15)
-    t18 = (t17 < -104.0)
-    t19 = tl.where(t18, -104.0, t17)
+    t18 = (t17 < -176.0)
+    t19 = tl.where(t18, -176.0, t17)
     t20 = (t19 * 1.4426950216293335 + 12582912.0)
     t21 = (t20 - 12582912.0)
     t22 = (t21 * -0.693115234375 + t19)
@@ -77,16 +77,17 @@ def kg_fused_matmul_softmax_matmul_6f7545713637(in0,
     j43 = tl.arange(0, 16)
     j43_live = j43 < 10
     t44 = stage38
-    t45 = tl.div_rn(t44, red42)
-    stage46 = tl.where(j43_live, t45, 0.0)
-    for base47 in range(0, 4, BLOCK_E):
-        p48 = base47 + tl.arange(0, BLOCK_E)
-        p48_live = p48 < 4
-        o1 = p48
-        j50 = tl.arange(0, 16)[:, None]
-        live51 = tl.where(j50 < 10, p48_live[None, :], False)
-        t52 = stage46[:, None]
-        t53 = tl.load(in2 + (4 * j50 + o1[None, :] + tl.zeros([16, BLOCK_E], tl.int32)), mask=live51, other=0)
-        t54 = (t52 * t53)
-        red55 = tl.sum(tl.where(live51, t54, 0.0), axis=0)
-        tl.store(out0 + (4 * o0 + o1), red55, mask=p48_live)
+    t45 = tl.div_rn(1.0, red42)
+    t46 = (t44 * t45)
+    stage47 = tl.where(j43_live, t46, 0.0)
+    for base48 in range(0, 4, BLOCK_E):
+        p49 = base48 + tl.arange(0, BLOCK_E)
+        p49_live = p49 < 4
+        o1 = p49
+        j51 = tl.arange(0, 16)[:, None]
+        live52 = tl.where(j51 < 10, p49_live[None, :], False)
+        t53 = stage47[:, None]
+        t54 = tl.load(in2 + (4 * j51 + o1[None, :] + tl.zeros([16, BLOCK_E], tl.int32)), mask=live52, other=0)
+        t55 = (t53 * t54)
+        red56 = tl.sum(tl.where(live52, t55, 0.0), axis=0)
+        tl.store(out0 + (4 * o0 + o1), red56, mask=p49_live)

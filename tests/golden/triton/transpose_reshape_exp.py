@@ -6,8 +6,8 @@ import triton.language as tl
 
 @triton.jit
 def kg_exp2i(k):
-    # 2^k for an integral k in [-126, 127] (lower/fastmath.py): k + 1.5 * 2^23 holds k in its
-    # low mantissa bits, shifted into the exponent field with the bias
+    # 2^k for an integral k in [-126, 127], +0 for -127 (lower/fastmath.py): k + 1.5 * 2^23
+    # holds k in its low mantissa bits, shifted into the exponent field with the bias
     bits = (k.to(tl.float32) + 12582912.0).to(tl.int32, bitcast=True)
     return ((bits + 127) << 23).to(tl.float32, bitcast=True)
 
@@ -16,7 +16,7 @@ def kg_exp2i(k):
 #   in0: input 'x' float32[3, 5, 7]
 #   out0: output 'y' float32[7, 15]
 @triton.jit
-def kg_fused_transpose_reshape_exp_893764818295(in0, out0, BLOCK: tl.constexpr):
+def kg_fused_transpose_reshape_exp_8aabeaa83502(in0, out0, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     live = offs < 105
     o0 = offs // 15
@@ -24,8 +24,8 @@ def kg_fused_transpose_reshape_exp_893764818295(in0, out0, BLOCK: tl.constexpr):
     t3 = tl.load(in0 + (7 * o1 + o0), mask=live, other=0)
     t4 = (t3 > 88.8)
     t5 = tl.where(t4, 88.8, t3)
-    t6 = (t5 < -104.0)
-    t7 = tl.where(t6, -104.0, t5)
+    t6 = (t5 < -176.0)
+    t7 = tl.where(t6, -176.0, t5)
     t8 = (t7 * 1.4426950216293335 + 12582912.0)
     t9 = (t8 - 12582912.0)
     t10 = (t9 * -0.693115234375 + t7)
