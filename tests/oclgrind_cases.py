@@ -44,12 +44,14 @@ class Case:
 
 def label(metadata: dict[str, Any]) -> str:
     """A kernel's schedule with the variants the cases tell apart: an elementwise kernel
-    computing several points per work-item, transposed tiles or interleaved stores, the
-    scalar contraction template, packed panels (by a first launch or in the tile), a staged
-    row."""
+    computing several points per work-item, transposed tiles, interleaved stores or vectors of
+    points, the scalar contraction template, packed panels (by a first launch or in the tile),
+    a staged row."""
     schedule, tunables = metadata["schedule"], metadata["tunables"]
     if metadata.get("interleaved_stores"):
         return "elementwise+interleaved"
+    if metadata.get("vector_points"):
+        return "elementwise+vectors"
     if schedule == "elementwise" and any(f > 1 for f in tunables.get("unroll") or ()):
         return "elementwise+unroll"
     if schedule == "elementwise" and tunables.get("tile", (1, 1)) != (1, 1):
@@ -97,6 +99,12 @@ def transposed(shape: tuple[int, ...], perm: tuple[int, ...]) -> Callable[[], kg
         a = kg.add(t, kg.tensor("b", (shape[perm[-1]],)))
         return kg.fuse(t, a, kg.relu(a))
     return build
+
+
+def gated_channels() -> kg.FusedOp:
+    """x * sigmoid(g), g per channel: rows of 77 points (4 vectors and a tail on a CPU)."""
+    gate = kg.sigmoid(kg.tensor("g", (1, 3, 1, 1)))
+    return kg.fuse(gate, kg.mul(kg.tensor("x", (1, 3, 7, 11)), gate))
 
 
 def one_point() -> kg.FusedOp:
@@ -337,6 +345,8 @@ CASES: dict[str, Case] = {c.name: c for c in (
     # elementwise, guards, float16 storage, gathers
     Case("elementwise-bias-relu", bias_relu, ("elementwise",), ci=True),
     Case("elementwise-one-point", one_point, ("elementwise",)),
+    Case("elementwise-vectors", gated_channels, ("elementwise+vectors",), {"vectors": True},
+         ci=True),
     Case("elementwise-transposed", transposed((37, 29), (1, 0)), ("elementwise+transposed",),
          ci=True),
     Case("elementwise-transposed-nchw-to-nhwc", transposed((2, 13, 7, 11), (0, 2, 3, 1)),

@@ -51,6 +51,9 @@ class Capabilities:
     unified_memory: bool = False
     # rows reduce in one thread with explicit vector loops (CPU-like devices)
     simd_within_work_item: bool = False
+    # elementwise kernels as a vector per work-item: a compiler that vectorises poorly across
+    # work-items (Intel's CPU runtime), as measured (``backends/opencl/element_vectors.py``)
+    explicit_elementwise: bool = False
     # a contraction reading its operands in place is slowed by rows that alias in the L1 cache,
     # so such operands are read from padded copies (``compile/padding.py``)
     pads_aliased_rows: bool = False

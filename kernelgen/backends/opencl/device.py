@@ -27,6 +27,10 @@ from . import probe
 # the explicit float vectors of a 'row' reduction (float8: wider measured no faster on PoCL)
 ROW_WIDTH = 8
 PROBE_TIMEOUT_S = 120
+# elementwise kernels take explicit vectors where they ran this much faster (``probe.py``):
+# Intel's CPU runtime 1.55-2.88x, Debian's PoCL 3.1 0.83-1.05x (three probes each, Sapphire
+# Rapids, 2026-12-03)
+ELEMENTWISE_GAIN = 1.25
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,8 @@ class DeviceInfo:
     alignment: int                   # bytes a host array's address needs to be used in place
     vector_widths: tuple[int, ...]   # explicit floatN widths that build and run, widest first
     simulator: bool = False          # a checker (Oclgrind), never chosen by default
+    # elementwise kernels as a vector per work-item (``element_vectors.py``), as measured
+    explicit_elementwise: bool = False
 
     def describe(self) -> str:
         """One line for a user: what generation takes from this device."""
@@ -74,6 +80,7 @@ def capabilities(info: DeviceInfo) -> Capabilities:
         register_lanes=info.native_width if cpu else 0,
         vector_registers=(32 if info.native_width >= 16 else 16) if cpu else 0,
         simd_within_work_item=cpu and bool(widths), pads_aliased_rows=cpu,
+        explicit_elementwise=cpu and bool(widths) and info.explicit_elementwise,
         direct_schedule="item", pointwise_conv_in_place=True, winograd_4x4=cpu,
         split_small_convs=cpu, im2col_max_channels=32 if cpu else 0)
 
@@ -125,6 +132,8 @@ def read(cl: Any, platform_index: int, device_index: int) -> DeviceInfo:
     kind = next((word for bit, word in kinds.items() if dev.type & bit), "accelerator")
     extensions = dev.extensions.split()
     simulator = platform.name.strip() == "Oclgrind"
+    identity = _identity(platform, dev)
+    widths = probed_widths(platform_index, device_index, identity)
     return DeviceInfo(
         name=f"{platform.version.strip()} / {dev.name.strip()}", kind=kind,
         compute_units=int(dev.max_compute_units), max_work_group=int(dev.max_work_group_size),
@@ -138,8 +147,9 @@ def read(cl: Any, platform_index: int, device_index: int) -> DeviceInfo:
         # USE_HOST_PTR buffer (it reports every read of one): calls copy in and out there
         unified_memory=(bool(dev.host_unified_memory) or kind == "cpu") and not simulator,
         alignment=max(int(dev.mem_base_addr_align) // 8, 1),
-        vector_widths=probed_widths(platform_index, device_index, _identity(platform, dev)),
-        simulator=simulator)
+        vector_widths=widths, simulator=simulator,
+        explicit_elementwise=kind == "cpu" and bool(widths) and not simulator and
+        probed_elementwise(platform_index, device_index, identity, min(widths[0], 16)))
 
 
 def _identity(platform: Any, dev: Any) -> str:
@@ -154,25 +164,78 @@ def probed_widths(platform_index: int, device_index: int, identity: str) -> tupl
     given = os.environ.get("KERNELGEN_OPENCL_VECTOR_WIDTHS")
     if given:
         return tuple(sorted({int(w) for w in given.split(",") if w.strip()}, reverse=True))
-    path = cache_dir("opencl", f"probe-{hashlib.sha256(identity.encode()).hexdigest()[:16]}.json")
-    try:
-        stored = json.loads(path.read_text())
-        if stored.get("identity") == identity:
-            return tuple(stored["vector_widths"])
-    except (OSError, ValueError, KeyError, TypeError):
-        pass  # no answer stored yet (or a damaged one): probe again
+    path = _cache_path("probe", identity)
+    stored = _stored(path, identity)
+    if stored is not None and isinstance(stored.get("vector_widths"), list):
+        return tuple(stored["vector_widths"])
     report = _run_probe(platform_index, device_index)
     widths = tuple(sorted((w for w, why in report.items() if why is None), reverse=True))
-    record = {"identity": identity, "vector_widths": list(widths),
-              "failures": {str(w): why for w, why in report.items() if why is not None}}
+    _store(path, {"identity": identity, "vector_widths": list(widths),
+                  "failures": {str(w): why for w, why in report.items() if why is not None}})
+    return widths
+
+
+def probed_elementwise(platform_index: int, device_index: int, identity: str,
+                       width: int) -> bool:
+    """Whether elementwise kernels run as a ``floatWIDTH`` vector per work-item here
+    (``element_vectors.py``): ``KERNELGEN_OPENCL_EXPLICIT_ELEMENTWISE`` (1 or 0) if set, else
+    the cached measurement of this device and driver, else a new one in a child process
+    (``probe.elementwise_gain``, about a second, once): yes from ``ELEMENTWISE_GAIN`` on."""
+    given = os.environ.get("KERNELGEN_OPENCL_EXPLICIT_ELEMENTWISE")
+    if given is not None and given.strip():
+        return given.strip() not in ("0", "false", "no")
+    path = _cache_path("elementwise", f"{identity} | width {width}")
+    stored = _stored(path, f"{identity} | width {width}")
+    if stored is not None and isinstance(stored.get("gain"), (int, float)):
+        return stored["gain"] >= ELEMENTWISE_GAIN
+    gain = _run_elementwise_probe(platform_index, device_index, width)
+    _store(path, {"identity": f"{identity} | width {width}", "gain": gain})
+    return gain >= ELEMENTWISE_GAIN
+
+
+def _cache_path(kind: str, identity: str) -> Any:
+    return cache_dir("opencl", f"{kind}-{hashlib.sha256(identity.encode()).hexdigest()[:16]}.json")
+
+
+def _stored(path: Any, identity: str) -> dict[str, Any] | None:
+    """The record cached at ``path`` for ``identity``; None if there is none (or a damaged
+    one: the caller measures again)."""
+    try:
+        stored = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return stored if isinstance(stored, dict) and stored.get("identity") == identity else None
+
+
+def _store(path: Any, record: dict[str, Any]) -> None:
+    """``record`` at ``path``, atomically: another process may read it at the same time. A
+    cache that cannot be written is skipped: the next process measures again (a second)."""
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    try:  # atomically: another process may read it at the same time
+    try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp.write_text(json.dumps(record, indent=1))
         os.replace(tmp, path)
     except OSError:
-        pass  # a cache that cannot be written: the next process probes again (a second)
-    return widths
+        pass
+
+
+def _run_elementwise_probe(platform_index: int, device_index: int, width: int) -> float:
+    """``probe.elementwise_gain`` measured in a child process; 0 where it failed (points per
+    work-item stay, as before the measurement existed)."""
+    cmd = [sys.executable, "-m", "kernelgen.backends.opencl.probe", "--elementwise",
+           str(platform_index), str(device_index), str(width)]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+    except (subprocess.TimeoutExpired, OSError):
+        return 0.0
+    for line in done.stdout.splitlines():
+        head, _, rest = line.partition(" ")
+        if head == "elementwise":
+            try:
+                return float(rest)
+            except ValueError:
+                break
+    return 0.0
 
 
 def _run_probe(platform_index: int, device_index: int) -> dict[int, str | None]:

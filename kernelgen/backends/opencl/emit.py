@@ -17,7 +17,7 @@ from ..base import Capabilities
 from ..c.contraction import FLAT_K, ContractionEmitter
 from ..c.vector import VectorPrinter
 from ..printer import Scope, recomputed_inside
-from . import interleaved, tile_stores, transposed, window
+from . import element_vectors, interleaved, tile_stores, transposed, window
 from .language import (BARRIER, BUFFER_TYPES, FLOAT, INT, RESERVED_NAMES, RESERVED_PREFIXES,
                        SCALAR_TYPES, VECTOR, Launch, OpenCLSource, stride2_helpers,
                        vector_syntax)
@@ -155,6 +155,9 @@ class OpenCLPrinter(ContractionEmitter):
         elif isinstance(self.sched.plan, interleaved.Interleaved):
             launch = interleaved.print_kernel(self, self.sched.plan, self._split, self.ndrange,
                                               index, body)
+        elif isinstance(self.sched.plan, element_vectors.ElementVectors):
+            launch = element_vectors.print_kernel(self, self.sched.plan, self.ndrange, index,
+                                                  body)
         elif self.sched.unroll == unroll.none(self.kernel):
             launch = self.ndrange(list(self.kernel.domain), index)
             self.stores(body)

@@ -11,9 +11,16 @@ before it stand. The parent caches the answer per device and driver (``device.py
     python -m kernelgen.backends.opencl.probe PLATFORM DEVICE   # indices, as get_platforms()
 
 prints one line per width: ``<width> ok`` or ``<width> failed: <why>``.
+
+    python -m kernelgen.backends.opencl.probe --elementwise PLATFORM DEVICE WIDTH
+
+prints ``elementwise <gain>``: how much faster a streaming kernel (``relu(x + y)`` over
+``STREAM_FLOATS``) runs with a ``floatWIDTH`` vector per work-item than with one point per
+work-item (``elementwise_gain``; ``element_vectors.py`` says why it is asked).
 """
 from __future__ import annotations
 
+import statistics
 import string
 import sys
 
@@ -90,8 +97,57 @@ def check(cl: object, device: object, width: int) -> str | None:
     return None
 
 
+STREAM_FLOATS = 1 << 18  # 3 MiB moved a launch: in the caches, where launches differ most
+STREAM_BLOCKS, STREAM_LAUNCHES = 5, 4
+_STREAM = string.Template("""
+__kernel void kg_points(__global const float* x, __global const float* y, __global float* z)
+{
+    const int i = get_global_id(0);
+    z[i] = fmax(x[i] + y[i], 0.0f);
+}
+__kernel void kg_vectors(__global const float* x, __global const float* y, __global float* z)
+{
+    const int i = get_global_id(0);
+    vstore$w(fmax(vload$w(i, x) + vload$w(i, y), 0.0f), i, z);
+}
+""")
+
+
+def elementwise_gain(cl: object, device: object, width: int) -> float:
+    """The median time of ``relu(x + y)`` one point per work-item over that of one
+    ``floatWIDTH`` vector per work-item (both in work-groups of 256 items), in alternating
+    blocks of launches."""
+    ctx = cl.Context([device])  # type: ignore[attr-defined]
+    queue = cl.CommandQueue(  # type: ignore[attr-defined]
+        ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)  # type: ignore
+    mf = cl.mem_flags  # type: ignore[attr-defined]
+    prg = cl.Program(ctx, _STREAM.substitute(w=width)).build()  # type: ignore[attr-defined]
+    x = np.linspace(-1, 1, STREAM_FLOATS, dtype=np.float32)
+    bufs = [cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=x)  # type: ignore
+            for _ in range(2)] + [cl.Buffer(ctx, mf.WRITE_ONLY, x.nbytes)]  # type: ignore
+    runs = {"kg_points": STREAM_FLOATS, "kg_vectors": STREAM_FLOATS // width}
+    kernels = {name: cl.Kernel(prg, name) for name in runs}  # type: ignore[attr-defined]
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for name, kernel in kernels.items():
+        kernel.set_args(*bufs)
+        cl.enqueue_nd_range_kernel(queue, kernel, (runs[name],), (256,)).wait()  # type: ignore
+    for _ in range(STREAM_BLOCKS):
+        for name, kernel in kernels.items():
+            for _ in range(STREAM_LAUNCHES):
+                event = cl.enqueue_nd_range_kernel(  # type: ignore[attr-defined]
+                    queue, kernel, (runs[name],), (256,))
+                event.wait()
+                times[name].append(event.profile.end - event.profile.start)
+    return statistics.median(times["kg_points"]) / statistics.median(times["kg_vectors"])
+
+
 def main(argv: list[str]) -> int:
     import pyopencl as cl
+    if argv and argv[0] == "--elementwise":
+        platform, device, width = (int(a) for a in argv[1:4])
+        dev = cl.get_platforms()[platform].get_devices()[device]
+        print(f"elementwise {elementwise_gain(cl, dev, width):.3f}", flush=True)
+        return 0
     platform, device = int(argv[0]), int(argv[1])
     dev = cl.get_platforms()[platform].get_devices()[device]
     for width in WIDTHS:

@@ -11,6 +11,9 @@ set them.
   in registers, so that reads and writes are both whole vectors (``transposed.py``). Where the
   output's rows interleave copies of the inputs' (Winograd's output transform, upsampling), on
   a CPU, each copy is a vector, interleaved in registers into the stores (``interleaved.py``).
+  Otherwise, on a CPU whose compiler vectorises poorly across work-items (as its probe measured,
+  ``probe.elementwise_gain``) or with ``vectors``, each work-item stores runs of a vector of
+  points (``element_vectors.py``).
 - ``group``: one work-group per group point; hoisted reductions are computed cooperatively
   (strided partial results, then a tree in ``__local`` memory), then the same work-items write the
   group's elements: single-kernel softmax, layer-norm-like blocks, reductions over long axes.
@@ -53,12 +56,14 @@ from ..base import (PRIVATE, Capabilities, Schedule, check_derived, check_option
                     option_names)
 from ..c.contraction import FLAT_K, flat_reduction
 from ..c.vectorizable import vector_reduction_ok
-from . import interleaved, transposed
+from . import element_vectors, interleaved, transposed
 from .columns import (RegisterTiles, VectorPlan, column_plan, few_registers, opencl_contraction,
                       register_tiles, swapped_plan, swaps_by_default, vector_plan, wide_plan)
 from .element_columns import COLUMNS_LOCAL, columns_or_refuse, opencl_columns
+from .element_vectors import ElementVectors
 from .language import VECTOR
 from .window import WINDOW_LOCAL, WINDOW_MAX_RUN, WindowPlan, is_pooling, opencl_window
+from .window import scheduled as window_scheduled
 
 KINDS = ("elementwise", "group", "item", "row", "tiled", "window", "columns")
 STAGED_KINDS = ("item", "row")  # a staged row is an array of one work-item
@@ -162,9 +167,10 @@ class OpenCLSchedule(Schedule):
     swap_operands: bool | None = None
     unroll: tuple[int, ...] | None = None  # 'elementwise': domain points a work-item computes
     interleave: bool | None = None  # 'elementwise': copies as vectors, woven into the stores
+    vectors: bool | None = None  # 'elementwise': a vector of points a work-item (on a CPU)
     window_rows: int | None = None  # 'window': rows of the outer axis a work-item owns
-    plan: TilePlan | WindowPlan | TransposedReads | interleaved.Interleaved | None = field(
-        default=None, repr=False, compare=False, metadata=PRIVATE)
+    plan: TilePlan | WindowPlan | TransposedReads | interleaved.Interleaved | ElementVectors | \
+        None = field(default=None, repr=False, compare=False, metadata=PRIVATE)
     # serial reduction loops up to this many points unroll completely ('item')
     unroll_loops: int = field(default=0, metadata=PRIVATE)
     # 'tiled': the constants (weights) a packed operand reads, when it reads nothing else: its
@@ -180,6 +186,8 @@ class OpenCLSchedule(Schedule):
             out["transposed_reads"] = sorted({load.buffer for load in self.plan.loads})
         if isinstance(self.plan, interleaved.Interleaved):  # copies woven into vector stores
             out["interleaved_stores"] = self.plan.factor
+        if isinstance(self.plan, ElementVectors):  # a vector of points a work-item
+            out["vector_points"] = self.plan.width
         if isinstance(self.plan, TilePlan):
             c, tile_n = self.plan.contraction, self.tile[1] if self.tile else 1
             if self.pack is not None:  # the vector template: the operand it packs, or not
@@ -232,8 +240,10 @@ def choose(loop: LoopKernel, options: Mapping[str, Any], caps: Capabilities) -> 
             sched = replace(base, tile=square, vector_width=square[0], plan=plan)
         else:
             sched = replace(base, tile=square, unroll=_unroll(loop, given))
+        sched = element_vectors.scheduled(sched, caps, options.get("vectors"))
     elif kind == "window":
-        sched = _window(base, options.get("window_rows"), local, caps)
+        sched = window_scheduled(base, options.get("window_rows"),
+                                 local or min(WINDOW_LOCAL, default_local(caps)), caps)
     elif kind in STAGED_KINDS:
         rows = unroll.choose_group_rows(loop, options.get("group_rows"), share=kind == "row")
         sched = replace(base, group_rows=rows if loop.staged else None)
@@ -350,7 +360,8 @@ def _check_applies(loop: LoopKernel, kind: str, options: Mapping[str, Any]) -> N
             kind != "elementwise":
         raise ValueError(f"unroll applies to the 'elementwise' schedule; kernel "
                          f"'{loop.name}' runs '{kind}'")
-    for name, needs in (("interleave", "elementwise"), ("window_rows", "window"),
+    for name, needs in (("interleave", "elementwise"), ("vectors", "elementwise"),
+                        ("window_rows", "window"),
                         ("group_columns", "tiled"), ("swap_operands", "tiled")):
         if options.get(name) is not None and kind != needs:
             raise ValueError(f"{name} applies to the '{needs}' schedule; kernel "
@@ -366,21 +377,6 @@ def _unroll(loop: LoopKernel, requested: Any) -> tuple[int, ...]:
         return unroll.plan(loop)
     unroll.check(loop, tuple(requested))
     return tuple(requested)
-
-
-def _window(base: OpenCLSchedule, rows: int | None, local: int | None,
-            caps: Capabilities) -> OpenCLSchedule:
-    window = opencl_window(base.loop, caps.vector_widths)
-    assert window is not None
-    if rows is None:
-        rows = window.default_rows(caps)
-    elif rows not in window.row_choices:
-        raise ValueError(f"kernel '{base.loop.name}': window_rows must be one of "
-                         f"{window.row_choices} (divisors of the axis, within the code "
-                         f"budget), got {rows}")
-    local = local or min(WINDOW_LOCAL, default_local(caps))
-    return replace(base, window_rows=rows, local_size=local,
-                   vector_width=window.columns.width, plan=window)
 
 
 # --- 'tiled' ----------------------------------------------------------------------------------

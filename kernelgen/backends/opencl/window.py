@@ -8,6 +8,7 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cache, lru_cache
+from typing import Any
 
 import sympy
 
@@ -142,6 +143,22 @@ def opencl_window(kernel: LoopKernel, widths: tuple[int, ...]) -> WindowPlan | N
     stride = _lanes_spanned(plan)  # every choice's reads, for a stride-2 window's AVX2 rows
     return WindowPlan(c, plan, tuple(starts), block, tuple(epilogue), rows, default,
                       tap_loop(c, plan), tuple(map(reads, rows)) if stride > 1 else (), stride)
+
+
+
+def scheduled(base: Any, rows: int | None, local: int, caps: Capabilities) -> Any:
+    """``base``, an OpenCL 'window' schedule, with its plan, ``window_rows`` (``rows`` checked
+    against the plan's choices, or its default) and work-group ``local``."""
+    window = opencl_window(base.loop, caps.vector_widths)
+    assert window is not None
+    if rows is None:
+        rows = window.default_rows(caps)
+    elif rows not in window.row_choices:
+        raise ValueError(f"kernel '{base.loop.name}': window_rows must be one of "
+                         f"{window.row_choices} (divisors of the axis, within the code "
+                         f"budget), got {rows}")
+    return replace(base, window_rows=rows, local_size=local,
+                   vector_width=window.columns.width, plan=window)
 
 
 def _lanes_spanned(columns: VectorPlan) -> int:
