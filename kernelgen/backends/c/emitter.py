@@ -247,7 +247,7 @@ class CEmitter(Emitter):
             inner = self.open_loop(inner, self.symbol_names[s], start, stop)
         if vector_last:
             start, stop = element_range or ("0", self.int_literal(elems[-1][1]))
-            self._vector_stores(elems[-1], inner, start, stop, guard, stores)
+            self.vector_stores(elems[-1], inner, start, stop, guard, stores)
         else:
             self.stores(inner, guard, stores)
             if elems:
@@ -429,8 +429,11 @@ class CEmitter(Emitter):
             parts = half
         return parts
 
-    def _vector_stores(self, axis: Axis, scope: Scope, start: str, stop: str,
-                       guard: str | None, stores: Sequence[StoreAt]) -> None:
+    def vector_stores(self, axis: Axis, scope: Scope, start: str, stop: str,
+                      guard: str | None, stores: Sequence[StoreAt]) -> None:
+        """``stores`` for the points ``start`` to ``stop`` of ``axis`` (named in
+        ``symbol_names``): a vector loop, then point by point; values that do not vary along
+        the axis are computed once before it."""
         assert self.vector is not None
         v = self.vector
         sym, _ = axis

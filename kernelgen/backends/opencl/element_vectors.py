@@ -1,11 +1,12 @@
-"""Elementwise kernels as explicit vectors: each work-item stores ``width`` consecutive points
-of the innermost axis as one vector (``VectorPrinter``), the axis's last partial chunk point by
-point. For a CPU runtime whose compiler vectorises poorly across work-items: ``relu(x + y)``
-over 401408 floats ran at 45 GB/s one point per work-item and 85-88 GB/s with a ``float16`` per
-work-item on Intel's CPU runtime, where Debian's PoCL 3.1, which vectorises a work-group's
-items itself, ran 65-70 against 59-61 GB/s (Sapphire Rapids, 2 cores). So a device takes them
-where a probe measured them faster (``probe.elementwise_gain``, ``device.probed_elementwise``),
-or where the schedule option ``vectors`` asks.
+"""Elementwise kernels as explicit vectors: each work-item stores ``VECTORS_PER_ITEM`` runs of
+a vector of consecutive points of the innermost axis (``CEmitter.vector_stores``), the axis's
+last partial chunk point by point. For a CPU runtime whose compiler vectorises poorly across
+work-items: ``relu(x + y)`` over 401408 floats ran at 45 GB/s one point per work-item and
+85-88 GB/s with a ``float16`` per work-item on Intel's CPU runtime, where Debian's PoCL 3.1,
+which vectorises a work-group's items itself, ran 65-70 against 59-61 GB/s (Sapphire Rapids,
+2 cores). So a device takes them where a probe measured them faster
+(``probe.elementwise_gain``, ``device.probed_elementwise``), or where the schedule option
+``vectors`` asks.
 """
 from __future__ import annotations
 
@@ -80,7 +81,7 @@ def _contiguous(loop: LoopKernel) -> bool:
 
 def print_kernel(em: CEmitter, plan: ElementVectors, ndrange: Callable[..., Launch],
                  index: Scope, body: Scope) -> Launch:
-    """Work-items over the outer axes and chunks of ``width`` points of the innermost one;
+    """Work-items over the outer axes and chunks of ``count`` vectors of the innermost one;
     ``ndrange`` is the printer's."""
     k, t, w = em.kernel, em.index_t, plan.width
     size = w * plan.count
@@ -91,6 +92,6 @@ def print_kernel(em: CEmitter, plan: ElementVectors, ndrange: Callable[..., Laun
     index.add(f"const {t} kg_own = kg_chunk * {size};  // the chunk's first point")
     em.vector = vector_syntax(w)
     em.symbol_names[last] = em.fresh("i")
-    em._vector_stores((last, n), body, "kg_own", f"min(kg_own + {size}, ({t}){n})", None,
+    em.vector_stores((last, n), body, "kg_own", f"min(kg_own + {size}, ({t}){n})", None,
                       em.store_list())
     return launch
