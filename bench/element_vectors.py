@@ -23,7 +23,7 @@ from kernelgen.measure import runner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import patterns  # noqa: E402
-from pooling import gain_line, write_rows  # noqa: E402
+from pooling import compared_row, write_rows  # noqa: E402
 from wide_tiles import DeviceTimes  # noqa: E402
 
 LABELS = ("vectors", "points")
@@ -67,14 +67,7 @@ def main() -> int:
         np.testing.assert_allclose(kernels["vectors"](*inputs), kernels["points"](*inputs),
                                    rtol=1e-6, atol=1e-6)
         runs = {label: runner(k, *inputs) for label, k in kernels.items()}
-        times: dict[str, list[float]] = {label: [] for label in LABELS}
-        for _ in range(args.rounds):
-            for label, run in runs.items():
-                times[label].append(timer.timed(run))
-        ms = {label: float(np.median(t)) for label, t in times.items()}
-        print(gain_line(p.label, ms, LABELS), flush=True)
-        rows.append({"block": p.label, **{f"{k}_ms": v for k, v in ms.items()},
-                     "gain": ms["points"] / ms["vectors"]})
+        rows.append(compared_row(p.label, runs, LABELS, args.rounds, timer))
     write_rows(args.json, rows)
     return 0
 

@@ -26,7 +26,7 @@ from kernelgen.measure import runner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import patterns  # noqa: E402
-from pooling import gain_line, write_rows  # noqa: E402
+from pooling import compared_row, write_rows  # noqa: E402
 from wide_tiles import DeviceTimes  # noqa: E402
 
 LABELS = ("now", "before")
@@ -118,14 +118,7 @@ def main() -> int:
             inputs = [arrays[a["name"]] for a in k.metadata["args"] if a["role"] == "input"]
             np.testing.assert_allclose(k(*inputs), want_of(*inputs), rtol=2e-4, atol=1e-6)
             runs[label] = runner(k, *inputs)
-        times: dict[str, list[float]] = {label: [] for label in LABELS}
-        for _ in range(args.rounds):
-            for label, run in runs.items():
-                times[label].append(device.timed(run))
-        ms = {label: float(np.median(t)) for label, t in times.items()}
-        print(gain_line(name, ms, LABELS), flush=True)
-        rows.append({"block": name, **{f"{k}_ms": v for k, v in ms.items()},
-                     "gain": ms["before"] / ms["now"]})
+        rows.append(compared_row(name, runs, LABELS, args.rounds, device))
     write_rows(args.json, rows)
     return 0
 

@@ -26,7 +26,7 @@ from kernelgen.backends.opencl import language
 from kernelgen.measure import runner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pooling import gain_line, write_rows  # noqa: E402
+from pooling import compared_row, write_rows  # noqa: E402
 from wide_tiles import DeviceTimes  # noqa: E402
 
 LABELS = ("now", "before")
@@ -131,17 +131,10 @@ def main() -> int:
             old = build().emit("opencl", tuning="none")
         assert old.source != now.source, name
         kernels = {"now": now, "before": old}
-        times: dict[str, list[float]] = {label: [] for label in LABELS}
         for k in kernels.values():
             np.testing.assert_allclose(k(*arrays), want, rtol=1e-4, atol=1e-4)
         runs = {label: runner(k, *arrays) for label, k in kernels.items()}
-        for _ in range(args.rounds):
-            for label, run in runs.items():
-                times[label].append(device.timed(run))
-        ms = {label: float(np.median(t)) for label, t in times.items()}
-        print(gain_line(name, ms, LABELS), flush=True)
-        rows.append({"block": name, **{f"{k}_ms": v for k, v in ms.items()},
-                     "gain": ms["before"] / ms["now"]})
+        rows.append(compared_row(name, runs, LABELS, args.rounds, device))
     write_rows(args.json, rows)
     return 0
 

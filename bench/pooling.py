@@ -126,6 +126,21 @@ def gain_line(name: str, ms: dict[str, float], labels: tuple[str, str]) -> str:
             f"{ms[off] / ms[on]:.2f}x")
 
 
+def compared_row(name: str, runs: dict[str, Callable[[], object]], labels: tuple[str, str],
+                 rounds: int, timer: Any) -> dict[str, object]:
+    """The two ``runs`` (keyed by ``labels``) timed round-robin over ``rounds`` by
+    ``timer.timed`` (their kernels' device ms, ``wide_tiles.DeviceTimes``): the medians,
+    printed by ``gain_line``, as a table row with the first's gain over the second."""
+    times: dict[str, list[float]] = {label: [] for label in labels}
+    for _ in range(rounds):
+        for label in labels:
+            times[label].append(timer.timed(runs[label]))
+    ms = {label: float(np.median(t)) for label, t in times.items()}
+    print(gain_line(name, ms, labels), flush=True)
+    return {"block": name, **{f"{k}_ms": v for k, v in ms.items()},
+            "gain": ms[labels[1]] / ms[labels[0]]}
+
+
 def write_rows(path: Path | None, rows: list[dict[str, object]]) -> None:
     """The table's rows and the command that measured them as JSON at ``path`` (if given)."""
     if path is not None:
