@@ -396,3 +396,21 @@ def test_a_product_rounded_once_in_both_passes_of_a_row(backend: str, kind: str)
     (got,) = run(backend, fused, *(arrays[v.name] for v in fused.inputs), tuning="none")
     want = 0.0 if kind == "log_softmax" else 1.0  # the others are ~1e30 below the max
     np.testing.assert_array_equal(got[:, :, 3], np.full((5, 3), want, np.float32))
+
+
+@pytest.mark.parametrize("shape", [(3, 1, 1), (7, 1, 2), (1, 3, 5)])
+def test_a_padded_sum_of_sums_over_a_work_group(backend: str, shape: tuple[int, ...]) -> None:
+    """ReduceSum(Pad(ReduceSum(relu(x)), 0.25)) over axis 0, forced into one kernel: OpenCL
+    sums the padded axis across a work-group, each work-item guarding whether its row is
+    padding. Pip's PoCL 3.0 gave every work-item the first one's guard when the guard was a
+    short-circuit '&&' (2 S instead of S + 0.25; the fuzzer, 30 of 30 seeds); guards are now
+    '&' (opencl/language.py)."""
+    x = np.random.default_rng(len(shape) + shape[0]).standard_normal(shape).astype(np.float32)
+    r = kg.relu(kg.tensor("x", shape))
+    inner = kg.ops.reduce_op("ReduceSum", r, [0], 1)
+    padded = kg.pad(inner, [0, 0, 0, 1, 1, 1], constant_value=0.25)
+    outer = kg.ops.reduce_op("ReduceSum", padded, [0], 1)
+    (got,) = run(backend, kg.fuse(r, inner, padded, outer, force=True), x)
+    sums = np.maximum(x.astype(np.float64), 0).sum(axis=0, keepdims=True)
+    want = np.pad(sums, ((0, 1), (0, 1), (0, 1)), constant_values=0.25).sum(axis=0, keepdims=True)
+    assert_close(got, want, "float32")

@@ -42,6 +42,7 @@ class OpenCLPrinter(ContractionEmitter):
     vector = VECTOR
     input_qualifier, output_qualifier = "__global const ", "__global "
     unroll_pragma = '_Pragma("unroll")'
+    ix_and, ix_or = " & ", " | "  # guards without branches, as language.py's _LOGIC says
     reserved_names, reserved_prefixes = RESERVED_NAMES, RESERVED_PREFIXES
 
     def __init__(self, schedule: OpenCLSchedule, caps: Capabilities) -> None:

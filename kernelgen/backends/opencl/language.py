@@ -16,7 +16,10 @@ _MATH = ("exp", "expm1", "log", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "
          "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "floor", "ceil", "rint")
 _COMPARE = {"lt": "{0} < {1}", "le": "{0} <= {1}", "gt": "{0} > {1}", "ge": "{0} >= {1}",
             "eq": "{0} == {1}", "ne": "{0} != {1}"}
-_LOGIC = {"and": "{0} && {1}", "or": "{0} || {1}", "xor": "{0} != {1}", "not": "!{0}"}
+# '&' and '|', not '&&' and '||': booleans are 0 or 1, so they agree, and they leave no branch.
+# Pip's PoCL 3.0 mis-read the branches of a short-circuit '&&' in a loop that holds a barrier:
+# one work-item's guard served the whole group (a fuzz finding, test_fuzz_findings2.py)
+_LOGIC = {"and": "{0} & {1}", "or": "{0} | {1}", "xor": "{0} != {1}", "not": "!{0}"}
 # Max and Min propagate NaN, as NumPy's maximum/minimum, ONNX Max/Min and ReduceMax do (fmax and
 # fmin drop it: relu(NaN) would be 0). One compare more than fmax's test; '?:' takes a scalar's
 # condition or a vector's lane masks alike, so scalars, vectors and the .lo/.hi halving share it.

@@ -58,15 +58,15 @@ __kernel void fused_conv_relu_conv(__global const float* restrict x,
                     for (int r14 = 0; r14 < 3; ++r14) {
                         const int8 kg_col_lanes = (int8)(kg_col) + ((int8)(0, 1, 2, 3, 4, 5, 6, 7));
                         float8 v15 = ((float8)(0.0f));
-                        if ((r13 + o1 >= 1) && (r13 + o1 < 10)) {
-                            if ((kg_col + r14 >= 1) && (kg_col + r14 < 5)) {
+                        if ((r13 + o1 >= 1) & (r13 + o1 < 10)) {
+                            if ((kg_col + r14 >= 1) & (kg_col + r14 < 5)) {
                                 v15 = vload8(0, x + 11 * r13 + 11 * o1 + 99 * r12 + kg_col + r14 - 12);
-                            } else if ((11 * r13 + 11 * o1 + 99 * r12 + kg_col + r14 >= 12) && (11 * r13 + 11 * o1 + 99 * r12 + kg_col + r14 < 500)) {
+                            } else if ((11 * r13 + 11 * o1 + 99 * r12 + kg_col + r14 >= 12) & (11 * r13 + 11 * o1 + 99 * r12 + kg_col + r14 < 500)) {
                                 v15 = select(((float8)(0.0f)), vload8(0, x + 11 * r13 + 11 * o1 + 99 * r12 + kg_col + r14 - 12), (kg_col_lanes + r14 >= 1) & (kg_col_lanes + r14 < 12));
                             } else {  // an edge: lanes outside the guard read 0
                                 float lanes16[8];
                                 for (int kg_lane = 0; kg_lane < 8; ++kg_lane)
-                                    lanes16[kg_lane] = ((kg_col + kg_lane + r14 >= 1) && (kg_col + kg_lane + r14 < 12)) ? x[11 * r13 + 11 * o1 + 99 * r12 + kg_col + kg_lane + r14 - 12] : 0.0f;
+                                    lanes16[kg_lane] = ((kg_col + kg_lane + r14 >= 1) & (kg_col + kg_lane + r14 < 12)) ? x[11 * r13 + 11 * o1 + 99 * r12 + kg_col + kg_lane + r14 - 12] : 0.0f;
                                 v15 = vload8(0, lanes16 + 0);
                             }
                         }

@@ -33,15 +33,15 @@ __kernel void fused_conv_relu(__global const float* restrict x,
             const int kg_col = kg_c0 + kg_v * 8;
             const int8 kg_col_lanes = (int8)(kg_col) + ((int8)(0, 1, 2, 3, 4, 5, 6, 7));
             float8 v5 = ((float8)(0.0f));
-            if ((r3 + o1 >= 1) && (r3 + o1 < 10)) {
-                if ((kg_col + r4 >= 1) && (kg_col + r4 < 5)) {
+            if ((r3 + o1 >= 1) & (r3 + o1 < 10)) {
+                if ((kg_col + r4 >= 1) & (kg_col + r4 < 5)) {
                     v5 = vload8(0, x + 11 * r3 + 11 * o1 + 99 * r2 + kg_col + r4 - 12);
-                } else if ((11 * r3 + 11 * o1 + 99 * r2 + kg_col + r4 >= 12) && (11 * r3 + 11 * o1 + 99 * r2 + kg_col + r4 < 500)) {
+                } else if ((11 * r3 + 11 * o1 + 99 * r2 + kg_col + r4 >= 12) & (11 * r3 + 11 * o1 + 99 * r2 + kg_col + r4 < 500)) {
                     v5 = select(((float8)(0.0f)), vload8(0, x + 11 * r3 + 11 * o1 + 99 * r2 + kg_col + r4 - 12), (kg_col_lanes + r4 >= 1) & (kg_col_lanes + r4 < 12));
                 } else {  // an edge: lanes outside the guard read 0
                     float lanes6[8];
                     for (int kg_lane = 0; kg_lane < 8; ++kg_lane)
-                        lanes6[kg_lane] = ((kg_col + kg_lane + r4 >= 1) && (kg_col + kg_lane + r4 < 12)) ? x[11 * r3 + 11 * o1 + 99 * r2 + kg_col + kg_lane + r4 - 12] : 0.0f;
+                        lanes6[kg_lane] = ((kg_col + kg_lane + r4 >= 1) & (kg_col + kg_lane + r4 < 12)) ? x[11 * r3 + 11 * o1 + 99 * r2 + kg_col + kg_lane + r4 - 12] : 0.0f;
                     v5 = vload8(0, lanes6 + 0);
                 }
             }

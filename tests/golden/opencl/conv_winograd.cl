@@ -10,7 +10,7 @@ __kernel void fused_winogradinput(__global const float* restrict x,
     const int o4 = (int)get_global_id(0);
     const int o3 = (int)get_global_id(1);
     const int o2 = (int)get_global_id(2);
-    const bool t1 = (2 * o3 >= 1) && (2 * o4 >= 1);
+    const bool t1 = (2 * o3 >= 1) & (2 * o4 >= 1);
     const float t2 = t1 ? x[16 * o3 + 2 * o4 + 64 * o2 - 9] : 0.0f;
     const bool t3 = 2 * o3 >= 1;
     const float t4 = t3 ? x[16 * o3 + 2 * o4 + 64 * o2 - 7] : 0.0f;
@@ -33,7 +33,7 @@ __kernel void fused_winogradinput(__global const float* restrict x,
     const float t19 = t18 + t8;
     const float t20 = t17 - t19;
     winogradinput_#0[16 * o2 + 4 * o3 + o4 + 128] = t20;
-    const bool t21 = (2 * o3 >= 1) && (2 * o4 < 6);
+    const bool t21 = (2 * o3 >= 1) & (2 * o4 < 6);
     const float t22 = t21 ? x[16 * o3 + 2 * o4 + 64 * o2 - 6] : 0.0f;
     const float t23 = t11 - t22;
     const bool t24 = 2 * o4 < 6;
@@ -70,7 +70,7 @@ __kernel void fused_winogradinput(__global const float* restrict x,
     const float t47 = -t39;
     const float t48 = t47 + t26;
     winogradinput_#0[16 * o2 + 4 * o3 + o4 + 704] = t48;
-    const bool t49 = (2 * o4 >= 1) && (2 * o3 < 6);
+    const bool t49 = (2 * o4 >= 1) & (2 * o3 < 6);
     const float t50 = t49 ? x[16 * o3 + 2 * o4 + 64 * o2 + 15] : 0.0f;
     const bool t51 = 2 * o3 < 6;
     const float t52 = t51 ? x[16 * o3 + 2 * o4 + 64 * o2 + 17] : 0.0f;
@@ -85,7 +85,7 @@ __kernel void fused_winogradinput(__global const float* restrict x,
     const float t59 = t58 + t52;
     const float t60 = t36 - t59;
     winogradinput_#0[16 * o2 + 4 * o3 + o4 + 896] = t60;
-    const bool t61 = (2 * o3 < 6) && (2 * o4 < 6);
+    const bool t61 = (2 * o3 < 6) & (2 * o4 < 6);
     const float t62 = t61 ? x[16 * o3 + 2 * o4 + 64 * o2 + 18] : 0.0f;
     const float t63 = t55 - t62;
     const float t64 = t39 - t63;

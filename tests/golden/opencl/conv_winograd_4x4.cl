@@ -10,7 +10,7 @@ __kernel void fused_winogradinput(__global const float* restrict x,
     const int o4 = (int)get_global_id(0);
     const int o3 = (int)get_global_id(1);
     const int o2 = (int)get_global_id(2);
-    const bool t1 = (4 * o3 >= 1) && (4 * o4 >= 1);
+    const bool t1 = (4 * o3 >= 1) & (4 * o4 >= 1);
     const float t2 = t1 ? x[32 * o3 + 4 * o4 + 64 * o2 - 9] : 0.0f;
     const float t3 = 4.0f * t2;
     const bool t4 = 4 * o3 >= 1;
@@ -121,7 +121,7 @@ __kernel void fused_winogradinput(__global const float* restrict x,
     winogradinput_#0[2 * o3 + 4 * o2 + o4 + 64] = t104;
     const float t105 = 5.0f * t34;
     const float t106 = t30 - t105;
-    const bool t107 = (4 * o3 >= 1) && (4 * o4 < 4);
+    const bool t107 = (4 * o3 >= 1) & (4 * o4 < 4);
     const float t108 = t107 ? x[32 * o3 + 4 * o4 + 64 * o2 - 4] : 0.0f;
     const float t109 = t106 + t108;
     const float t110 = 4.0f * t109;
@@ -334,7 +334,7 @@ __kernel void fused_winogradinput(__global const float* restrict x,
     winogradinput_#0[2 * o3 + 4 * o2 + o4 + 464] = t292;
     const float t293 = 5.0f * t140;
     const float t294 = t130 - t293;
-    const bool t295 = (4 * o4 >= 1) && (4 * o3 < 4);
+    const bool t295 = (4 * o4 >= 1) & (4 * o3 < 4);
     const float t296 = t295 ? x[32 * o3 + 4 * o4 + 64 * o2 + 31] : 0.0f;
     const float t297 = 4.0f * t296;
     const bool t298 = 4 * o3 < 4;
@@ -385,7 +385,7 @@ __kernel void fused_winogradinput(__global const float* restrict x,
     const float t338 = t211 - t337;
     const float t339 = 5.0f * t312;
     const float t340 = t308 - t339;
-    const bool t341 = (4 * o3 < 4) && (4 * o4 < 4);
+    const bool t341 = (4 * o3 < 4) & (4 * o4 < 4);
     const float t342 = t341 ? x[32 * o3 + 4 * o4 + 64 * o2 + 36] : 0.0f;
     const float t343 = t340 + t342;
     const float t344 = t338 + t343;

@@ -10,7 +10,7 @@ __kernel void fused_pad_concat(__global const float* restrict x,
     const int o1 = (int)get_global_id(0);
     const int o0 = (int)get_global_id(1);
     const bool t1 = o1 < 8;
-    const bool t2 = (o1 >= 1) && (o1 < 6);
+    const bool t2 = (o1 >= 1) & (o1 < 6);
     const float t3 = t2 ? x[5 * o0 + o1 - 1] : 0.0f;
     const float t4 = t2 ? t3 : 0.5f;
     const bool t5 = o1 >= 8;
