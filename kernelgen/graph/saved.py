@@ -128,6 +128,7 @@ def load(path: str | Path, *, warmup: bool = True) -> tuple[CompiledModel, str]:
                           constants=constants)
     if warmup:
         model.run({v.name: np.zeros(v.shape, v.dtype.numpy) for v in model.graph.inputs})
+        model.choose_placement()
     model.timings = {"load_s": time.perf_counter() - start}
     return model, manifest["fusion"]
 

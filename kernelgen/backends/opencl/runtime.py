@@ -22,6 +22,7 @@ import numpy as np
 
 from ... import hostmem
 from ...errors import KernelgenError
+from . import placement
 from .device import DeviceInfo, read
 from .waiting import Waits
 
@@ -391,6 +392,15 @@ class OpenCLRuntime:
 
     def concurrently(self, groups: Sequence[Sequence[Callable[[], None]]]) -> None:
         concurrently(groups)
+
+    def choose_placement(self, run: Callable[[], object]) -> str | None:
+        """The placement of the device's worker threads under which ``run`` (a compiled
+        model's run) is fastest, or None where they are not placed (``placement.py``)."""
+        return placement.choose(run, device().info)
+
+    def place(self, name: str) -> None:
+        """Pin the device's worker threads as ``choose_placement`` chose."""
+        placement.place(name)
 
     def launch(self, handles: Sequence[Any]) -> None:
         cl = _import_cl()

@@ -1,0 +1,90 @@
+"""Where PoCL's worker threads run (``backends/opencl/placement.py``): a compiled model on
+PoCL finds them and chooses a placement by timing, each placement gives onnxruntime's outputs,
+and the settings that leave the threads alone do. Elsewhere (Intel's runtime) nothing is
+placed."""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from conftest import require
+from onnx import helper, numpy_helper
+
+import kernelgen as kg
+from kernelgen.backends.opencl import placement
+from kernelgen.backends.opencl.runtime import device
+
+rng = np.random.default_rng(5)
+
+
+def _model() -> tuple[kg.Session, np.ndarray, np.ndarray]:
+    """relu(x W + b) then a softmax, on a 37 x 61 input: the session, x and NumPy's
+    outputs."""
+    w, b = rng.standard_normal((61, 29)).astype(np.float32), rng.standard_normal(29)
+    nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["g"]),
+             helper.make_node("Relu", ["g"], ["r"]),
+             helper.make_node("Softmax", ["r"], ["y"], axis=1)]
+    graph = helper.make_graph(
+        nodes, "placed", [helper.make_tensor_value_info("x", 1, [37, 61])],
+        [helper.make_tensor_value_info("y", 1, [37, 29])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b.astype(np.float32), "b")])
+    session = kg.compile_model(helper.make_model(graph), backend="opencl", fusion="dnnfusion")
+    x = rng.standard_normal((37, 61)).astype(np.float32)
+    r = np.maximum(x.astype(np.float64) @ w + b, 0)
+    e = np.exp(r - r.max(axis=1, keepdims=True))
+    return session, x, e / e.sum(axis=1, keepdims=True)
+
+
+@pytest.fixture()
+def released() -> Iterator[None]:
+    require("opencl")
+    yield
+    placement.release()
+
+
+def test_opencl_model_places_the_workers_it_times(released: None) -> None:
+    session, x, want = _model()
+    info = device().info
+    if not placement.applicable(info):
+        assert session.model.placement is None, info.name  # Intel's runtime: not PoCL
+        return
+    assert session.model.placement in placement.PLACEMENTS
+    workers = placement._workers
+    assert workers is not None and len(workers) == info.compute_units
+    cores = sorted(os.sched_getaffinity(0))
+    for chosen in placement.PLACEMENTS:
+        session.model.placement = chosen
+        (got,) = session.run(None, {"x": x})  # a run applies its model's placement
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        pinned = [os.sched_getaffinity(t) for t in workers]
+        expected = [{cores[k]} for k in range(len(workers))] if chosen == "spread" \
+            else [{cores[-1]}] * len(workers)
+        assert pinned == expected, chosen
+    placement.release()
+    assert all(os.sched_getaffinity(t) == set(cores) for t in workers)
+
+
+@pytest.mark.parametrize("setting", ["off", "packed", "pocl_affinity"])
+def test_opencl_placement_settings(released: None, monkeypatch: pytest.MonkeyPatch,
+                                   setting: str) -> None:
+    """``KERNELGEN_OPENCL_PLACEMENT=off`` and a user's ``POCL_AFFINITY`` leave the threads
+    alone; ``=packed`` takes that placement without timing the other."""
+    if setting == "pocl_affinity":
+        monkeypatch.setenv("POCL_AFFINITY", "1")
+    else:
+        monkeypatch.setenv(placement.PLACEMENT_ENV, setting)
+    session, x, want = _model()
+    (got,) = session.run(None, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    pocl = "PoCL" in device().info.name
+    assert session.model.placement == ("packed" if setting == "packed" and pocl else None)
+
+
+def test_opencl_workers_are_not_guessed(released: None) -> None:
+    """The busy threads are taken for the workers only if there are as many as the device
+    has compute units."""
+    session, x, _ = _model()
+    units = device().info.compute_units
+    assert placement.find_workers(lambda: session.run(None, {"x": x}), units + 1) is None
