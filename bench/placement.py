@@ -18,6 +18,8 @@ from pathlib import Path
 
 import onnx
 
+from kernelgen.cli.model import parse_shapes
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from whole_models import MODELS  # noqa: E402
@@ -54,8 +56,7 @@ def main() -> int:
             make, shape_args = MODELS[name]
             path = Path(tmp) / f"{name}.onnx"
             onnx.save(make(), str(path))
-            shapes = {a.split("=")[0]: [int(d) for d in a.split("=")[1].split(",")]
-                      for a in shape_args}
+            shapes = parse_shapes(shape_args)
             for _ in range(args.rounds):
                 row = {"model": name}
                 for placed in (False, True):

@@ -102,8 +102,7 @@ def compile_plan(graph: Graph, blocks: Sequence[Block], backend: str | Backend =
         _prebuild(be, compiled.executables)
     model = CompiledModel(graph, plan, compiled.executables, timings)
     if warmup:
-        model.run({v.name: np.zeros(v.shape, v.dtype.numpy) for v in graph.inputs})
-        model.choose_placement()
+        model.warm_up()
     timings["build_s"] = time.perf_counter() - start
     return model
 
@@ -438,18 +437,18 @@ class CompiledModel:
         self._pool: list[_Arena] = []
         self._lock = threading.Lock()
         self._stages = _stages(plan, self.executables, self.runtime)
-        # where the runtime's worker threads run during a run (``choose_placement``)
+        # where the runtime's worker threads run during a run (``warm_up``)
         self.placement: str | None = None
 
-    def choose_placement(self) -> None:
-        """Time the placements of the runtime's worker threads on runs on zeros and keep the
-        fastest, applied before each run (OpenCL on PoCL: ``backends/opencl/placement.py``);
-        nothing where the runtime has none."""
-        rt = self.runtime
-        if rt is None or not hasattr(rt, "choose_placement") or not self.plan.launches:
-            return
+    def warm_up(self) -> None:
+        """One run on zeros (every kernel built and its buffers made), then the placement of
+        the runtime's worker threads timed on such runs and the fastest kept, applied before
+        each run (OpenCL on PoCL: ``backends/opencl/placement.py``; none elsewhere)."""
         zeros = {v.name: np.zeros(v.shape, v.dtype.numpy) for v in self.graph.inputs}
-        self.placement = rt.choose_placement(lambda: self.run(zeros))
+        self.run(zeros)
+        rt = self.runtime
+        if rt is not None and hasattr(rt, "choose_placement") and self.plan.launches:
+            self.placement = rt.choose_placement(lambda: self.run(zeros))
 
     def _device(self, array: np.ndarray) -> Any:
         assert self.runtime is not None

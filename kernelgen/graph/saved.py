@@ -127,8 +127,7 @@ def load(path: str | Path, *, warmup: bool = True) -> tuple[CompiledModel, str]:
     model = CompiledModel(_signature(manifest, plan, constants), plan, executables, {},
                           constants=constants)
     if warmup:
-        model.run({v.name: np.zeros(v.shape, v.dtype.numpy) for v in model.graph.inputs})
-        model.choose_placement()
+        model.warm_up()
     model.timings = {"load_s": time.perf_counter() - start}
     return model, manifest["fusion"]
 

@@ -10,7 +10,7 @@ a MobileNetV2 at 112x112 took 0.56-0.60 ms against 0.52-0.53 with both workers p
 core ("packed"): a kernel that ends hands the next one to the other core's sleeping worker,
 and that wake-up costs more than such a kernel's work. Which one wins is the model's, so a
 compiled model times both at compile time and applies its choice before each run
-(``CompiledModel.choose_placement``).
+(``CompiledModel.warm_up``).
 
 The workers are found as the threads of this process, other than the caller's, that are busy
 while a model runs (``/proc/self/task/*/schedstat``); they are placed only if there are as
