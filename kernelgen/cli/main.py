@@ -148,6 +148,10 @@ def _parser() -> argparse.ArgumentParser:
                        help="the stages the kernels run in: 'auto' (default) measures the "
                             "sequential, greedy and IOS schedules' stages and runs whichever "
                             "is fastest in whole runs; 'sequential' measures nothing")
+    p_run.add_argument("--profile", type=_positive, default=None, metavar="N",
+                       help="also time each launch of an ONNX model on its own and list the "
+                            "N slowest (device time where the runtime counts it, and the "
+                            "host's round trip from the launch to the end of the wait)")
     p_run.add_argument("--tuning", default="stored",
                        choices=["stored", "none", "measure", "measure-fusion"],
                        help="kernel tunables and DNNFusion's yellow cells (fused or split): "
@@ -217,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
             return run_model(args.chain, args.backend, args.fusion, inputs=args.inputs,
                              repeat=args.repeat, shapes=parse_shapes(args.shape),
                              rtol=args.rtol, atol=args.atol, tuning=args.tuning,
-                             rewrite=args.rewrite,
+                             rewrite=args.rewrite, profile=args.profile,
                              schedule=None if args.schedule == "sequential" else args.schedule)
         if args.command == "run":
             return run(args.chain, args.force, args.repeat, args.backend)

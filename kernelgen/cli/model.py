@@ -50,12 +50,13 @@ def parse_shapes(items: Sequence[str]) -> dict[str, list[int]]:
 def run_model(path: str, backend: str, fusion: str, *, inputs: str | None = None,
               repeat: int = 20, shapes: InputShapes | None = None, rtol: float = 1e-3,
               atol: float = 1e-4, tuning: str = "stored", rewrite: bool = False,
-              schedule: str | None = "auto") -> int:
+              schedule: str | None = "auto", profile: int | None = None) -> int:
     """Compile the model, run it on random inputs (or those of an .npz file), check every output
     against onnxruntime and print the latency (median of ``repeat`` runs) beside onnxruntime's.
     ``schedule``: the stages the kernels run in ('auto': IOS's or greedy's where faster in
-    whole runs than one after another; ``compile_model``). Returns 0 when every output
-    matches, 1 when one does not."""
+    whole runs than one after another; ``compile_model``). ``profile``: list that many of
+    the slowest launches, each timed on its own (``Session.profile``). Returns 0 when every
+    output matches, 1 when one does not."""
     proto = load_model(path)
     start = time.perf_counter()
     graph = import_onnx(proto, shapes)
@@ -78,6 +79,8 @@ def run_model(path: str, backend: str, fusion: str, *, inputs: str | None = None
         line += (f"; onnxruntime (all optimisations) {theirs:.3f} ms: kernelgen takes "
                  f"{ours / theirs:.2f}x its time")
     print(line)
+    if profile is not None:
+        print(session.profile(feeds, rounds=repeat).table(profile))
     return 0 if ok else 1
 
 

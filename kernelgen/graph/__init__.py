@@ -9,6 +9,7 @@
   ``dnnfusion`` (``dnnfusion``);
 - ``executor``: ``compile_plan``, a planned graph compiled once and run many times, its plan
   plain data (``plan``) and its intermediates sharing memory by liveness (``memory``);
+- ``profile``: where a compiled model's time goes, each launch timed on its own;
 - ``session``: ``compile_model`` and the onnxruntime-like ``Session``;
 - ``saved``: ``Session.save`` and ``load_model``, a compiled model saved and loaded back
   without compiling again;
@@ -30,6 +31,7 @@ from .plan import BufferSpec, KernelSpec, Launch, Plan
 from .blocks import Block, Planner, Stop, check_plan, order_blocks, plan_none
 from .dnnfusion import plan_dnnfusion
 from .planners import PLANNERS, planner
+from .profile import LaunchTime, Profile, profile
 from .tvm_fusion import plan_tvm
 from .reference import interpret_graph
 from .report import FusionReport, fusion_report
@@ -37,7 +39,7 @@ from .simplify import Simplified, simplify
 from .session import Session, TensorInfo, compile_model, load_model
 
 __all__ = ["ECG", "PLANNERS", "Block", "BufferSpec", "CompiledModel", "ECGNode", "FusionReport",
-           "Graph", "KernelSpec", "Launch", "Plan", "Planner", "Session", "Simplified", "Stop",
-           "TensorInfo", "check_plan", "compile_model", "compile_plan", "fusion_report",
-           "import_onnx", "interpret_graph", "load_model", "order_blocks", "plan_dnnfusion",
-           "plan_none", "plan_tvm", "planner", "simplify"]
+           "Graph", "KernelSpec", "Launch", "LaunchTime", "Plan", "Planner", "Profile", "Session",
+           "Simplified", "Stop", "TensorInfo", "check_plan", "compile_model", "compile_plan",
+           "fusion_report", "import_onnx", "interpret_graph", "load_model", "order_blocks",
+           "plan_dnnfusion", "plan_none", "plan_tvm", "planner", "profile", "simplify"]

@@ -474,11 +474,15 @@ class CompiledModel:
 
     def bind(self, feeds: Mapping[str, np.ndarray]) -> list[Any]:
         """Device buffers for one run on ``feeds``, by buffer id, held apart from the runs'
-        pool (the scheduler times launches on them)."""
+        pool, every constant among them (the scheduler and the profile time launches on
+        them, and a launch may read a constant that a program folded into itself)."""
         host = self._host(feeds)
         arena = self._arena()
         pending = self._write(arena, host)
         assert self.runtime is not None
+        for b in self.plan.buffers:
+            if b.role == "constant" and arena.handles[b.id] is None:
+                arena.handles[b.id] = self._device(self.constants[b.name].reshape(b.shape))
         self.runtime.sync()
         del pending
         return arena.handles

@@ -161,10 +161,6 @@ class MeasuredCost:
         self.handles = model.bind({v.name: np.zeros(v.shape, v.dtype.numpy)
                                    for v in graph.inputs})
         self.ids = {b.name: b.id for b in model.plan.buffers}
-        for b in model.plan.buffers:  # a merged kernel may read a constant a program folded
-            if b.role == "constant" and self.handles[b.id] is None:
-                self.handles[b.id] = self.runtime.device_array(  # type: ignore[union-attr]
-                    model.constants[b.name].reshape(b.shape))
         self.measured = self.stored = 0
         self._seen: dict[str, float] = {}  # this search's latencies, by key
         self._merged: dict[tuple[int, ...], tuple[Executable, list[Any]] | None] = {}

@@ -6,6 +6,7 @@
     print(session.report())                        # blocks, kernels, memory, fusion
     session.fusion_report().to_dict()              # the fusion report as JSON data
     session.save("model.kg")                       # kernels, plan and weights, as files
+    print(session.profile().table(10))             # the ten slowest launches, each timed
     kernelgen.compile_model(..., schedule="auto")  # IOS stages, kept where measured faster
     session = kernelgen.load_model("model.kg")     # runs as saved, compiling nothing
 
@@ -41,6 +42,7 @@ from .onnx_import import load_model as load_onnx
 from .plan import Plan
 from .blocks import Block, Planner
 from .planners import PLANNERS, planner
+from .profile import Profile, profile
 from .report import FusionReport, fusion_report
 from .saved import load, save
 from .scheduling import SCHEDULERS, ScheduleReport, fastest_by_whole_runs, schedule_model
@@ -111,6 +113,13 @@ class Session:
                                 f"outputs are {list(self.graph.outputs)}")
         results = self.model.run(input_feed)
         return [results[n] for n in names]
+
+    def profile(self, input_feed: Mapping[str, Any] | None = None, rounds: int = 20
+                ) -> Profile:
+        """Each launch timed on its own, on ``input_feed`` (zeros when None), medians of
+        ``rounds``: device time where the runtime counts it, and the host's round trip
+        (``profile.py``)."""
+        return profile(self.model, input_feed, rounds)
 
     def save(self, path: str | Path) -> Path:
         """Write this session under the directory ``path`` (kernels, plan, constants), to be

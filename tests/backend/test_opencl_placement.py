@@ -42,6 +42,7 @@ def released() -> Iterator[None]:
     require("opencl")
     yield
     placement.release()
+    device().waits.poll_runs = False
 
 
 def test_opencl_model_places_the_workers_it_times(released: None) -> None:
@@ -62,15 +63,17 @@ def test_opencl_model_places_the_workers_it_times(released: None) -> None:
         expected = [{cores[k]} for k in range(len(workers))] if chosen == "spread" \
             else [{cores[-1]}] * len(workers)
         assert pinned == expected, chosen
+        assert device().waits.poll_runs == (chosen == "packed-polled"), chosen
     placement.release()
     assert all(os.sched_getaffinity(t) == set(cores) for t in workers)
 
 
-@pytest.mark.parametrize("setting", ["off", "packed", "pocl_affinity"])
+@pytest.mark.parametrize("setting", ["off", "packed", "packed-polled", "pocl_affinity"])
 def test_opencl_placement_settings(released: None, monkeypatch: pytest.MonkeyPatch,
                                    setting: str) -> None:
     """``KERNELGEN_OPENCL_PLACEMENT=off`` and a user's ``POCL_AFFINITY`` leave the threads
-    alone; ``=packed`` takes that placement without timing the other."""
+    alone; ``=packed`` (or ``=packed-polled``) takes that placement without timing the
+    others."""
     if setting == "pocl_affinity":
         monkeypatch.setenv("POCL_AFFINITY", "1")
     else:
@@ -79,7 +82,8 @@ def test_opencl_placement_settings(released: None, monkeypatch: pytest.MonkeyPat
     (got,) = session.run(None, {"x": x})
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     pocl = "PoCL" in device().info.name
-    assert session.model.placement == ("packed" if setting == "packed" and pocl else None)
+    assert session.model.placement == (setting if setting.startswith("packed") and pocl
+                                       else None)
 
 
 def test_opencl_workers_are_not_guessed(released: None) -> None:

@@ -20,11 +20,13 @@ from kernelgen.backends.opencl.runtime import device
 @pytest.fixture
 def polls() -> Iterator[mock.MagicMock]:
     """``waiting._poll`` counted (still polling) on a device taken to be one where polling
-    pays, after a wait for what earlier tests left."""
+    pays, whose runs are not polled for (as a model placed 'packed-polled' leaves it), after
+    a wait for what earlier tests left."""
     require("opencl")
     dev = device()
     dev.waits.finish(dev.queue)
     with mock.patch.object(dev.waits, "polls", True), \
+            mock.patch.object(dev.waits, "poll_runs", False), \
             mock.patch.object(waiting, "_poll", wraps=waiting._poll) as counted:
         yield counted
 
@@ -72,7 +74,7 @@ def test_one_long_run_does_not_stop_the_polling(polls: mock.MagicMock) -> None:
     kernel, handles, _, want = _relu(9)
     kernel.launch(*handles)
     kernel.runtime.fastest_s = 1e-6
-    with mock.patch.object(waiting, "_seconds", return_value=1.0):  # a run of a second
+    with mock.patch.object(waiting, "seconds", return_value=1.0):  # a run of a second
         kernel.launch(*handles)
     kernel.launch(*handles)
     assert polls.call_count == 2 and kernel.runtime.fastest_s <= 1e-6
@@ -87,6 +89,27 @@ def test_a_wait_after_two_launches_sleeps(polls: mock.MagicMock) -> None:
         kernel.launch(*handles, wait=False)
         kernel.launch(*handles)
     assert polls.call_count == 0
+    np.testing.assert_array_equal(_output(kernel, handles[1], want.shape), want)
+
+
+@pytest.mark.parametrize("poll_runs", [False, True])
+def test_a_run_is_polled_for_only_where_its_placement_says(polls: mock.MagicMock,
+                                                           poll_runs: bool) -> None:
+    """After several launches (a compiled model's run) the wait polls a marker behind them
+    where ``poll_runs`` is set (placement.py's 'packed-polled'), and sleeps otherwise;
+    either way every launch is complete when it returns."""
+    kernel, handles, _, want = _relu(13)
+    kernel.launch(*handles)
+    waits = device().waits
+    with mock.patch.object(waits, "poll_runs", poll_runs), \
+            mock.patch.object(waits, "launched", wraps=waits.launched) as launched:
+        for _ in range(3):
+            kernel.launch(*handles, wait=False)
+        waits.finish(device().queue)
+    assert polls.call_count == int(poll_runs)
+    if poll_runs:  # the marker's, with the runs' limit, not the brief kernels'
+        assert polls.call_args.args[2] == waiting.RUN_POLL_LIMIT_S
+    assert all(c.args[0].command_execution_status == 0 for c in launched.call_args_list)
     np.testing.assert_array_equal(_output(kernel, handles[1], want.shape), want)
 
 

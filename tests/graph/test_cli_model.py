@@ -92,10 +92,12 @@ def test_run_checks_against_onnxruntime(conv_model: tuple, tmp_path: Path,
     npz = tmp_path / "inputs.npz"
     np.savez(npz, **feeds)
     assert main(["run", str(path), "--backend", "opencl", "--repeat", "2",
-                 "--inputs", str(npz)]) == 0
+                 "--inputs", str(npz), "--profile", "3"]) == 0
     out = capsys.readouterr().out
     assert "4 operators in 1 kernels (dnnfusion) on opencl" in out
     assert out.count("(ok)") == 2 and "latency:" in out and "onnxruntime" in out
+    # --profile: the one launch, with its four operators by kind
+    assert "Conv(" in out and "Relu(" in out and "1 launches:" in out
 
 
 def test_bench_times_each_planner_beside_onnxruntime(conv_model: tuple, tmp_path: Path,

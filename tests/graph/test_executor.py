@@ -261,3 +261,43 @@ def test_unknown_planner_is_named() -> None:
     m, _ = CASES["conv_relu_add"]()
     with pytest.raises(kg.AttributeError_, match="fusion"):
         kg.compile_model(m, fusion="bogus")
+
+
+def test_profile_finds_the_heavy_launch(device: str) -> None:
+    """``Session.profile`` times each launch on its own: of a 257x384x320 MatMul (63 MFLOP)
+    and a Relu of 7 elements beside it, the MatMul is the slow one; every launch is listed
+    with its operators by kind, on OpenCL by the device's counters (NEON C's runtime has
+    none: the host's round trips), and runs after the profile still match onnxruntime."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["p"]),
+             helper.make_node("Sigmoid", ["p"], ["y"]),
+             helper.make_node("Relu", ["s"], ["z"])]
+    inits = [numpy_helper.from_array(randn(384, 320, scale=0.05), "w")]
+    m = model(nodes, [io("x", (257, 384)), io("s", (7,))],
+              [io("y", (257, 320)), io("z", (7,))], inits)
+    session = kg.compile_model(m, backend=device, fusion="none")
+    feeds = {"x": randn(257, 384), "s": randn(7)}
+    prof = session.profile(feeds, rounds=5)
+    assert [t.launch for t in prof.launches] == list(range(len(session.plan.launches))) == [0, 1, 2]
+    by_kind = {t.ops[0].split("(")[0]: t for t in prof.launches}
+    assert sorted(by_kind) == ["MatMul", "Relu", "Sigmoid"]
+    assert by_kind["MatMul"].flops == 2 * 257 * 384 * 320
+    assert by_kind["MatMul"].ms > by_kind["Relu"].ms > 0
+    assert max(prof.launches, key=lambda t: t.ms) is by_kind["MatMul"]
+    assert prof.clock == ("device" if device == "opencl" else "host")
+    assert all(t.waited_ms > 0 for t in prof.launches)
+    table = prof.table(top=1).splitlines()
+    assert len(table) == 3 and "MatMul(p)" in table[1] and "3 launches" in table[2]
+    want = onnxruntime_run(m, feeds)
+    for array, (name, ref) in zip(session.run(None, feeds), want.items()):
+        np.testing.assert_allclose(array, ref, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def test_profile_times_programs_and_their_folded_weights(device: str) -> None:
+    """A Winograd program is one launch of the profile, its stages named; the profile binds
+    the constants the programs folded into themselves as well."""
+    session = kg.compile_model(_winograd_chain(), backend=device, fusion="none",
+                               algorithm="winograd")
+    prof = session.profile(rounds=2)
+    assert [t.ops[0].split("(")[0] for t in prof.launches] == ["Conv", "Conv", "Conv", "Relu"]
+    assert all(t.ms > 0 and t.flops > 0 for t in prof.launches[:3])
+    assert all("stages" in t.schedule or "+" in t.schedule for t in prof.launches[:3])

@@ -8,15 +8,18 @@ on core 0 (read in the kernel with rdtscp), and a BERT layer took 1.37-1.48 ms a
 1.04-1.10 ms with a worker pinned to each core. Pinned so ("spread"), the many tiny kernels of
 a MobileNetV2 at 112x112 took 0.56-0.60 ms against 0.52-0.53 with both workers pinned to one
 core ("packed"): a kernel that ends hands the next one to the other core's sleeping worker,
-and that wake-up costs more than such a kernel's work. Which one wins is the model's, so a
-compiled model times both at compile time and applies its choice before each run
+and that wake-up costs more than such a kernel's work. Packed, the host's own core runs no
+worker, so the host may poll for the end of a run instead of sleeping in ``clFinish``, whose
+wake-up took 40-60 us a run ("packed-polled": MobileNetV2 0.52 -> 0.48 ms); spread, polling
+takes a worker's core (the BERT layer 1.14 -> 1.27-1.47 ms). Which one wins is the model's, so
+a compiled model times the three at compile time and applies its choice before each run
 (``CompiledModel.warm_up``).
 
 The workers are found as the threads of this process, other than the caller's, that are busy
 while a model runs (``/proc/self/task/*/schedstat``); they are placed only if there are as
 many as the device has compute units. ``POCL_AFFINITY`` (PoCL's own pinning) set by the user,
 or ``KERNELGEN_OPENCL_PLACEMENT=off``, leaves them where they are; ``=spread`` or ``=packed``
-takes that placement without timing.
+(or ``=packed-polled``) takes that placement without timing.
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ from pathlib import Path
 
 from .device import DeviceInfo
 
-PLACEMENTS = ("spread", "packed")
+PLACEMENTS = ("spread", "packed", "packed-polled")
 PLACEMENT_ENV = "KERNELGEN_OPENCL_PLACEMENT"
 FIND_S = 0.05      # seconds of runs in which the workers are seen busy
 BUSY_SHARE = 0.05  # of those seconds, on a core, that makes a thread a worker
@@ -77,8 +80,9 @@ def find_workers(run: Callable[[], object], compute_units: int) -> list[int] | N
 
 def place(placement: str) -> None:
     """Pin the workers found so far as ``placement`` says: ``spread``, the k-th to the k-th
-    core this process may use; ``packed``, all to the last one. Nothing when none were
-    found, or when they are placed so already."""
+    core this process may use; ``packed`` (and ``packed-polled``), all to the last one.
+    Nothing when none were found, or when they are placed so already. (Whether the host
+    polls is the runtime's: ``polls``.)"""
     global _applied, _workers
     with _lock:
         if _workers is None or placement == _applied:
@@ -94,6 +98,11 @@ def place(placement: str) -> None:
         _applied = placement
 
 
+def polls(placement: str | None) -> bool:
+    """Whether the host polls for the end of a run under ``placement``."""
+    return placement == "packed-polled"
+
+
 def release() -> None:
     """Let the workers found so far run on any core this process may use again."""
     global _applied
@@ -107,9 +116,11 @@ def release() -> None:
         _applied = None
 
 
-def choose(run: Callable[[], object], info: DeviceInfo) -> str | None:
+def choose(run: Callable[[], object], info: DeviceInfo,
+           apply: Callable[[str], None] = place) -> str | None:
     """The placement under which ``run`` (a compiled model's run) is fastest, timed in
-    rounds that alternate them; None where the workers cannot be placed."""
+    rounds that alternate them (each applied by ``apply``: the runtime's, which also sets
+    the polling); None where the workers cannot be placed."""
     global _workers
     if not applicable(info):
         return None
@@ -133,7 +144,7 @@ def choose(run: Callable[[], object], info: DeviceInfo) -> str | None:
     times: dict[str, list[float]] = {p: [] for p in PLACEMENTS}
     for _ in range(rounds):
         for p in PLACEMENTS:
-            place(p)
+            apply(p)
             run()  # the first run after a move pays for the caches the threads left
             for _ in range(repeat):
                 start = time.perf_counter()

@@ -24,7 +24,7 @@ from ... import hostmem
 from ...errors import KernelgenError
 from . import placement
 from .device import DeviceInfo, read
-from .waiting import Waits
+from .waiting import Waits, seconds
 
 
 @dataclass(frozen=True)
@@ -396,11 +396,13 @@ class OpenCLRuntime:
     def choose_placement(self, run: Callable[[], object]) -> str | None:
         """The placement of the device's worker threads under which ``run`` (a compiled
         model's run) is fastest, or None where they are not placed (``placement.py``)."""
-        return placement.choose(run, device().info)
+        return placement.choose(run, device().info, self.place)
 
     def place(self, name: str) -> None:
-        """Pin the device's worker threads as ``choose_placement`` chose."""
+        """Pin the device's worker threads as ``choose_placement`` chose, and poll for the
+        end of a run where that placement says so (``waiting.py``)."""
         placement.place(name)
+        device().waits.poll_runs = placement.polls(name)
 
     def launch(self, handles: Sequence[Any]) -> None:
         cl = _import_cl()
@@ -460,8 +462,8 @@ class OpenCLRuntime:
             self._refuse_concurrent()
             with self._lock:  # the packing launch and the kernel share the scratch panels
                 if pack is not None:
-                    cl.enqueue_nd_range_kernel(main, pack, geometry.pack.global_size,
-                                               geometry.pack.local_size)
+                    waits.note(cl.enqueue_nd_range_kernel(main, pack, geometry.pack.global_size,
+                                                          geometry.pack.local_size))
                 waits.launched(cl.enqueue_nd_range_kernel(main, kernel, global_size,
                                                           local_size), self)
         return packed
@@ -492,6 +494,22 @@ class OpenCLRuntime:
     def sync(self) -> None:
         dev = device()
         dev.waits.finish(dev.queue)
+
+    def device_ms(self, call: Callable[[], None]) -> float | None:
+        """The milliseconds the device ran the kernels that ``call`` enqueues (their events'
+        profiling counters, summed), waited for: a launch's time without the host's launch
+        and wait (``graph/profile.py``). None where the implementation gives no counters.
+        Not for use while other threads launch on the device."""
+        dev = device()
+        events: list[Any] = []
+        dev.waits.recorded = events
+        try:
+            call()
+        finally:
+            dev.waits.recorded = None
+        self.sync()
+        total = sum(seconds(e) for e in events)
+        return total * 1e3 if events and math.isfinite(total) else None
 
     def view(self, handle: Any, offset: int, buffer: Any) -> Any:
         size = buffer.dtype.itemsize

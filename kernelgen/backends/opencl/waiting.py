@@ -10,7 +10,9 @@ core, which a longer kernel's work-items need: 50 us of polling made a 0.2 ms re
 and that kernel has run under ``POLL_BELOW_S`` at a wait before (the fastest run seen: another
 process taking the cores lengthens some runs, not the kernel's work; its first wait sleeps);
 polling gives up after ``POLL_LIMIT_S`` and sleeps. Compiled models launch many kernels a run
-and keep sleeping.
+and sleep, unless their placement of PoCL's workers leaves the host's core free of them
+(``poll_runs``, set by placement.py's 'packed-polled', which a model takes only where its
+runs were timed faster so): then the host polls a marker behind the run's commands.
 
 Not every implementation sleeps slowly: Intel's CPU runtime waited for an empty kernel in 8 us
 sleeping (4 polled), and polling beside its worker threads made brief kernels up to 1.3x
@@ -27,6 +29,7 @@ from typing import Any, Protocol
 
 POLL_BELOW_S = 50e-6
 POLL_LIMIT_S = 200e-6
+RUN_POLL_LIMIT_S = 0.05  # a polled run (``Waits.poll_runs``) sleeps after this much polling
 # by ``floors``: Debian's PoCL 3.1 on 2 cores 69-84 us sleeping against 38-44 polled, pip's
 # PoCL 3.0 68-82 against 32-53, Intel's CPU runtime 5.3-6.3 against 4.5-4.8
 POLL_GAIN_S = 10e-6
@@ -51,25 +54,40 @@ class Waits:
         self.launches = 0
         self.last: tuple[Any, Timed] | None = None
         self.polls: bool | None = None  # whether polling pays on this device (``floors``)
+        self.recorded: list[Any] | None = None  # every launch's event, while a profile times
+        # poll for the end of a wait after several launches (a compiled model's run): set by
+        # the placement that leaves the host's core to it (placement.py, 'packed-polled')
+        self.poll_runs = False
 
     def launched(self, event: Any, launcher: Timed) -> None:
         """Note a kernel enqueued on the queue, with its event."""
         self.launches += 1
         self.last = event, launcher
+        self.note(event)
+
+    def note(self, event: Any) -> None:
+        """Keep ``event`` (a kernel's, or a packing launch's before it) for the profile
+        timing the launches now (``OpenCLRuntime.device_ms``)."""
+        if self.recorded is not None:
+            self.recorded.append(event)
 
     def finish(self, queue: Any) -> None:
         """Wait until everything enqueued on ``queue`` is done (``queue.finish()``), polling
         first where the only kernel since the last wait is a brief one; then note its run."""
         only = self.last if self.launches == 1 else None
+        several = self.launches > 1
         self.launches, self.last = 0, None
         if only is None:
+            if several and self.poll_runs:  # a marker completes after everything before it
+                import pyopencl as cl
+                _poll(queue, cl.enqueue_marker(queue), RUN_POLL_LIMIT_S)
             queue.finish()
             return
         event, launcher = only
         if self.polls and launcher.fastest_s < POLL_BELOW_S:
             _poll(queue, event)
         queue.finish()
-        launcher.fastest_s = min(launcher.fastest_s, _seconds(event))
+        launcher.fastest_s = min(launcher.fastest_s, seconds(event))
         if self.polls is None and launcher.fastest_s < POLL_BELOW_S:
             slept, polled = floors(queue)
             self.polls = slept - polled > POLL_GAIN_S
@@ -105,15 +123,15 @@ def floors(queue: Any) -> tuple[float, float]:
     return statistics.median(times[False]), statistics.median(times[True])
 
 
-def _poll(queue: Any, event: Any) -> None:
-    """Until ``event`` completes, fails (a negative status), or ``POLL_LIMIT_S`` passes."""
+def _poll(queue: Any, event: Any, limit_s: float = POLL_LIMIT_S) -> None:
+    """Until ``event`` completes, fails (a negative status), or ``limit_s`` passes."""
     queue.flush()  # an implementation may hold commands until a flush
-    deadline = time.perf_counter() + POLL_LIMIT_S
+    deadline = time.perf_counter() + limit_s
     while event.command_execution_status > 0 and time.perf_counter() < deadline:
         pass
 
 
-def _seconds(event: Any) -> float:
+def seconds(event: Any) -> float:
     """The kernel's run time from its profiling counters (infinite where the implementation
     gives none)."""
     try:
