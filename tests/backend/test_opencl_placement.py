@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -92,3 +93,35 @@ def test_opencl_workers_are_not_guessed(released: None) -> None:
     session, x, _ = _model()
     units = device().info.compute_units
     assert placement.find_workers(lambda: session.run(None, {"x": x}), units + 1) is None
+
+
+def test_benchmark_runners_place_the_workers_as_a_model(released: None) -> None:
+    """``measure.runner`` chooses a placement for its calls as a compiled model does and
+    applies it before each call, whatever another runner or model placed since."""
+    from kernelgen.measure import runner
+    kernel = kg.fuse(kg.relu(kg.tensor("x", (4099,)))).emit("opencl")
+    x = rng.standard_normal(4099).astype(np.float32)
+    chosen: list[str | None] = []
+
+    def recorded(*args: object, **kwargs: object) -> str | None:
+        chosen.append(choose(*args, **kwargs))
+        return chosen[-1]
+    choose = placement.choose
+    with mock.patch.object(placement, "choose", recorded):
+        run = runner(kernel, x)
+    if not placement.applicable(device().info):
+        assert chosen == [None], device().info.name  # Intel's runtime: nothing placed
+        return
+    (mine,) = chosen
+    assert mine in placement.PLACEMENTS
+    other = "spread" if mine != "spread" else "packed"
+    device_runtime = kernel.runtime
+    device_runtime.place(other)  # as another runner or a model might
+    run()
+    cores = sorted(os.sched_getaffinity(0))
+    workers = placement._workers
+    assert workers is not None
+    expected = [{cores[k]} for k in range(len(workers))] if mine == "spread" \
+        else [{cores[-1]}] * len(workers)
+    assert [os.sched_getaffinity(t) for t in workers] == expected
+    assert device().waits.poll_runs == placement.polls(mine)
