@@ -41,12 +41,12 @@ class LaunchTime:
 
     @property
     def gflops(self) -> float:
-        return self.flops / self.ms / 1e6
+        return self.flops / max(self.ms, 1e-9) / 1e6
 
     @property
     def gbytes(self) -> float:
         """Gigabytes a second read and written."""
-        return self.bytes_moved / self.ms / 1e6
+        return self.bytes_moved / max(self.ms, 1e-9) / 1e6
 
 
 @dataclass(frozen=True)
@@ -118,15 +118,16 @@ def profile(model: CompiledModel, feeds: Mapping[str, np.ndarray] | None = None,
             host[k].append(h)
         runs.append(_median_ms(lambda: model.run(feeds), 1))
     on_device = all(d is not None for times in device for d in times)
+    kinds = {op.name: op.kind for op in model.graph.ops}  # none in a model loaded from a save
     return Profile(tuple(
-        _launch_time(model, k, statistics.median(device[k] if on_device else host[k]),
+        _launch_time(model, k, kinds, statistics.median(device[k] if on_device else host[k]),
                      statistics.median(host[k])) for k in range(len(calls))),
         statistics.median(runs), "device" if on_device else "host")
 
 
-def _launch_time(model: CompiledModel, k: int, ms: float, waited_ms: float) -> LaunchTime:
+def _launch_time(model: CompiledModel, k: int, kinds: Mapping[str, str], ms: float,
+                 waited_ms: float) -> LaunchTime:
     launch = model.plan.launches[k]
-    kinds = {op.name: op.kind for op in model.graph.ops}  # none in a model loaded from a save
     exe = model.executables[launch.kernel]
     kernels: Sequence = exe.kernels if isinstance(exe, Program) else [exe]
     schedule = ("+".join(str(x.metadata.get("schedule")) for x in kernels)
