@@ -28,7 +28,7 @@ import kernelgen as kg
 from kernelgen.compile.conv_algorithms import applicable
 from kernelgen.exec import Kernel
 from kernelgen.graph.rewrite import fold_batchnorm
-from kernelgen.measure import bench, bench_interleaved
+from kernelgen.measure import bench, bench_interleaved, settle
 from kernelgen.tune import tune_algorithm
 
 SHAPES = {  # name: (input NCHW, weight MCkk, pads, group)
@@ -67,8 +67,9 @@ def ort_session(x_shape, w, pads, group, bn=None, strides=1):
 
 
 def time_ort(ort_run, repeat: int) -> list[float]:
-    """``repeat`` timed runs of onnxruntime (after one warm-up), in milliseconds."""
-    ort_run()
+    """``repeat`` timed runs of onnxruntime after untimed ones for ``measure.SETTLE_S`` (what
+    ran before it idle by then), in milliseconds."""
+    settle({"onnxruntime": ort_run})
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()

@@ -4,15 +4,22 @@ event's status (as kernelgen waits for a brief kernel, ``backends/opencl/waiting
 same per kernel when ten are queued before one wait (how a Program's stages run), and the
 event-profiled execution time. On PoCL's pthread device the floor is the threads' wake-up,
 not the kernel, and it bounds any small kernel's speed against a CPU library that runs in the
-calling thread.
+calling thread. What a wake-up costs on this machine is printed after them: two threads
+handing a turn back and forth through a condition variable (bench/wake_latency.c, built with
+the C compiler), pinned to one core and to two.
 
     python bench/launch_floor.py [--repeat 200]
 """
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -54,7 +61,30 @@ def main() -> int:
     print(f"empty kernel, 10 queued then one wait: median {np.median(queued) * 1e3:.4f} ms "
           f"per kernel")
     print(f"empty kernel, profiled execution: median {np.median(profiled) * 1e3:.4f} ms")
+    wake_ups()
     return 0
+
+
+def wake_ups(rounds: int = 20000) -> None:
+    """Print the round trip of two threads waking each other (bench/wake_latency.c) on one
+    core and across two."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    cores = sorted(os.sched_getaffinity(0))
+    if cc is None:
+        print("thread wake-ups: not measured, no C compiler (cc or gcc) on PATH")
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = Path(tmp) / "wake_latency"
+        subprocess.run([cc, "-O2", "-pthread", str(Path(__file__).parent / "wake_latency.c"),
+                        "-o", str(exe)], check=True)
+        pairs = [("one core", cores[0], cores[0])]
+        if len(cores) > 1:
+            pairs.append(("two cores", cores[0], cores[1]))
+        for label, a, b in pairs:
+            us = float(subprocess.run([str(exe), str(a), str(b), str(rounds)], check=True,
+                                      capture_output=True, text=True).stdout)
+            print(f"two threads waking each other, {label} (cores {a}, {b}): "
+                  f"{us:.1f} us a round trip")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Patterns every exported model contains, fused by kernelgen on OpenCL, against onnxruntime (all
 graph optimisations, 2 threads) and against a copy kernel moving the same bytes, in one run
-(kernelgen and the copy round-robin, onnxruntime just before and after them): fused
+(kernelgen and the copy round-robin, onnxruntime just before and after them, each side run
+untimed for ``measure.SETTLE_S`` before it is timed after the other): fused
 transposes (2-D, NCHW->NHWC), ShuffleNet's channel shuffle, attention with the Transpose of K
 fused, a masked softmax, residual adds, squeeze-and-excitation scaling, a GELU FFN layer,
 depth-to-space, U-Net's resize + concat and MobileNetV2's strided depthwise convs, each at
@@ -31,7 +32,7 @@ from onnx import TensorProto, helper
 
 import kernelgen as kg
 from kernelgen.compile import copy_kernel
-from kernelgen.measure import runner
+from kernelgen.measure import runner, settle
 
 
 @dataclass
@@ -264,8 +265,9 @@ def ort_runner(p: Pattern) -> tuple[Callable[[], None], np.ndarray]:
 
 
 def _timed(f: Callable[[], object], repeat: int) -> list[float]:
-    """``repeat`` back-to-back runs of ``f`` after one warm-up, in milliseconds."""
-    f()
+    """``repeat`` back-to-back runs of ``f`` after untimed ones for ``measure.SETTLE_S`` (the
+    other runtime's spinning threads idle by then), in milliseconds."""
+    settle({"f": f})
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
@@ -293,8 +295,7 @@ def measure(p: Pattern, rounds: int, repeat: int) -> dict[str, object]:
         # onnxruntime just before and just after ours (docs/benchmarks.md, methodology: its
         # spinning thread pool inflated both sides' times when interleaved)
         times: dict[str, list[float]] = {"onnxruntime": _timed(run_ort, repeat)}
-        for f in runs.values():
-            f()
+        settle(runs)
         for name in runs:
             times[name] = []
         for _ in range(repeat):

@@ -145,9 +145,30 @@ def bench(kernels: Kernel | Sequence[Kernel] | Program, *inputs: np.ndarray, war
     return _measurement(kernels, times)
 
 
+# How long one runtime's calls run untimed after another's before they are timed: a thread
+# pool that spins after its own runs (onnxruntime's; Intel's CPU OpenCL runtime's TBB workers)
+# slows whatever runs next on the cores it spins on. On a 2-core VM, 2026-12-04, the BERT layer
+# on Intel's runtime ran 1.45-1.9 ms for about 25 ms after a block of onnxruntime's runs, and
+# 0.95 ms from then on (docs/benchmarks.md, "Runtimes timed after each other's threads idle").
+SETTLE_S = 0.05
+
+
+def settle(calls: Mapping[str, Callable[[], object]], rounds: int = 1,
+           seconds: float = SETTLE_S) -> None:
+    """Untimed rounds of ``calls``: ``rounds`` at least, and more until ``seconds`` have passed,
+    so that another runtime's threads still spinning after its own runs have gone idle (and
+    these calls' own threads are awake) when the timed runs begin."""
+    start = time.perf_counter()
+    done = 0
+    while done < rounds or time.perf_counter() - start < seconds:
+        for call in calls.values():
+            call()
+        done += 1
+
+
 def round_robin(calls: Mapping[str, Callable[[], object]], warmup: int = 3, repeat: int = 20,
-                apart: Mapping[str, Callable[[], object]] | None = None, blocks: int = 2
-                ) -> dict[str, list[float]]:
+                apart: Mapping[str, Callable[[], object]] | None = None, blocks: int = 2,
+                settle_s: float = SETTLE_S) -> dict[str, list[float]]:
     """Each call's wall times in ms, ``repeat`` rounds of one call of each after ``warmup``
     untimed rounds, so that drift in the machine's state (the other core's load, frequency)
     hits every call alike and their ratios stay meaningful on a noisy machine.
@@ -157,7 +178,9 @@ def round_robin(calls: Mapping[str, Callable[[], object]], warmup: int = 3, repe
     the rounds, the last just after them and the others between equal shares of them:
     onnxruntime's thread pool keeps spinning after each run, and a call right after it then
     shares the cores with those threads (on 2 cores, kernelgen's SqueezeNet ran 1.8x slower
-    interleaved with it than alone). The round after each block inside is not timed."""
+    interleaved with it than alone). Whenever one side follows the other, it first runs
+    untimed for ``settle_s`` at least (``settle``): ``warmup`` rounds did not outlast the other
+    side's spinning threads."""
     apart = dict(apart or {})
     clash = sorted(set(calls) & set(apart))
     if clash:
@@ -179,17 +202,17 @@ def round_robin(calls: Mapping[str, Callable[[], object]], warmup: int = 3, repe
         return repeat * (i + 1) // parts - repeat * i // parts
 
     if not apart:
-        run(calls, warmup, False)
+        settle(calls, warmup, settle_s)
         run(calls, repeat, True)
         return times
-    for name, call in apart.items():
-        run({name: call}, warmup, False)
     for i in range(blocks - 1):
         for name, call in apart.items():
+            settle({name: call}, warmup if i == 0 else 1, settle_s)
             run({name: call}, share(i, blocks), True)
-        run(calls, warmup if i == 0 else 1, False)
+        settle(calls, warmup if i == 0 else 1, settle_s)
         run(calls, share(i, blocks - 1), True)
     for name, call in apart.items():
+        settle({name: call}, 1, settle_s)
         run({name: call}, share(blocks - 1, blocks), True)
     return times
 
