@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import sys
-import time
 from functools import partial
 from pathlib import Path
 
@@ -28,7 +27,7 @@ import kernelgen as kg
 from kernelgen.compile.conv_algorithms import applicable
 from kernelgen.exec import Kernel
 from kernelgen.graph.rewrite import fold_batchnorm
-from kernelgen.measure import bench, bench_interleaved, settle
+from kernelgen.measure import bench, bench_interleaved, round_robin
 from kernelgen.tune import tune_algorithm
 
 SHAPES = {  # name: (input NCHW, weight MCkk, pads, group)
@@ -69,13 +68,7 @@ def ort_session(x_shape, w, pads, group, bn=None, strides=1):
 def time_ort(ort_run, repeat: int) -> list[float]:
     """``repeat`` timed runs of onnxruntime after untimed ones for ``measure.SETTLE_S`` (what
     ran before it idle by then), in milliseconds."""
-    settle({"onnxruntime": ort_run})
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        ort_run()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return times
+    return round_robin({"onnxruntime": ort_run}, 1, repeat)["onnxruntime"]
 
 
 def time_algorithms(fused: kg.FusedOp, arrays: list[np.ndarray], ref: np.ndarray,

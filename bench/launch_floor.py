@@ -69,10 +69,10 @@ def wake_ups(rounds: int = 20000) -> None:
     """Print the round trip of two threads waking each other (bench/wake_latency.c) on one
     core and across two."""
     cc = shutil.which("cc") or shutil.which("gcc")
-    cores = sorted(os.sched_getaffinity(0))
     if cc is None:
         print("thread wake-ups: not measured, no C compiler (cc or gcc) on PATH")
         return
+    cores = sorted(os.sched_getaffinity(0))
     with tempfile.TemporaryDirectory() as tmp:
         exe = Path(tmp) / "wake_latency"
         subprocess.run([cc, "-O2", "-pthread", str(Path(__file__).parent / "wake_latency.c"),

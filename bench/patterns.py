@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +31,7 @@ from onnx import TensorProto, helper
 
 import kernelgen as kg
 from kernelgen.compile import copy_kernel
-from kernelgen.measure import runner, settle
+from kernelgen.measure import round_robin, runner
 
 
 @dataclass
@@ -267,13 +266,7 @@ def ort_runner(p: Pattern) -> tuple[Callable[[], None], np.ndarray]:
 def _timed(f: Callable[[], object], repeat: int) -> list[float]:
     """``repeat`` back-to-back runs of ``f`` after untimed ones for ``measure.SETTLE_S`` (the
     other runtime's spinning threads idle by then), in milliseconds."""
-    settle({"f": f})
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        f()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return times
+    return round_robin({"f": f}, 1, repeat)["f"]
 
 
 def measure(p: Pattern, rounds: int, repeat: int) -> dict[str, object]:
@@ -295,14 +288,7 @@ def measure(p: Pattern, rounds: int, repeat: int) -> dict[str, object]:
         # onnxruntime just before and just after ours (docs/benchmarks.md, methodology: its
         # spinning thread pool inflated both sides' times when interleaved)
         times: dict[str, list[float]] = {"onnxruntime": _timed(run_ort, repeat)}
-        settle(runs)
-        for name in runs:
-            times[name] = []
-        for _ in range(repeat):
-            for name, f in runs.items():
-                t0 = time.perf_counter()
-                f()
-                times[name].append((time.perf_counter() - t0) * 1e3)
+        times.update(round_robin(runs, 1, repeat))
         times["onnxruntime"] += _timed(run_ort, repeat)
         ms = {name: float(np.median(t)) for name, t in times.items()}
         for name in medians:

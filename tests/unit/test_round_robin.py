@@ -61,7 +61,8 @@ def test_the_side_timed_after_the_other_first_runs_untimed_for_settle_s() -> Non
     order: list[str] = []
     round_robin({"a": lambda: order.append("a")}, warmup=1, repeat=2,
                 apart={"ort": lambda: order.append("ort")}, settle_s=0.02)
-    # without settling: ort, ort (warm-up, first half), a, a, a (warm-up, rounds), ort, ort
+    # without settling: ort, ort (warm-up, first half), a, a, a (warm-up, rounds), ort, ort,
+    # ort (an untimed run, the second half)
     last_a = len(order) - 1 - order[::-1].index("a")
     assert order.index("a") > 2  # onnxruntime kept running untimed for 20 ms first
     assert order.count("a") > 3  # and the rounds' calls after it
