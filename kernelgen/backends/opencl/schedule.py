@@ -75,6 +75,10 @@ DEFAULT_LOCAL = 256
 GROUP_REDUCE_MIN = 512  # reductions at least this long use the cooperative 'group' schedule
 ITEM_UNROLL_MAX = 32  # 'item' reductions up to this many points unroll completely
 GROUP_FEW = 64  # with fewer groups than this, 'item' would leave most SIMD lanes idle
+# ... unless the reductions are shorter than this: a group would give each work-item one or two
+# terms, and PoCL 3.1's work-group compiler ran for over half an hour on such a kernel (a
+# softmax/pad/reduce-max/softmax chain over 3x3x2, tests/backend/test_opencl_schedules.py)
+GROUP_FEW_REDUCE_MIN = 16
 # A staged 'row' in float16 vectors with fma: 1.4-1.6x float8 (hand-written, attention); the
 # widest the device builds, up to this
 STAGED_ROW_WIDTH = 16
@@ -325,7 +329,7 @@ def _kind(loop: LoopKernel, requested: str | None, tile_explicit: bool,
         return "row"
     longest = max(extent(r) for r in loop.hoisted)
     few_groups = prod(loop.domain[g][1] for g in loop.group) < GROUP_FEW
-    if longest >= GROUP_REDUCE_MIN or few_groups:
+    if longest >= GROUP_REDUCE_MIN or (few_groups and longest >= GROUP_FEW_REDUCE_MIN):
         return "group"
     # on a CPU, explicit vectors across the elements' own reductions ('item' leaves them to
     # PoCL's lanes, which load tap by tap under guards)

@@ -1,0 +1,36 @@
+"""Which OpenCL schedule a block gets where the choice once went wrong, and that the block then
+matches NumPy on every backend."""
+from __future__ import annotations
+
+import numpy as np
+from conftest import assert_close, run
+
+import kernelgen as kg
+from kernelgen import ops
+
+
+def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def test_few_outputs_with_short_reductions_are_not_a_work_group_each(backend: str) -> None:
+    """softmax, softmax, pad, reduce-max, softmax over 3x3x2 (drawn by the random-chain test):
+    12 outputs made 'few groups', so each became a work-group of 4 cooperating on reductions
+    of 2-4 terms, and PoCL 3.1's work-group compiler ran on that kernel for over half an hour.
+    Reductions this short stay within one work-item (schedule.GROUP_FEW_REDUCE_MIN)."""
+    x = kg.tensor("x", (3, 3, 2))
+    a = kg.softmax(x, 2)
+    b = kg.softmax(a, 0)
+    c = kg.pad(b, [0, 0, 0, 1, 1, 1], 0.25)
+    d = ops.reduce_op("ReduceMax", c, [0], 1)
+    chain = [a, b, c, d, kg.softmax(d, 2)]
+    fused = kg.fuse(*chain, force=True)
+    if backend == "opencl":  # checked before running: the old schedule does not come back
+        assert fused.emit("opencl").metadata["schedule"] != "group"
+    X = np.random.default_rng(706).standard_normal((3, 3, 2)).astype(np.float32)
+    padded = np.pad(_softmax(_softmax(X.astype(np.float64), 2), 0), [(0, 1)] * 3,
+                    constant_values=0.25)
+    want = _softmax(padded.max(axis=0, keepdims=True), 2)
+    (got,) = run(backend, fused, X)
+    assert_close(got, want, "float32")
