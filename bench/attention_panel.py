@@ -151,32 +151,34 @@ def panel_source(seq: int, depth: int, pad: int = 16, skip: frozenset[str] = fro
     return "\n".join(lines) + "\n"
 
 
-def panel_runner(arrays: dict[str, np.ndarray], source: str
-                 ) -> tuple[Callable[[], None], Callable[[], np.ndarray]]:
-    """A timed callable running the panel kernel on device-resident copies of ``arrays`` and
-    one reading its output back. On PoCL its workers are spread over the cores before each
-    run (the row schedule's runner places them as it found fastest for its own kernel)."""
-    import pyopencl as cl
+class Panel:
+    """The panel kernel bound to device-resident copies of the pattern's arrays."""
 
-    dev = cl_runtime.device()
-    kernel = cl.Kernel(cl.Program(dev.context, source).build(), "attention")
-    flags = cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR
-    buffers = [cl.Buffer(dev.context, flags, hostbuf=arrays[name]) for name in "qksv"]
-    heads, seq, depth = arrays["q"].shape
-    out = cl.Buffer(dev.context, cl.mem_flags.READ_WRITE, size=arrays["q"].nbytes)
-    kernel.set_args(*buffers, out)
+    def __init__(self, arrays: dict[str, np.ndarray], source: str) -> None:
+        import pyopencl as cl
 
-    def run(keep: list = [*buffers, out]) -> None:  # noqa: B006 (the buffers outlive the call)
+        self.cl, self.dev = cl, cl_runtime.device()
+        self.kernel = cl_runtime.build(source, "attention")
+        flags = cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR
+        # held here: the kernel's arguments do not keep their buffers alive
+        self.buffers = [cl.Buffer(self.dev.context, flags, hostbuf=arrays[name])
+                        for name in "qksv"]
+        self.out = np.empty_like(arrays["q"])
+        self.out_buffer = cl.Buffer(self.dev.context, cl.mem_flags.READ_WRITE,
+                                    size=self.out.nbytes)
+        self.kernel.set_args(*self.buffers, self.out_buffer)
+
+    def __call__(self) -> None:
+        """One run, waited for. On PoCL its workers are spread over the cores first (the row
+        schedule's runner places them as it found fastest for its own kernel)."""
         placement.place("spread")
-        cl.enqueue_nd_range_kernel(dev.queue, kernel, (heads,), (1,))
-        dev.queue.finish()
+        self.cl.enqueue_nd_range_kernel(self.dev.queue, self.kernel, (self.out.shape[0],),
+                                        (1,))
+        self.dev.queue.finish()
 
-    def result() -> np.ndarray:
-        got = np.empty_like(arrays["q"])
-        cl.enqueue_copy(dev.queue, got, out)
-        return got
-
-    return run, result
+    def result(self) -> np.ndarray:
+        self.cl.enqueue_copy(self.dev.queue, self.out, self.out_buffer)
+        return self.out
 
 
 def row(shape: tuple[int, int, int], rounds: int, repeat: int, pad: int, phases: bool
@@ -187,13 +189,13 @@ def row(shape: tuple[int, int, int], rounds: int, repeat: int, pad: int, phases:
     args = [p.arrays.get(x.name, kernel.constants.get(x.name)) for x in fused.inputs]
     run_ort, want = ort_runner(p)
     runs: dict[str, Callable[[], object]] = {"row schedule": runner(kernel, *args)}
-    panel, result = panel_runner(p.arrays, panel_source(shape[1], shape[2], pad))
+    panel = Panel(p.arrays, panel_source(shape[1], shape[2], pad))
     panel()
-    np.testing.assert_allclose(result(), want, rtol=2e-4, atol=2e-5)
+    np.testing.assert_allclose(panel.result(), want, rtol=2e-4, atol=2e-5)
     runs["panel"] = panel
     for phase in PHASES if phases else ():
-        runs[f"panel without {phase}"] = panel_runner(
-            p.arrays, panel_source(shape[1], shape[2], pad, frozenset({phase})))[0]
+        runs[f"panel without {phase}"] = Panel(
+            p.arrays, panel_source(shape[1], shape[2], pad, frozenset({phase})))
     # onnxruntime apart, before and after the rounds: its spinning pool doubled the times of
     # the kernels run right after it on Intel's runtime (docs/benchmarks.md, methodology)
     ms = {name: round(float(np.median(t)), 3) for name, t in round_robin(
