@@ -1,10 +1,11 @@
-"""A hand-written OpenCL attention kernel whose scores read a transposed panel of K, against the
-pattern suite's fused kernel (kernelgen's ``row`` schedule) and onnxruntime, in one run: the
-experiment behind the next form of the fused attention kernel (docs/benchmarks.md, "Attention
-with K transposed into a panel").
+"""A hand-written OpenCL attention kernel whose scores read a transposed panel of K, against
+kernelgen's fused kernel (the ``row`` schedule) with the keys' dot products (``panel=False``)
+and with its own panel (``backends/opencl/panel.py``, the default), and onnxruntime, in one
+run: the experiment behind the generated panel and the measure of what it still lacks
+(docs/benchmarks.md, "Attention with K transposed into a panel").
 
-The suite's kernel computes each score as a dot product along the depth, folded across the
-lanes, one work-item per 8 queries. Here one work-item takes a whole head:
+With ``panel=False`` the fused kernel computes each score as a dot product along the depth,
+folded across the lanes, one work-item per 8 queries. Here one work-item takes a whole head:
 
 1. K of the head (keys x depth) is transposed into local memory, 16 x 16 blocks in registers
    (four rounds of interleaving shuffles), rows padded by ``--pad`` floats (without it, rows
@@ -185,10 +186,14 @@ def row(shape: tuple[int, int, int], rounds: int, repeat: int, pad: int, phases:
         ) -> dict[str, object]:
     p = attention(*shape)
     fused = kg.fuse(*p.ops, force=True)
-    kernel = fused.emit("opencl")
-    args = [p.arrays.get(x.name, kernel.constants.get(x.name)) for x in fused.inputs]
     run_ort, want = ort_runner(p)
-    runs: dict[str, Callable[[], object]] = {"row schedule": runner(kernel, *args)}
+    runs: dict[str, Callable[[], object]] = {}
+    # the generated kernel: with its keys' dot products, and reading them from its own panel
+    for name, options in (("row schedule", {"panel": False}), ("generated panel", {})):
+        kernel = fused.emit("opencl", **options)
+        args = [p.arrays.get(x.name, kernel.constants.get(x.name)) for x in fused.inputs]
+        np.testing.assert_allclose(kernel(*args), want, rtol=2e-4, atol=2e-5)
+        runs[name] = runner(kernel, *args)
     panel = Panel(p.arrays, panel_source(shape[1], shape[2], pad))
     panel()
     np.testing.assert_allclose(panel.result(), want, rtol=2e-4, atol=2e-5)
@@ -203,7 +208,10 @@ def row(shape: tuple[int, int, int], rounds: int, repeat: int, pad: int, phases:
     out = {"pattern": p.label, "ms": ms,
            "onnxruntime / panel": round(ms["onnxruntime"] / ms["panel"], 2),
            "onnxruntime / row schedule": round(ms["onnxruntime"] / ms["row schedule"], 2),
-           "row schedule / panel": round(ms["row schedule"] / ms["panel"], 2)}
+           "row schedule / panel": round(ms["row schedule"] / ms["panel"], 2),
+           "onnxruntime / generated panel": round(ms["onnxruntime"] / ms["generated panel"], 2),
+           "row schedule / generated panel": round(
+               ms["row schedule"] / ms["generated panel"], 2)}
     print(json.dumps(out), flush=True)
     return out
 

@@ -46,7 +46,7 @@ def label(metadata: dict[str, Any]) -> str:
     """A kernel's schedule with the variants the cases tell apart: an elementwise kernel
     computing several points per work-item, transposed tiles, interleaved stores or vectors of
     points, the scalar contraction template, packed panels (by a first launch or in the tile),
-    a staged row."""
+    a staged row, a staged row reading its keys from a panel in local memory."""
     schedule, tunables = metadata["schedule"], metadata["tunables"]
     if metadata.get("interleaved_stores"):
         return "elementwise+interleaved"
@@ -60,6 +60,8 @@ def label(metadata: dict[str, Any]) -> str:
         return "tiled+scalar"
     if tunables.get("pack"):
         return "tiled+pack_in_tile" if tunables.get("pack_in_tile") else "tiled+pack"
+    if metadata.get("key_panel_reads"):
+        return f"{schedule}+panel"
     if metadata.get("staged_rows"):
         return f"{schedule}+staged"
     return schedule
@@ -490,8 +492,10 @@ CASES: dict[str, Case] = {c.name: c for c in (
     Case("ago-conv-1x1-13-channels", ago_conv_1x1(13), ("tiled",)),
     Case("ago-matmul-matmul", ago_matmul_matmul, ("tiled+scalar",)),
     Case("ago-narrow-tiles", ago_conv_1x1(7), ("tiled",), {"tile": (4, 4)}),
-    Case("attention-row", attention(1, 36, 16, 129, 17), ("row+staged",), {"schedule": "row"},
-         ci=True),
+    Case("attention-row", attention(1, 36, 16, 129, 17), ("row+staged",),
+         {"schedule": "row", "panel": False}, ci=True),
+    Case("attention-key-panel", attention(2, 36, 24, 129, 17), ("row+panel",),
+         {"schedule": "row", "panel": True, "panel_rows": 12}, ci=True),
     Case("attention-row-one-query-an-item", attention(2, 6, 8, 40, 5), ("row+staged",),
          {"schedule": "row", "group_rows": 1}),
     Case("attention-item", attention(1, 7, 13, 5, 3), ("item+staged",), {"schedule": "item"},

@@ -14,8 +14,10 @@ import sympy
 
 from ...dtypes import DType
 from ...errors import UnsupportedError
-from ...ir.expr import Axis, Call, Cast, Const, Expr, Load, Reduce, free_index_symbols, transform
+from ...ir.expr import (Axis, Call, Cast, Const, Expr, Load, Reduce, free_index_symbols, transform,
+                        walk)
 from ...ir.loop import Buffer, LoopKernel, Staged
+from ...ir.substitute import specialise
 from ...lower.staging import hoist_order
 from ...lower.unroll import Unrolled
 from ..base import Capabilities
@@ -255,12 +257,18 @@ class CEmitter(Emitter):
         for outer in reversed(opened):
             self.close_loop(outer)
 
+    # vectors of a staged row, or of a row of reducing stores, computed per step: several share
+    # each load of the other operand (OpenCL's key panel: two vectors of keys per query scalar,
+    # two of V's columns per weight)
+    row_vectors = 1
+
     def stage_rows(self, rows: Sequence[Staged], scope: Scope, vectorize: bool) -> None:
         """Compute staged producer rows of one extent (one per group point of the work-item)
         into arrays of the group body (``lower/staging.py``), in one loop: with ``vectorize``, as
         vectors along the row where its reads allow (a score row reads the keys' row
         contiguously), the nested contractions vector accumulators in one loop nest, so the
-        rows share its loads (the keys, for several queries)."""
+        rows share its loads (the keys, for several queries), ``row_vectors`` vectors a step
+        where no read is transposed."""
         n, v = rows[0].buffer.numel, self.vector
         for st in rows:
             scope.add(f"{self.ctype(st.buffer.dtype)} {self.arg_names[st.buffer.name]}[{n}];")
@@ -277,14 +285,24 @@ class CEmitter(Emitter):
             for st in rows:
                 self._hoist_invariants(st.value, sym, scope)
             scope.add(f"{self.index_t} {var} = 0;")
-            scope.add(f"for (; {var} + {v.width} <= {n}; {var} += {v.width}) {{")
-            inner = scope.child()
-            printer = VectorPrinter(self, sym, var, inner, v, transposed=transposed)
-            printer.reduce_together([st.value for st in rows])
-            for st in rows:
-                value = printer.expr(st.value)
-                inner.add(v.store.format(ptr=self.arg_names[st.buffer.name], off=var, v=value))
-            scope.add("}")
+            vectors = self.row_vectors if not transposed and n >= self.row_vectors * v.width \
+                else 1
+            for count in sorted({vectors, 1}, reverse=True):
+                step = count * v.width
+                scope.add(f"for (; {var} + {step} <= {n}; {var} += {step}) {{")
+                inner = scope.child()
+                printer = VectorPrinter(self, sym, var, inner, v, transposed=transposed)
+                # vector c of the step: the row's value at lanes c * width on
+                shifted = [[st.value if c == 0 else specialise(
+                    st.value, {sym: sym + c * v.width}, self.ranges) for st in rows]
+                    for c in range(count)]
+                printer.reduce_together([value for values in shifted for value in values])
+                for c, values in enumerate(shifted):
+                    off = var if c == 0 else f"{var} + {c * v.width}"
+                    for st, value in zip(rows, values):
+                        inner.add(v.store.format(ptr=self.arg_names[st.buffer.name], off=off,
+                                                 v=printer.expr(value)))
+                scope.add("}")
             if n % v.width == 0:
                 return
             start = var
@@ -432,24 +450,36 @@ class CEmitter(Emitter):
     def vector_stores(self, axis: Axis, scope: Scope, start: str, stop: str,
                       guard: str | None, stores: Sequence[StoreAt]) -> None:
         """``stores`` for the points ``start`` to ``stop`` of ``axis`` (named in
-        ``symbol_names``): a vector loop, then point by point; values that do not vary along
-        the axis are computed once before it."""
+        ``symbol_names``): a vector loop (``row_vectors`` vectors a step where the stores
+        reduce, sharing the reduction's loads of other operands, then one), then point by
+        point; values that do not vary along the axis are computed once before it."""
         assert self.vector is not None
         v = self.vector
-        sym, _ = axis
+        sym, n = axis
         for _, value, _ in stores:
             self._hoist_invariants(value, sym, scope)
         i = self.symbol_names[sym]
         scope.add(f"{self.index_t} {i} = {start};")
-        scope.add(f"for (; {i} + {v.width} <= {stop}; {i} += {v.width}) {{")
-        inner = scope.child()
-        printer = VectorPrinter(self, sym, i, inner, v)
-        printer.reduce_together([value for _, value, _ in stores])
-        for buf, value, offset in stores:
-            store = v.store.format(ptr=self.arg_names[buf.name], off=self.index(offset),
-                                   v=printer.expr(value))
-            inner.add(f"if ({guard}) {store}" if guard else store)
-        scope.add("}")
+        reduces = any(isinstance(node, Reduce) for _, value, _ in stores
+                      for node in walk(value))
+        vectors = self.row_vectors if reduces and n >= self.row_vectors * v.width else 1
+        for count in sorted({vectors, 1}, reverse=True):
+            step = count * v.width
+            scope.add(f"for (; {i} + {step} <= {stop}; {i} += {step}) {{")
+            inner = scope.child()
+            printer = VectorPrinter(self, sym, i, inner, v)
+            # vector c of the step: the stores at lanes c * width on
+            shifted = [[(buf, value, offset) if c == 0 else (
+                buf, specialise(value, {sym: sym + c * v.width}, self.ranges),
+                offset.xreplace({sym: sym + c * v.width})) for buf, value, offset in stores]
+                for c in range(count)]
+            printer.reduce_together([value for at in shifted for _, value, _ in at])
+            for at in shifted:
+                for buf, value, offset in at:
+                    store = v.store.format(ptr=self.arg_names[buf.name],
+                                           off=self.index(offset), v=printer.expr(value))
+                    inner.add(f"if ({guard}) {store}" if guard else store)
+            scope.add("}")
         if not (start == "0" and stop.isdigit() and int(stop) % v.width == 0):
             scope.add(f"for (; {i} < {stop}; ++{i}) {{")
             self.stores(scope.child(), guard, stores)

@@ -17,7 +17,7 @@ from ..base import Capabilities
 from ..c.contraction import FLAT_K, ContractionEmitter
 from ..c.vector import VectorPrinter
 from ..printer import Scope, recomputed_inside
-from . import element_vectors, interleaved, tile_stores, transposed, window
+from . import element_vectors, interleaved, panel, tile_stores, transposed, window
 from .language import (BARRIER, BUFFER_TYPES, FLOAT, INT, RESERVED_NAMES, RESERVED_PREFIXES,
                        SCALAR_TYPES, VECTOR, Launch, OpenCLSource, stride2_helpers,
                        vector_syntax)
@@ -54,6 +54,10 @@ class OpenCLPrinter(ContractionEmitter):
         self._barrier_loops = schedule.kind == "item"
         if schedule.kind in ("row", "item"):  # several group points (queries) per work-item
             self.group_plan = unroll.split_group(self.kernel, schedule.group_rows or 1)
+        if isinstance(schedule.plan, panel.KeyPanel):  # read like a buffer, in local memory
+            self.buffers[panel.NAME] = schedule.plan.buffer
+            self.arg_names[panel.NAME] = panel.NAME
+            self.row_vectors = schedule.plan.vectors
         if schedule.vector_width not in (None, VECTOR.width) and schedule.kind == "row":
             self.vector = vector_syntax(schedule.vector_width)
         if schedule.kind == "columns":  # padded and stride-2 reads as vectors too
@@ -496,9 +500,17 @@ class OpenCLPrinter(ContractionEmitter):
     def _row(self) -> tuple[str, Launch]:
         k = self.kernel
         index, body = Scope([], 1), Scope([], 1)
-        launch = self.ndrange(self.group_axes(), index)
+        keys = self.sched.plan
+        if isinstance(keys, panel.KeyPanel):
+            assert self.sched.vector_width is not None
+            inner, launch = panel.print_items(self, keys, self.sched.vector_width,
+                                              self.ndrange, index, body)
+        else:
+            inner, launch = body, self.ndrange(self.group_axes(), index)
         launch = Launch(launch.global_size, tuple(1 for _ in launch.global_size))
-        self.group_body(body, vectorize=True)
+        self.group_body(inner, vectorize=True)
+        if inner is not body:
+            body.add("}")
         src = templates.render("opencl", "row_reduce.cl", name=k.name, params=self.params(),
                                width=str(self.sched.vector_width),
                                index="\n".join(index.lines),

@@ -22,6 +22,9 @@ set them.
 - ``row``: one work-item per group point with explicit ``float8`` loops along a contiguous
   reduced axis. A CPU device runs a work-group on one core anyway, so this beats ``group`` there
   (2.4 ms vs 13 ms for a 1024x4096 softmax on PoCL); chosen when the capabilities say so.
+  A staged score row reading its keys along the summed depth (Q Kᵀ with the Transpose of K
+  fused) reads them from a transposed panel in local memory that each work-item fills once for
+  many queries (``panel.py``).
 - ``tiled``: a contraction (GEMM, implicit-GEMM conv, Winograd's batched GEMM, AGO's fused
   pairs) as register tiles of rows x float16 column vectors (contraction*.cl.tmpl), its right
   operand read in place or packed into panels first (``pack``; ``pack_in_tile``: by each column
@@ -56,12 +59,13 @@ from ..base import (PRIVATE, Capabilities, Schedule, check_derived, check_option
                     option_names)
 from ..c.contraction import FLAT_K, flat_reduction
 from ..c.vectorizable import vector_reduction_ok
-from . import element_vectors, interleaved, transposed
+from . import element_vectors, interleaved, panel, transposed
 from .columns import (RegisterTiles, VectorPlan, column_plan, few_registers, opencl_contraction,
                       register_tiles, swapped_plan, swaps_by_default, vector_plan, wide_plan)
 from .element_columns import COLUMNS_LOCAL, columns_or_refuse, opencl_columns
 from .element_vectors import ElementVectors
 from .language import VECTOR
+from .panel import KeyPanel
 from .window import WINDOW_LOCAL, WINDOW_MAX_RUN, WindowPlan, is_pooling, opencl_window
 from .window import scheduled as window_scheduled
 
@@ -173,8 +177,12 @@ class OpenCLSchedule(Schedule):
     interleave: bool | None = None  # 'elementwise': copies as vectors, woven into the stores
     vectors: bool | None = None  # 'elementwise': a vector of points a work-item (on a CPU)
     window_rows: int | None = None  # 'window': rows of the outer axis a work-item owns
+    # 'row' with a staged score row: its keys read from a transposed panel in local memory
+    # (``panel.py``), each work-item computing ``panel_rows`` queries
+    panel: bool | None = None
+    panel_rows: int | None = None
     plan: TilePlan | WindowPlan | TransposedReads | interleaved.Interleaved | ElementVectors | \
-        None = field(default=None, repr=False, compare=False, metadata=PRIVATE)
+        KeyPanel | None = field(default=None, repr=False, compare=False, metadata=PRIVATE)
     # serial reduction loops up to this many points unroll completely ('item')
     unroll_loops: int = field(default=0, metadata=PRIVATE)
     # 'tiled': the constants (weights) a packed operand reads, when it reads nothing else: its
@@ -190,6 +198,8 @@ class OpenCLSchedule(Schedule):
             out["transposed_reads"] = sorted({load.buffer for load in self.plan.loads})
         if isinstance(self.plan, interleaved.Interleaved):  # copies woven into vector stores
             out["interleaved_stores"] = self.plan.factor
+        if isinstance(self.plan, KeyPanel):  # keys transposed once per work-item
+            out["key_panel_reads"] = self.plan.load.buffer
         if isinstance(self.plan, ElementVectors):  # a vector of points a work-item
             out["vector_points"] = self.plan.width
         if isinstance(self.plan, TilePlan):
@@ -256,6 +266,13 @@ def choose(loop: LoopKernel, options: Mapping[str, Any], caps: Capabilities) -> 
             staged = max((w for w in caps.vector_widths if w <= widest),
                          default=caps.vector_widths[-1])
             sched = replace(sched, vector_width=staged if loop.staged else caps.vector_width)
+            keys = panel.choose(loop, caps, rows, staged, options.get("panel"),
+                                options.get("panel_rows")) if loop.staged else None
+            if keys is not None:
+                sched = replace(sched, loop=panel.rewrite(loop, keys), plan=keys, panel=True,
+                                panel_rows=keys.item_rows)
+            elif loop.staged and panel.key_read(loop) is not None:
+                sched = replace(sched, panel=False)
     elif kind == "tiled":
         sched = _tiled(base, tile, local, options.get("pack"), options.get("pack_in_tile"),
                        caps, options.get("group_columns"), options.get("swap_operands"))
@@ -370,6 +387,10 @@ def _check_applies(loop: LoopKernel, kind: str, options: Mapping[str, Any]) -> N
         if options.get(name) is not None and kind != needs:
             raise ValueError(f"{name} applies to the '{needs}' schedule; kernel "
                              f"'{loop.name}' runs '{kind}'")
+    for name in ("panel", "panel_rows"):
+        if options.get(name) is not None and kind != "row":
+            raise ValueError(f"{name} applies to the 'row' schedule; kernel '{loop.name}' "
+                             f"runs '{kind}'")
     if options.get("group_rows") not in (None, 1) and kind not in STAGED_KINDS:
         raise ValueError(f"group_rows applies to the {STAGED_KINDS} schedules; kernel "
                          f"'{loop.name}' runs '{kind}'")
