@@ -22,6 +22,7 @@ runtime, 1.20-1.39x on PoCL, attention at 8x256x64, 12x128x64 and 4x512x64.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import sympy
@@ -158,8 +159,8 @@ def rewrite(loop: LoopKernel, plan: KeyPanel) -> LoopKernel:
     return replace(loop, staged=staged)
 
 
-def print_items(em: CEmitter, plan: KeyPanel, width: int, ndrange: object, index: Scope,
-                body: Scope) -> tuple[Scope, Launch]:
+def print_items(em: CEmitter, plan: KeyPanel, width: int, ndrange: Callable[..., Launch],
+                index: Scope, body: Scope) -> tuple[Scope, Launch]:
     """The NDRange over work-items of ``plan.item_rows`` queries into ``index`` (the printer's
     ``ndrange``), the panel filled into ``body``, and the loop over the work-item's queries
     opened there; returns the loop's body, where the group body goes, and the launch."""
@@ -174,7 +175,7 @@ def print_items(em: CEmitter, plan: KeyPanel, width: int, ndrange: object, index
     em.symbol_names[item] = "kg_item"
     axes = [(item, n // per) if s == outer else (s, n) for s, n in axes]
     index.add(f"__local float {NAME}[{plan.buffer.numel}];")
-    launch = ndrange(axes, index)  # type: ignore[operator]
+    launch = ndrange(axes, index)
     fill(em, plan, width, body)
     if not any(s == item for s, _ in axes):  # the split took the whole axis: one pass
         return body, launch
