@@ -5,7 +5,7 @@ and checked against each other:
 - 'exp twice': the softmax's exp computed by its sum and again by the weights row, where now
   the exp row is staged once per query and both read it (``lower/staging.py``);
 - 'float16': the staged rows in float16 vectors, where a CPU with 16 SIMD registers (AVX2) now
-  takes register-wide ones (``backends/opencl/schedule.py: staged_row_width``);
+  takes register-wide ones (``backends/opencl/staged.py: staged_row_width``);
 - 'before': both undone.
 
 The shapes are the pattern suite's (bench/patterns.py) and the BERT layer's.
@@ -26,7 +26,7 @@ from unittest import mock
 import numpy as np
 
 import kernelgen as kg
-from kernelgen.backends.opencl import schedule
+from kernelgen.backends.opencl import staged
 from kernelgen.lower import staging
 from kernelgen.measure import bench_interleaved
 
@@ -39,8 +39,8 @@ SHAPES = ((8, 256, 64), (12, 128, 64), (4, 512, 64), (4, 128, 64))  # heads, seq
 VARIANTS: dict[str, Callable[[], AbstractContextManager[object]]] = {
     "now": nullcontext,
     "exp twice": partial(mock.patch.object, staging, "SHARE_WITH_ROWS", False),
-    "float16": partial(mock.patch.object, schedule, "staged_row_width",
-                       lambda loop, caps: schedule.STAGED_ROW_WIDTH),
+    "float16": partial(mock.patch.object, staged, "staged_row_width",
+                       lambda loop, caps: staged.STAGED_ROW_WIDTH),
 }
 VARIANTS["before"] = lambda: both(VARIANTS["exp twice"], VARIANTS["float16"])
 

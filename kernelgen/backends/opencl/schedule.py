@@ -59,8 +59,8 @@ from ..base import (PRIVATE, Capabilities, Schedule, check_derived, check_option
                     option_names)
 from ..c.contraction import FLAT_K, flat_reduction
 from ..c.vectorizable import vector_reduction_ok
-from . import element_vectors, interleaved, panel, transposed
-from .columns import (RegisterTiles, VectorPlan, column_plan, few_registers, opencl_contraction,
+from . import element_vectors, interleaved, staged, transposed
+from .columns import (RegisterTiles, VectorPlan, column_plan, opencl_contraction,
                       register_tiles, swapped_plan, swaps_by_default, vector_plan, wide_plan)
 from .element_columns import COLUMNS_LOCAL, columns_or_refuse, opencl_columns
 from .element_vectors import ElementVectors
@@ -83,9 +83,6 @@ GROUP_FEW = 64  # with fewer groups than this, 'item' would leave most SIMD lane
 # terms, and PoCL 3.1's work-group compiler ran for over half an hour on such a kernel (a
 # softmax/pad/reduce-max/softmax chain over 3x3x2, tests/backend/test_opencl_schedules.py)
 GROUP_FEW_REDUCE_MIN = 16
-# A staged 'row' in float16 vectors with fma: 1.4-1.6x float8 (hand-written, attention); the
-# widest the device builds, up to this
-STAGED_ROW_WIDTH = 16
 AGO_MAX_COLUMNS = 64  # widest register tile a fused-producer contraction takes by default
 # The vector operand's producer channels computed together, at most (the largest divisor of
 # the reduction's extent up to this): conv3x3+ReLU -> 1x1, 32 channels at 56x56, hand-edited
@@ -259,20 +256,7 @@ def choose(loop: LoopKernel, options: Mapping[str, Any], caps: Capabilities) -> 
         sched = window_scheduled(base, options.get("window_rows"),
                                  local or min(WINDOW_LOCAL, default_local(caps)), caps)
     elif kind in STAGED_KINDS:
-        rows = unroll.choose_group_rows(loop, options.get("group_rows"), share=kind == "row")
-        sched = replace(base, group_rows=rows if loop.staged else None)
-        if kind == "row":  # the explicit vector loops' width
-            widest = staged_row_width(loop, caps)
-            staged = max((w for w in caps.vector_widths if w <= widest),
-                         default=caps.vector_widths[-1])
-            sched = replace(sched, vector_width=staged if loop.staged else caps.vector_width)
-            keys = panel.choose(loop, caps, rows, staged, options.get("panel"),
-                                options.get("panel_rows")) if loop.staged else None
-            if keys is not None:
-                sched = replace(sched, loop=panel.rewrite(loop, keys), plan=keys, panel=True,
-                                panel_rows=keys.item_rows)
-            elif loop.staged and panel.key_read(loop) is not None:
-                sched = replace(sched, panel=False)
+        sched = replace(base, **staged.decisions(loop, kind, options, caps))
     elif kind == "tiled":
         sched = _tiled(base, tile, local, options.get("pack"), options.get("pack_in_tile"),
                        caps, options.get("group_columns"), options.get("swap_operands"))
@@ -289,19 +273,6 @@ def choose(loop: LoopKernel, options: Mapping[str, Any], caps: Capabilities) -> 
         sched = replace(sched, unroll_loops=ITEM_UNROLL_MAX)
     check_derived(sched, options, DERIVED)
     return sched
-
-
-def staged_row_width(loop: LoopKernel, caps: Capabilities) -> int:
-    """The widest vector of a staged 'row' kernel: ``STAGED_ROW_WIDTH``, or one register's
-    lanes on a CPU with 16 SIMD registers where the staged rows compute reductions of their
-    own (attention's score row: a vector of sums for each of ``group_rows`` queries, which in
-    float16 fill all 16 AVX2 registers). Measured round-robin on PoCL, AMD EPYC (AVX2), 8 queries
-    a work-item: float8 against float16 1.50x (8 heads x 256 x 64), 1.47x (12 x 128 x 64), 1.19x
-    (4 x 128 x 64); a softmax's staged exp row keeps float16 (float8 0.90x at 1536x128 and
-    4096x1024)."""
-    if few_registers(caps) and caps.register_lanes and not shared_terms_only(loop):
-        return min(STAGED_ROW_WIDTH, caps.register_lanes)
-    return STAGED_ROW_WIDTH
 
 
 def _kind(loop: LoopKernel, requested: str | None, tile_explicit: bool,
