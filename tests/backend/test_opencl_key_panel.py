@@ -1,7 +1,7 @@
 """OpenCL's key panel (``kernelgen/backends/opencl/panel.py``): a staged score row whose keys are
 read along the summed depth (Q Kᵀ with the Transpose of K fused) reads them from a transposed
 copy in local memory that each work-item fills once for its queries. Every shape against ONNX's
-reference evaluator: keys, depth and queries that are 1, primes, or not multiples of the
+reference evaluator: keys, depth and queries that are primes or not multiples of the
 vector width (panel blocks cut at both edges), heads of BERT's layout (K read from a
 ``(seq, heads * depth)`` projection) with an additive mask, and every queries-a-work-item choice.
 """
@@ -11,24 +11,13 @@ import numpy as np
 import pytest
 from conftest import assert_close, opencl_caps
 from reference import evaluate_chain
+from test_ago import _key_transposed_attention
 
 import kernelgen as kg
-from kernelgen import backends
+from kernelgen import backends, ops
 from kernelgen.backends.opencl import panel
 
 rng = np.random.default_rng(23)
-
-
-def _attention(batch: int, m: int, d: int, n: int, dv: int) -> tuple[list[kg.Value],
-                                                                    list[kg.Op]]:
-    """softmax(Q Kᵀ * scale) V with K given as (keys, depth) rows."""
-    q, kt, v = (kg.tensor("q", (batch, m, d)), kg.tensor("kt", (batch, n, d)),
-                kg.tensor("v", (batch, n, dv)))
-    k = kg.transpose(kt, [0, 2, 1])
-    s = kg.matmul(q, k)
-    scaled = kg.mul(s, kg.tensor("scale", (1,)))
-    p = kg.softmax(scaled, 2)
-    return [q, kt, v, scaled.inputs[1]], [k, s, scaled, p, kg.matmul(p, v)]
 
 
 def _heads(seq: int, heads: int, depth: int) -> tuple[list[kg.Value], list[kg.Op]]:
@@ -76,12 +65,12 @@ def test_panel_attention_equals_reference(shape: tuple[int, ...]) -> None:
     caps = opencl_caps()
     if not caps.simd_within_work_item:
         pytest.skip("the key panel is a CPU schedule (one work-item a thread)")
-    fused = _check(*_attention(*shape), panel=True)
+    fused = _check(*_key_transposed_attention(*shape), panel=True)
     loop = fused.lower()
-    group_rows = kg.fuse(*_attention(*shape)[1], force=True).emit(
+    group_rows = kg.fuse(*_key_transposed_attention(*shape)[1], force=True).emit(
         "opencl", tuning="none", panel=True).metadata["tunables"]["group_rows"]
     for rows in panel.row_choices(loop, group_rows):  # every queries-a-work-item choice
-        _check(*_attention(*shape), panel=True, panel_rows=rows)
+        _check(*_key_transposed_attention(*shape), panel=True, panel_rows=rows)
 
 
 @pytest.mark.parametrize("seq,heads,depth", [(128, 2, 64), (37, 3, 16), (48, 2, 40)])
@@ -100,15 +89,15 @@ def test_default_takes_the_panel_for_long_heads_only() -> None:
     caps = opencl_caps()
     if not caps.simd_within_work_item:
         pytest.skip("the key panel is a CPU schedule (one work-item a thread)")
-    _, long_ops = _attention(8, 64, 32, 64, 32)
+    _, long_ops = _key_transposed_attention(8, 64, 32, 64, 32)
     meta = kg.fuse(*long_ops, force=True).emit("opencl", tuning="none").metadata
     assert meta["tunables"]["panel"] is True and meta["key_panel_reads"] == "kt"
     units = caps.compute_units or 1
     assert 8 * 64 // meta["tunables"]["panel_rows"] >= min(8, panel.ITEMS_PER_UNIT * units)
-    _, few_ops = _attention(1, 6, 16, 64, 8)
+    _, few_ops = _key_transposed_attention(1, 6, 16, 64, 8)
     meta = kg.fuse(*few_ops, force=True).emit("opencl", tuning="none").metadata
     assert meta["tunables"]["panel"] is False and "key_panel_reads" not in meta
-    deep = kg.fuse(*_attention(1, 256, 4096, 64, 8)[1], force=True)  # a 1.3 MB panel
+    deep = kg.fuse(*_key_transposed_attention(1, 256, 4096, 64, 8)[1], force=True)  # a 1.3 MB panel
     avx2 = backends.get("opencl").for_device("cpu-avx2")  # 512 KiB of local memory
     assert deep.emit(avx2, tuning="none").metadata["tunables"]["panel"] is False
     with pytest.raises(ValueError, match=r"panel needs 1310720 bytes of local memory for the "
@@ -118,7 +107,7 @@ def test_default_takes_the_panel_for_long_heads_only() -> None:
 
 def test_bad_panel_options_name_the_problem() -> None:
     opencl_caps()
-    fused = kg.fuse(*_attention(1, 32, 16, 64, 8)[1], force=True)
+    fused = kg.fuse(*_key_transposed_attention(1, 32, 16, 64, 8)[1], force=True)
     with pytest.raises(ValueError, match=r"panel_rows must be one of \[.*32\].*got 5"):
         fused.emit("opencl", tuning="none", panel=True, panel_rows=5)
     with pytest.raises(ValueError, match="panel applies to the 'row' schedule"):
@@ -132,3 +121,6 @@ def test_bad_panel_options_name_the_problem() -> None:
     plain = kg.fuse(s, p, kg.matmul(p, v), force=True)
     with pytest.raises(ValueError, match="panel needs a staged score row reading its keys"):
         plain.emit("opencl", tuning="none", schedule="row", panel=True)
+    rows = kg.fuse(ops.reduce_op("ReduceSum", kg.tensor("x", (64, 256)), [1], 1))
+    with pytest.raises(ValueError, match="panel needs a staged score row reading its keys"):
+        rows.emit("opencl", tuning="none", schedule="row", panel=True)  # nothing staged

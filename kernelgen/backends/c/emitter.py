@@ -262,6 +262,24 @@ class CEmitter(Emitter):
     # two of V's columns per weight)
     row_vectors = 1
 
+    def _vectors_a_step(self, n: int, several: bool) -> list[int]:
+        """The vectors a step of the vector loops over ``n`` points take, in order: with
+        ``several``, ``row_vectors`` first (where the axis holds that many), then one."""
+        assert self.vector is not None
+        vectors = self.row_vectors if several and n >= self.row_vectors * self.vector.width \
+            else 1
+        return sorted({vectors, 1}, reverse=True)
+
+    def _shifted(self, values: Sequence[Expr], sym: sympy.Symbol, count: int
+                 ) -> list[list[Expr]]:
+        """``values`` for each vector ``c`` of a step of ``count`` vectors along ``sym``: at
+        the lanes ``c * width`` on (``sym`` shifted; ``c`` = 0 as they are)."""
+        assert self.vector is not None
+        w = self.vector.width
+        return [list(values) if c == 0 else
+                [specialise(x, {sym: sym + c * w}, self.ranges) for x in values]
+                for c in range(count)]
+
     def stage_rows(self, rows: Sequence[Staged], scope: Scope, vectorize: bool) -> None:
         """Compute staged producer rows of one extent (one per group point of the work-item)
         into arrays of the group body (``lower/staging.py``), in one loop: with ``vectorize``, as
@@ -285,17 +303,12 @@ class CEmitter(Emitter):
             for st in rows:
                 self._hoist_invariants(st.value, sym, scope)
             scope.add(f"{self.index_t} {var} = 0;")
-            vectors = self.row_vectors if not transposed and n >= self.row_vectors * v.width \
-                else 1
-            for count in sorted({vectors, 1}, reverse=True):
+            for count in self._vectors_a_step(n, not transposed):
                 step = count * v.width
                 scope.add(f"for (; {var} + {step} <= {n}; {var} += {step}) {{")
                 inner = scope.child()
                 printer = VectorPrinter(self, sym, var, inner, v, transposed=transposed)
-                # vector c of the step: the row's value at lanes c * width on
-                shifted = [[st.value if c == 0 else specialise(
-                    st.value, {sym: sym + c * v.width}, self.ranges) for st in rows]
-                    for c in range(count)]
+                shifted = self._shifted([st.value for st in rows], sym, count)
                 printer.reduce_together([value for values in shifted for value in values])
                 for c, values in enumerate(shifted):
                     off = var if c == 0 else f"{var} + {c * v.width}"
@@ -462,22 +475,18 @@ class CEmitter(Emitter):
         scope.add(f"{self.index_t} {i} = {start};")
         reduces = any(isinstance(node, Reduce) for _, value, _ in stores
                       for node in walk(value))
-        vectors = self.row_vectors if reduces and n >= self.row_vectors * v.width else 1
-        for count in sorted({vectors, 1}, reverse=True):
+        for count in self._vectors_a_step(n, reduces):
             step = count * v.width
             scope.add(f"for (; {i} + {step} <= {stop}; {i} += {step}) {{")
             inner = scope.child()
             printer = VectorPrinter(self, sym, i, inner, v)
-            # vector c of the step: the stores at lanes c * width on
-            shifted = [[(buf, value, offset) if c == 0 else (
-                buf, specialise(value, {sym: sym + c * v.width}, self.ranges),
-                offset.xreplace({sym: sym + c * v.width})) for buf, value, offset in stores]
-                for c in range(count)]
-            printer.reduce_together([value for at in shifted for _, value, _ in at])
-            for at in shifted:
-                for buf, value, offset in at:
-                    store = v.store.format(ptr=self.arg_names[buf.name],
-                                           off=self.index(offset), v=printer.expr(value))
+            shifted = self._shifted([value for _, value, _ in stores], sym, count)
+            printer.reduce_together([value for values in shifted for value in values])
+            for c, values in enumerate(shifted):
+                for (buf, _, offset), value in zip(stores, values):
+                    at = offset.xreplace({sym: sym + c * v.width})
+                    store = v.store.format(ptr=self.arg_names[buf.name], off=self.index(at),
+                                           v=printer.expr(value))
                     inner.add(f"if ({guard}) {store}" if guard else store)
             scope.add("}")
         if not (start == "0" and stop.isdigit() and int(stop) % v.width == 0):

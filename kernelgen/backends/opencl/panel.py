@@ -74,7 +74,9 @@ def key_read(loop: LoopKernel) -> tuple[Load, sympy.Symbol, Axis, int] | None:
     sum, contiguous along the sum's axis and strided along the row, unguarded, and free of the
     innermost group axis (the queries, whose work-items share it). Returns it with the row's
     symbol, the sum's axis and the row's extent."""
-    split = loop.domain[loop.group[-1]][0] if loop.group else None
+    if not loop.group:
+        return None
+    split = loop.domain[loop.group[-1]][0]
     allowed = {s for g, (s, _) in enumerate(loop.domain) if g in loop.group and s != split}
     for st in loop.staged:
         for node in walk(st.value):
@@ -109,13 +111,14 @@ def default_rows(loop: LoopKernel, group_rows: int, caps: Capabilities) -> int:
     return max((m for m in choices if others * (n // m) >= wanted), default=choices[0])
 
 
-def choose(loop: LoopKernel, caps: Capabilities, group_rows: int, width: int,
-           requested: bool | None, rows: int | None) -> KeyPanel | None:
-    """The panel a 'row' kernel reads its keys from, or None. By default on a CPU (a work-item
-    a thread) where the panel fits the device's local memory and a work-item takes at least
-    ``MIN_ROWS`` queries; ``requested`` True asks for it (``ValueError`` naming why it cannot),
-    False refuses it; ``rows`` sets the queries a work-item takes."""
-    found = key_read(loop) if loop.group else None
+def choose(loop: LoopKernel, found: tuple[Load, sympy.Symbol, Axis, int] | None,
+           caps: Capabilities, group_rows: int, width: int, requested: bool | None,
+           rows: int | None) -> KeyPanel | None:
+    """The panel a 'row' kernel reads its keys (``found``: ``key_read(loop)``) from, or None.
+    By default on a CPU (a work-item a thread) where the panel fits the device's local memory
+    and a work-item takes at least ``MIN_ROWS`` queries; ``requested`` True asks for it
+    (``ValueError`` naming why it cannot), False refuses it; ``rows`` sets the queries a
+    work-item takes."""
     why = None
     if found is None:
         why = ("needs a staged score row reading its keys along the summed depth "
@@ -212,4 +215,4 @@ def fill(em: CEmitter, plan: KeyPanel, width: int, scope: Scope) -> None:
         scope.add(f"for ({t} kg_r = {r_start}; kg_r < {r_stop}; ++kg_r)")
         scope.add(f"for ({t} kg_d = {d_start}; kg_d < {d_stop}; ++kg_d)")
         scope.child().add(f"{NAME}[kg_d * {plan.stride} + kg_r] = "
-                          f"{em.arg_names[plan.load.buffer]}[{value}];")
+                          f"{em.buffer_load(em.buffers[plan.load.buffer], value)};")

@@ -353,15 +353,11 @@ def _check_applies(loop: LoopKernel, kind: str, options: Mapping[str, Any]) -> N
         raise ValueError(f"unroll applies to the 'elementwise' schedule; kernel "
                          f"'{loop.name}' runs '{kind}'")
     for name, needs in (("interleave", "elementwise"), ("vectors", "elementwise"),
-                        ("window_rows", "window"),
+                        ("window_rows", "window"), ("panel", "row"), ("panel_rows", "row"),
                         ("group_columns", "tiled"), ("swap_operands", "tiled")):
         if options.get(name) is not None and kind != needs:
             raise ValueError(f"{name} applies to the '{needs}' schedule; kernel "
                              f"'{loop.name}' runs '{kind}'")
-    for name in ("panel", "panel_rows"):
-        if options.get(name) is not None and kind != "row":
-            raise ValueError(f"{name} applies to the 'row' schedule; kernel '{loop.name}' "
-                             f"runs '{kind}'")
     if options.get("group_rows") not in (None, 1) and kind not in STAGED_KINDS:
         raise ValueError(f"group_rows applies to the {STAGED_KINDS} schedules; kernel "
                          f"'{loop.name}' runs '{kind}'")

@@ -30,12 +30,13 @@ def decisions(loop: LoopKernel, kind: str, options: Mapping[str, Any], caps: Cap
     widest = staged_row_width(loop, caps)  # the explicit vector loops' width
     width = max((w for w in caps.vector_widths if w <= widest), default=caps.vector_widths[-1])
     fields["vector_width"] = width if loop.staged else caps.vector_width
-    keys = panel.choose(loop, caps, rows, width, options.get("panel"),
-                        options.get("panel_rows")) if loop.staged else None
+    found = panel.key_read(loop)
+    keys = panel.choose(loop, found, caps, rows, width, options.get("panel"),
+                        options.get("panel_rows"))
     if keys is not None:
         fields.update(loop=panel.rewrite(loop, keys), plan=keys, panel=True,
                       panel_rows=keys.item_rows)
-    elif loop.staged and panel.key_read(loop) is not None:
+    elif found is not None:
         fields["panel"] = False
     return fields
 
