@@ -23,7 +23,7 @@ from dataclasses import replace
 import sympy
 
 from ..dtypes import DType
-from ..ir.expr import (Call, Expr, IndexCond, Load, Reduce, free_index_symbols, rebuild,
+from ..ir.expr import (Call, Const, Expr, IndexCond, Load, Reduce, free_index_symbols, rebuild,
                        transform, walk)
 from ..ir.loop import Buffer, LoopKernel, Staged, Store, inline_staged
 from ..ir.substitute import specialise
@@ -34,6 +34,7 @@ from .passes import hoist
 # longer than this stay recomputed rather than risk the stack.
 STAGE_MAX = 4096
 SHARE_WITH_ROWS = True  # bench/attention_exp.py switches it off to time the kernels before
+NORMALISE_AFTER_SUMS = True  # likewise (bench/attention_panel.py)
 
 
 def _canonical(node: Expr, names: dict[sympy.Symbol, sympy.Symbol], prefix: str) -> Expr:
@@ -173,7 +174,97 @@ def _stage_weights(kernel: LoopKernel, keys: frozenset, staged: list[Staged]) ->
         return Reduce(node.dtype, node.kind, transform(node.body, term), node.axes)
 
     stores = tuple(Store(st.buffer, transform(st.value, visit)) for st in kernel.stores)
-    return _share_with_rows(_rehoist(replace(kernel, stores=stores), keys, staged), keys)
+    shared = _share_with_rows(_rehoist(replace(kernel, stores=stores), keys, staged), keys)
+    return _normalise_after_sums(shared, keys)
+
+
+def _normalise_after_sums(kernel: LoopKernel, keys: frozenset) -> LoopKernel:
+    """A staged row of softmax weights, ``W[r] = E[r] / sum(E)`` with ``E`` a staged row
+    ``exp(u - max(u))``, that only per-element sums ``sum_r W[r] X[r]`` read, folded into them:
+    ``(sum_r E[r] X[r]) / sum(E)``, one multiply an output element instead of a pass over the
+    row and a row of its own (attention's P V reads the exps; the hand-written panel kernel's
+    form). Rounding moves by an ulp or so; values do not otherwise change, since ``E <= 1``
+    and ``sum(E) >= 1``: the unnormalised sum overflows only where ``|X|`` exceeds the float
+    range over the row's length, and a NaN or infinity in ``E`` or ``X`` reaches the output
+    either way."""
+    if not NORMALISE_AFTER_SUMS:
+        return kernel
+    for w in kernel.staged:
+        found = _weights_of(kernel, w)
+        if found is None:
+            continue
+        exps, scale = found
+        done: list[bool] = []
+
+        def fold(node: Expr, recurse: object, w: Staged = w, exps: Staged = exps,
+                 scale: Expr = scale) -> Expr | None:
+            if isinstance(node, Load) and node.buffer == w.buffer.name:
+                done.append(False)  # a read of the weights outside such a sum: keep them
+                return node
+            if not (isinstance(node, Reduce) and node.kind == "sum" and len(node.axes) == 1
+                    and isinstance(node.body, Call) and node.body.fn == "mul"):
+                return None
+            (axis, _), = node.axes
+            weight = Load(DType.float32, w.buffer.name, axis)
+            args = node.body.args
+            if weight not in args or any(
+                    isinstance(n, Load) and n.buffer == w.buffer.name
+                    for a in args if a != weight for n in walk(a)):
+                return None
+            done.append(True)
+            body = Call(node.body.dtype, "mul", tuple(
+                Load(DType.float32, exps.buffer.name, axis) if a == weight else a
+                for a in args))
+            return Call(node.dtype, "mul", (Reduce(node.dtype, "sum", body, node.axes), scale))
+
+        stores = tuple(Store(st.buffer, transform(st.value, fold)) for st in kernel.stores)
+        in_rows = any(isinstance(n, Load) and n.buffer == w.buffer.name
+                      for st in kernel.staged for n in walk(st.value))
+        if done and all(done) and not in_rows:
+            rest = [st for st in kernel.staged if st is not w]
+            kernel, rows = _numbered(replace(kernel, stores=stores), rest)
+            return _normalise_after_sums(_rehoist(kernel, keys, rows), keys)
+    return kernel
+
+
+def _weights_of(kernel: LoopKernel, w: Staged) -> tuple[Staged, Expr] | None:
+    """For a staged row ``w`` of ``E[row] * (1 / sum(E))`` (or ``E[row] / sum(E)``) where
+    ``E`` is a staged row ``exp(u - max(u))`` over the same points: ``E`` and the factor
+    ``1 / sum(E)``, else None."""
+    value = w.value
+    if not isinstance(value, Call) or value.fn not in ("mul", "div") or len(value.args) != 2:
+        return None
+    rows = {st.buffer.name: st for st in kernel.staged}
+    for k, arg in enumerate(value.args):
+        if not (isinstance(arg, Load) and arg.buffer in rows and arg.offset == w.row) or \
+                (value.fn == "div" and k != 0):
+            continue
+        exps, other = rows[arg.buffer], value.args[1 - k]
+        total = other if value.fn == "div" else (
+            other.args[1] if isinstance(other, Call) and other.fn == "div"
+            and other.args[0] == Const(DType.float32, 1.0) else None)
+        if not (isinstance(total, Reduce) and total.kind == "sum" and len(total.axes) == 1
+                and total.body == Load(DType.float32, exps.buffer.name, total.axes[0][0])
+                and _bounded_by_one(exps, kernel.ranges)):
+            return None
+        scale = Call(DType.float32, "div", (Const(DType.float32, 1.0), total)) \
+            if value.fn == "div" else other
+        return exps, scale
+    return None
+
+
+def _bounded_by_one(st: Staged, ranges: dict) -> bool:
+    """Whether the staged row is ``exp(u[row] - max_r u[r])``: at most 1 at every point."""
+    e = st.value
+    if not (isinstance(e, Call) and e.fn == "exp" and isinstance(e.args[0], Call)
+            and e.args[0].fn == "sub"):
+        return False
+    u, top = e.args[0].args
+    if not (isinstance(top, Reduce) and top.kind == "max" and len(top.axes) == 1):
+        return False
+    (axis, n), = top.axes
+    return n == st.buffer.shape[0] and \
+        specialise(top.body, {axis: st.row}, {**ranges, st.row: n}) == u
 
 
 def _share_with_rows(kernel: LoopKernel, keys: frozenset) -> LoopKernel:

@@ -48,7 +48,7 @@ static inline float kg_vmaxvq_f32(float32x4_t v)
 //   in1: input 'k' float32[8, 10]
 //   in2: input 'v' float32[10, 4]
 //   out0: output 'y' float32[16, 4]
-void kg_fused_matmul_softmax_matmul_4f3fbeb96914(const float* restrict in0,
+void kg_fused_matmul_softmax_matmul_5ac7894cb498(const float* restrict in0,
         const float* restrict in1,
         const float* restrict in2,
         float* restrict out0)
@@ -237,41 +237,24 @@ void kg_fused_matmul_softmax_matmul_4f3fbeb96914(const float* restrict in0,
             const float t136 = kg_stage1_1[i134];
             acc133 = acc133 + t136;
         }
-        float kg_stage2_0[10];
-        float kg_stage2_1[10];
-        const float t138 = 1.0f / acc128;
-        const float t139 = 1.0f / acc133;
-        int j137 = 0;
-        for (; j137 + 4 <= 10; j137 += 4) {
-            const float32x4_t v140 = vld1q_f32(kg_stage1_0 + j137);
-            const float32x4_t v141 = vmulq_f32(v140, vdupq_n_f32(t138));
-            vst1q_f32(kg_stage2_0 + j137, v141);
-            const float32x4_t v142 = vld1q_f32(kg_stage1_1 + j137);
-            const float32x4_t v143 = vmulq_f32(v142, vdupq_n_f32(t139));
-            vst1q_f32(kg_stage2_1 + j137, v143);
-        }
-        for (int j144 = j137; j144 < 10; ++j144) {
-            const float t145 = kg_stage1_0[j144];
-            const float t146 = t145 * t138;
-            kg_stage2_0[j144] = t146;
-            const float t147 = kg_stage1_1[j144];
-            const float t148 = t147 * t139;
-            kg_stage2_1[j144] = t148;
-        }
         for (int o1 = 0; o1 < 4; ++o1) {
-            float acc149 = 0.0f;
-            float acc150 = 0.0f;
-            for (int r151 = 0; r151 < 10; ++r151) {
-                const float t152 = kg_stage2_0[r151];
-                const float t153 = in2[4 * r151 + o1];
-                const float t154 = t152 * t153;
-                acc149 = acc149 + t154;
-                const float t155 = kg_stage2_1[r151];
-                const float t156 = t155 * t153;
-                acc150 = acc150 + t156;
+            float acc137 = 0.0f;
+            float acc138 = 0.0f;
+            for (int r139 = 0; r139 < 10; ++r139) {
+                const float t140 = kg_stage1_0[r139];
+                const float t141 = in2[4 * r139 + o1];
+                const float t142 = t140 * t141;
+                acc137 = acc137 + t142;
+                const float t143 = kg_stage1_1[r139];
+                const float t144 = t143 * t141;
+                acc138 = acc138 + t144;
             }
-            out0[8 * o0 + o1] = acc149;
-            out0[8 * o0 + o1 + 4] = acc150;
+            const float t145 = 1.0f / acc128;
+            const float t146 = acc137 * t145;
+            out0[8 * o0 + o1] = t146;
+            const float t147 = 1.0f / acc133;
+            const float t148 = acc138 * t147;
+            out0[8 * o0 + o1 + 4] = t148;
         }
     }
 }

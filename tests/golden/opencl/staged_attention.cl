@@ -66,24 +66,18 @@ __kernel void fused_matmul_softmax_matmul(__global const float* restrict q,
         const float t37 = kg_stage1[r36];
         acc35 = acc35 + t37;
     }
-    float kg_stage2[10];
-    for (int j38 = 0; j38 < 10; ++j38) {
-        const float t39 = kg_stage1[j38];
-        const float t40 = 1.0f / acc35;
-        const float t41 = t39 * t40;
-        kg_stage2[j38] = t41;
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
     for (int o1 = 0; o1 < 4; ++o1) {
-        float acc42 = 0.0f;
+        float acc38 = 0.0f;
         _Pragma("unroll")
-        for (int r43 = 0; r43 < 10; ++r43) {
-            const float t44 = kg_stage2[r43];
-            const float t45 = v[4 * r43 + o1];
-            const float t46 = t44 * t45;
-            acc42 = acc42 + t46;
+        for (int r39 = 0; r39 < 10; ++r39) {
+            const float t40 = kg_stage1[r39];
+            const float t41 = v[4 * r39 + o1];
+            const float t42 = t40 * t41;
+            acc38 = acc38 + t42;
         }
-        if (in_range) y[4 * o0 + o1] = acc42;
+        const float t43 = 1.0f / acc35;
+        const float t44 = acc38 * t43;
+        if (in_range) y[4 * o0 + o1] = t44;
         barrier(CLK_LOCAL_MEM_FENCE);
     }
 }

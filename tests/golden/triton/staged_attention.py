@@ -23,7 +23,7 @@ def kg_max(a, b):
 #   in2: input 'v' float32[10, 4]
 #   out0: output 'y' float32[16, 4]
 @triton.jit
-def kg_fused_matmul_softmax_matmul_3048f39819b8(in0,
+def kg_fused_matmul_softmax_matmul_1dd46ccef7ae(in0,
         in1,
         in2,
         out0,
@@ -74,20 +74,16 @@ def kg_fused_matmul_softmax_matmul_3048f39819b8(in0,
     live40 = j39 < 10
     t41 = stage38
     red42 = tl.sum(tl.where(live40, t41, 0.0), axis=0)
-    j43 = tl.arange(0, 16)
-    j43_live = j43 < 10
-    t44 = stage38
-    t45 = tl.div_rn(1.0, red42)
-    t46 = (t44 * t45)
-    stage47 = tl.where(j43_live, t46, 0.0)
-    for base48 in range(0, 4, BLOCK_E):
-        p49 = base48 + tl.arange(0, BLOCK_E)
-        p49_live = p49 < 4
-        o1 = p49
-        j51 = tl.arange(0, 16)[:, None]
-        live52 = tl.where(j51 < 10, p49_live[None, :], False)
-        t53 = stage47[:, None]
-        t54 = tl.load(in2 + (4 * j51 + o1[None, :] + tl.zeros([16, BLOCK_E], tl.int32)), mask=live52, other=0)
-        t55 = (t53 * t54)
-        red56 = tl.sum(tl.where(live52, t55, 0.0), axis=0)
-        tl.store(out0 + (4 * o0 + o1), red56, mask=p49_live)
+    for base43 in range(0, 4, BLOCK_E):
+        p44 = base43 + tl.arange(0, BLOCK_E)
+        p44_live = p44 < 4
+        o1 = p44
+        j46 = tl.arange(0, 16)[:, None]
+        live47 = tl.where(j46 < 10, p44_live[None, :], False)
+        t48 = stage38[:, None]
+        t49 = tl.load(in2 + (4 * j46 + o1[None, :] + tl.zeros([16, BLOCK_E], tl.int32)), mask=live47, other=0)
+        t50 = (t48 * t49)
+        red51 = tl.sum(tl.where(live47, t50, 0.0), axis=0)
+        t52 = tl.div_rn(1.0, red42)
+        t53 = (red51 * t52)
+        tl.store(out0 + (4 * o0 + o1), t53, mask=p44_live)
