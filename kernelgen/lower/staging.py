@@ -17,7 +17,7 @@ both read it (``stage_shared_terms``; OpenCL 'row' on PoCL, 1024x4096: 2.6 again
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 import sympy
@@ -34,7 +34,7 @@ from .passes import hoist
 # longer than this stay recomputed rather than risk the stack.
 STAGE_MAX = 4096
 SHARE_WITH_ROWS = True  # bench/attention_exp.py switches it off to time the kernels before
-NORMALISE_AFTER_SUMS = True  # likewise (bench/attention_panel.py)
+NORMALISE_AFTER_SUMS = True  # False: P V reads a row of weights (the form before)
 
 
 def _canonical(node: Expr, names: dict[sympy.Symbol, sympy.Symbol], prefix: str) -> Expr:
@@ -182,49 +182,54 @@ def _normalise_after_sums(kernel: LoopKernel, keys: frozenset) -> LoopKernel:
     """A staged row of softmax weights, ``W[r] = E[r] / sum(E)`` with ``E`` a staged row
     ``exp(u - max(u))``, that only per-element sums ``sum_r W[r] X[r]`` read, folded into them:
     ``(sum_r E[r] X[r]) / sum(E)``, one multiply an output element instead of a pass over the
-    row and a row of its own (attention's P V reads the exps; the hand-written panel kernel's
-    form). Rounding moves by an ulp or so; values do not otherwise change, since ``E <= 1``
-    and ``sum(E) >= 1``: the unnormalised sum overflows only where ``|X|`` exceeds the float
-    range over the row's length, and a NaN or infinity in ``E`` or ``X`` reaches the output
-    either way."""
+    row and a row of its own (attention's P V reads the exps, as the hand-written panel kernel
+    of bench/attention_panel.py does). Rounding moves by an ulp or so; nothing else changes,
+    since ``E <= 1`` and ``sum(E) >= 1``: the unnormalised sum overflows only where ``|X|``
+    comes within the row's length of the float range, and a NaN or infinity in ``E`` or
+    ``X`` reaches the output either way. Unbounded weights (no max subtracted) keep their
+    row."""
     if not NORMALISE_AFTER_SUMS:
         return kernel
     for w in kernel.staged:
         found = _weights_of(kernel, w)
-        if found is None:
-            continue
-        exps, scale = found
-        done: list[bool] = []
-
-        def fold(node: Expr, recurse: object, w: Staged = w, exps: Staged = exps,
-                 scale: Expr = scale) -> Expr | None:
-            if isinstance(node, Load) and node.buffer == w.buffer.name:
-                done.append(False)  # a read of the weights outside such a sum: keep them
-                return node
-            if not (isinstance(node, Reduce) and node.kind == "sum" and len(node.axes) == 1
-                    and isinstance(node.body, Call) and node.body.fn == "mul"):
-                return None
-            (axis, _), = node.axes
-            weight = Load(DType.float32, w.buffer.name, axis)
-            args = node.body.args
-            if weight not in args or any(
-                    isinstance(n, Load) and n.buffer == w.buffer.name
-                    for a in args if a != weight for n in walk(a)):
-                return None
-            done.append(True)
-            body = Call(node.body.dtype, "mul", tuple(
-                Load(DType.float32, exps.buffer.name, axis) if a == weight else a
-                for a in args))
-            return Call(node.dtype, "mul", (Reduce(node.dtype, "sum", body, node.axes), scale))
-
-        stores = tuple(Store(st.buffer, transform(st.value, fold)) for st in kernel.stores)
-        in_rows = any(isinstance(n, Load) and n.buffer == w.buffer.name
-                      for st in kernel.staged for n in walk(st.value))
-        if done and all(done) and not in_rows:
+        stores = _folded_stores(kernel, w, *found) if found is not None else None
+        if stores is not None:
             rest = [st for st in kernel.staged if st is not w]
             kernel, rows = _numbered(replace(kernel, stores=stores), rest)
             return _normalise_after_sums(_rehoist(kernel, keys, rows), keys)
     return kernel
+
+
+def _folded_stores(kernel: LoopKernel, w: Staged, exps: Staged, scale: Expr
+                   ) -> tuple[Store, ...] | None:
+    """The stores with every ``sum_r W[r] * X[r]`` of the weights row ``w`` made
+    ``sum_r E[r] * X[r] * scale``; None where anything else reads ``w`` (a staged row, or
+    the stores outside such a sum)."""
+    if any(isinstance(n, Load) and n.buffer == w.buffer.name
+           for st in kernel.staged for n in walk(st.value)):
+        return None
+    folds: list[bool] = []  # one entry per read of w: folded or not
+
+    def fold(node: Expr, recurse: object) -> Expr | None:
+        if isinstance(node, Load) and node.buffer == w.buffer.name:
+            folds.append(False)
+            return node
+        if not (isinstance(node, Reduce) and node.kind == "sum" and len(node.axes) == 1
+                and isinstance(node.body, Call) and node.body.fn == "mul"):
+            return None
+        (axis, _), = node.axes
+        weight = Load(DType.float32, w.buffer.name, axis)
+        args = node.body.args
+        if weight not in args or any(isinstance(n, Load) and n.buffer == w.buffer.name
+                                     for a in args if a != weight for n in walk(a)):
+            return None
+        folds.append(True)
+        body = Call(node.body.dtype, "mul", tuple(
+            Load(DType.float32, exps.buffer.name, axis) if a == weight else a for a in args))
+        return Call(node.dtype, "mul", (Reduce(node.dtype, "sum", body, node.axes), scale))
+
+    stores = tuple(Store(st.buffer, transform(st.value, fold)) for st in kernel.stores)
+    return stores if folds and all(folds) else None
 
 
 def _weights_of(kernel: LoopKernel, w: Staged) -> tuple[Staged, Expr] | None:
@@ -245,6 +250,7 @@ def _weights_of(kernel: LoopKernel, w: Staged) -> tuple[Staged, Expr] | None:
             and other.args[0] == Const(DType.float32, 1.0) else None)
         if not (isinstance(total, Reduce) and total.kind == "sum" and len(total.axes) == 1
                 and total.body == Load(DType.float32, exps.buffer.name, total.axes[0][0])
+                and total.axes[0][1] == exps.buffer.shape[0]
                 and _bounded_by_one(exps, kernel.ranges)):
             return None
         scale = Call(DType.float32, "div", (Const(DType.float32, 1.0), total)) \
@@ -253,7 +259,7 @@ def _weights_of(kernel: LoopKernel, w: Staged) -> tuple[Staged, Expr] | None:
     return None
 
 
-def _bounded_by_one(st: Staged, ranges: dict) -> bool:
+def _bounded_by_one(st: Staged, ranges: Mapping[sympy.Symbol, int]) -> bool:
     """Whether the staged row is ``exp(u[row] - max_r u[r])``: at most 1 at every point."""
     e = st.value
     if not (isinstance(e, Call) and e.fn == "exp" and isinstance(e.args[0], Call)

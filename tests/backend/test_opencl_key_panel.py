@@ -7,6 +7,8 @@ vector width (panel blocks cut at both edges), heads of BERT's layout (K read fr
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from conftest import assert_close, opencl_caps
@@ -16,6 +18,8 @@ from test_ago import _key_transposed_attention
 import kernelgen as kg
 from kernelgen import backends, ops
 from kernelgen.backends.opencl import panel
+from kernelgen.fastrun import FastRunDB
+from kernelgen.tune import tune
 
 rng = np.random.default_rng(23)
 
@@ -124,3 +128,27 @@ def test_bad_panel_options_name_the_problem() -> None:
     rows = kg.fuse(ops.reduce_op("ReduceSum", kg.tensor("x", (64, 256)), [1], 1))
     with pytest.raises(ValueError, match="panel needs a staged score row reading its keys"):
         rows.emit("opencl", tuning="none", schedule="row", panel=True)  # nothing staged
+
+
+def test_tuner_searches_the_panel(tmp_path) -> None:
+    """The tuner's space holds the row schedule without the panel and with it for every
+    queries-a-work-item choice; each candidate runs and matches the interpreter, and the
+    winner is one of them. A device without room for the panel is offered none of it."""
+    caps = opencl_caps()
+    if not caps.simd_within_work_item:
+        pytest.skip("the key panel is a CPU schedule (one work-item a thread)")
+    fused = kg.fuse(*_key_transposed_attention(2, 16, 13, 37, 5)[1], force=True)
+    loop = fused.lower()
+    space = backends.get("opencl").search_space(loop)
+    options = [c.as_options() for c in space]
+    rows = {o["panel_rows"] for o in options if o.get("panel") is True}
+    group_rows = fused.emit("opencl", tuning="none", panel=True).metadata["tunables"][
+        "group_rows"]
+    assert {"schedule": "row", "panel": False} in options and 16 in rows and \
+        rows == set(panel.row_choices(loop, group_rows))
+    result = tune(loop, "opencl", db=FastRunDB(tmp_path / "db"), repeat=2, budget_s=math.inf)
+    assert all(c.status == "ok" for c in result.candidates), [c.status for c in result.candidates]
+    assert result.best in space
+    deep = kg.fuse(*_key_transposed_attention(1, 256, 4096, 64, 8)[1], force=True).lower()
+    avx2 = backends.get("opencl").for_device("cpu-avx2")
+    assert not any(c.as_options().get("panel") for c in avx2.search_space(deep))

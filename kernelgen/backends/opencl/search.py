@@ -8,7 +8,9 @@ from ...lower.contraction import operand_has_reduction
 from ..base import Capabilities, Config
 from .columns import few_registers, opencl_contraction, register_tiles, swapped_plan
 from .element_columns import opencl_columns
+from . import panel
 from .schedule import row_vectorizable
+from .staged import staged_row_width
 from .transposed import tile_plan
 from .window import is_pooling, opencl_window
 
@@ -56,9 +58,10 @@ def search_space(loop: LoopKernel, caps: Capabilities) -> list[Config]:
                 *(Config.of(**t.as_options(), **way) for t in tiles[:5] for way in ways),
                 *(Config.of(**t.as_options(), pack=False) for t in tiles[5:])]
     if loop.staged:  # a staged row is one work-item's array; queries a work-item share loads
+        row = row_vectorizable(loop, caps)
         staged = [Config.of(schedule="row", group_rows=r) for r in
-                  unroll.group_row_choices(loop)] if row_vectorizable(loop, caps) else []
-        return [Config.of(), *staged,
+                  unroll.group_row_choices(loop)] if row else []
+        return [Config.of(), *staged, *(panels(loop, caps) if row else []),
                 *(Config.of(schedule="item", local_size=ls) for ls in (256, 64) if ls <= most)]
     kinds: list[str | None] = [None]
     if loop.hoisted:
@@ -80,3 +83,22 @@ def search_space(loop: LoopKernel, caps: Capabilities) -> list[Config]:
         configs += [Config.of(local_size=ls, unroll=p)
                     for p in (*plans[1:3], unroll.none(loop)) for ls in (256, 1024) if ls <= most]
     return configs
+
+
+def panels(loop: LoopKernel, caps: Capabilities) -> list[Config]:
+    """Where a staged score row reads its keys along the depth (``panel.key_read``): the row
+    schedule without the key panel, and with it for each number of queries a work-item may
+    take (``panel_rows``) at the default ``group_rows``; none where the panel cannot fit the
+    device's local memory."""
+    found = panel.key_read(loop)
+    if found is None:
+        return []
+    rows = unroll.choose_group_rows(loop, None, share=True)
+    width = max(w for w in caps.vector_widths if w <= staged_row_width(loop, caps))
+    try:
+        panel.choose(loop, found, caps, rows, width, True, None)
+    except ValueError:  # too few keys, or no room in local memory
+        return [Config.of(schedule="row", panel=False)]
+    return [Config.of(schedule="row", panel=False),
+            *(Config.of(schedule="row", panel=True, panel_rows=r)
+              for r in panel.row_choices(loop, rows))]
