@@ -4,6 +4,9 @@ and with its own panel (``backends/opencl/panel.py``, the default), and onnxrunt
 run: the experiment behind the generated panel and the measure of what it still lacks
 (docs/benchmarks.md, "Attention with K transposed into a panel").
 
+The generated kernel is also timed with P V reading a row of weights ``E / sum(E)`` (the form
+before ``lower/staging.py``'s ``_normalise_after_sums``).
+
 With ``panel=False`` the fused kernel computes each score as a dot product along the depth,
 folded across the lanes, one work-item per 8 queries. Here one work-item takes a whole head:
 
@@ -34,6 +37,7 @@ import numpy as np
 import kernelgen as kg
 from kernelgen.backends.opencl import placement
 from kernelgen.backends.opencl import runtime as cl_runtime
+from kernelgen.lower import staging
 from kernelgen.measure import round_robin, runner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -188,9 +192,14 @@ def row(shape: tuple[int, int, int], rounds: int, repeat: int, pad: int, phases:
     fused = kg.fuse(*p.ops, force=True)
     run_ort, want = ort_runner(p)
     runs: dict[str, Callable[[], object]] = {}
-    # the generated kernel: with its keys' dot products, and reading them from its own panel
-    for name, options in (("row schedule", {"panel": False}), ("generated panel", {})):
-        kernel = fused.emit("opencl", **options)
+    # the generated kernel: with its keys' dot products, reading them from its own panel, and
+    # that with P V reading a row of weights E / sum(E) (before staging._normalise_after_sums)
+    for name, options, normalise in (("row schedule", {"panel": False}, True),
+                                     ("generated panel", {}, True),
+                                     ("generated panel, weights row", {}, False)):
+        staging.NORMALISE_AFTER_SUMS = normalise
+        kernel = kg.fuse(*p.ops, force=True).emit("opencl", **options)
+        staging.NORMALISE_AFTER_SUMS = True
         args = [p.arrays.get(x.name, kernel.constants.get(x.name)) for x in fused.inputs]
         np.testing.assert_allclose(kernel(*args), want, rtol=2e-4, atol=2e-5)
         runs[name] = runner(kernel, *args)
@@ -211,7 +220,9 @@ def row(shape: tuple[int, int, int], rounds: int, repeat: int, pad: int, phases:
            "row schedule / panel": round(ms["row schedule"] / ms["panel"], 2),
            "onnxruntime / generated panel": round(ms["onnxruntime"] / ms["generated panel"], 2),
            "row schedule / generated panel": round(
-               ms["row schedule"] / ms["generated panel"], 2)}
+               ms["row schedule"] / ms["generated panel"], 2),
+           "weights row / generated panel": round(
+               ms["generated panel, weights row"] / ms["generated panel"], 2)}
     print(json.dumps(out), flush=True)
     return out
 

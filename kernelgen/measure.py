@@ -71,16 +71,19 @@ def _chain(kernels: Any) -> list[Kernel]:
                         f"{kernels!r:.60}")
 
 
-def runner(kernels: Kernel | Sequence[Kernel] | Program, *inputs: np.ndarray
-           ) -> Callable[[], None]:
+def runner(kernels: Kernel | Sequence[Kernel] | Program, *inputs: np.ndarray,
+           placement: str | None = None) -> Callable[[], None]:
     """A zero-argument callable that runs ``kernels`` (one kernel, a chain wired by buffer
     name, or a ``Program``) on device-resident copies of ``inputs`` and waits for the last one.
     Buffers are allocated once, here, and the launches bound to them (``Runtime.bound``, as a
     compiled model runs them); the first launch (compilation happens there) too. Where the
     runtime places its worker threads (OpenCL on PoCL), the placement under which these
-    runs are fastest is chosen here and applied before each run, as a compiled model does
-    (``KERNELGEN_OPENCL_PLACEMENT=off`` leaves them to the OS). This is the callable to hand
-    to pytest-benchmark's ``benchmark`` fixture."""
+    runs are fastest is chosen here, or ``placement`` is taken, and applied before each run,
+    as a compiled model does (``KERNELGEN_OPENCL_PLACEMENT=off`` leaves them to the OS); the
+    callable's ``placement`` attribute names it (None where nothing is placed). Runners timed
+    in turns should share one placement: moving the workers between two runs cost a 12 us
+    channel shuffle 0.03-0.1 ms on PoCL (``bench/patterns.py`` gives its copy kernel the
+    pattern's). This is the callable to hand to pytest-benchmark's ``benchmark`` fixture."""
     chain = _chain(kernels)
     if len({k.backend for k in chain}) != 1:
         raise ArgumentError("bench: every kernel of a chain must come from the same backend")
@@ -116,13 +119,17 @@ def runner(kernels: Kernel | Sequence[Kernel] | Program, *inputs: np.ndarray
     run_once()
     # the runtime's worker threads placed as these runs are fastest, as a compiled model's
     # are (graph/executor.py, ``warm_up``): on PoCL, Linux left both workers on one core
-    placed = runtime.choose_placement(run_once) if hasattr(runtime, "choose_placement") else None
+    placed = None
+    if hasattr(runtime, "choose_placement"):
+        placed = placement or runtime.choose_placement(run_once)
     if placed is None:
+        run_once.placement = None  # type: ignore[attr-defined]
         return run_once
 
     def run_placed() -> None:
         runtime.place(placed)  # type: ignore[attr-defined]  # another runner placed them
         run_once()
+    run_placed.placement = placed  # type: ignore[attr-defined]
     return run_placed
 
 

@@ -125,3 +125,23 @@ def test_benchmark_runners_place_the_workers_as_a_model(released: None) -> None:
         else [{cores[-1]}] * len(workers)
     assert [os.sched_getaffinity(t) for t in workers] == expected
     assert device().waits.poll_runs == placement.polls(mine)
+
+
+def test_benchmark_runners_take_a_given_placement(released: None) -> None:
+    """``runner(..., placement=...)`` takes the placement it is given (a runner timed in
+    turns with another shares the other's) without timing any; the callable names it, and
+    an unknown name is refused."""
+    from kernelgen.measure import runner
+    kernel = kg.fuse(kg.relu(kg.tensor("x", (4099,)))).emit("opencl")
+    x = rng.standard_normal(4099).astype(np.float32)
+    with mock.patch.object(placement, "choose", side_effect=AssertionError("timed")):
+        run = runner(kernel, x, placement="packed")
+    np.testing.assert_array_equal(kernel(x), np.maximum(x, 0))
+    assert run.placement == "packed"  # type: ignore[attr-defined]
+    run()
+    if placement._workers is not None:  # PoCL's workers, once found
+        cores = sorted(os.sched_getaffinity(0))
+        assert [os.sched_getaffinity(t) for t in placement._workers] == \
+            [{cores[-1]}] * len(placement._workers)
+    with pytest.raises(ValueError, match="unknown placement of PoCL's workers 'sideways'"):
+        runner(kernel, x, placement="sideways")()

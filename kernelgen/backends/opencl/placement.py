@@ -84,6 +84,9 @@ def place(placement: str) -> None:
     Nothing when none were found, or when they are placed so already. (Whether the host
     polls is the runtime's: ``polls``.)"""
     global _applied, _workers
+    if placement not in PLACEMENTS:
+        raise ValueError(f"unknown placement of PoCL's workers '{placement}'; known: "
+                         + ", ".join(f"'{p}'" for p in PLACEMENTS))
     with _lock:
         if _workers is None or placement == _applied:
             return
