@@ -280,8 +280,8 @@ def measure(p: Pattern, rounds: int, repeat: int) -> dict[str, object]:
     copy = copy_kernel(biggest, backend="opencl")
     copy_bytes = 2 * 4 * int(np.prod(biggest))
     ours = runner(kernel, *arrays)
-    # the copy under the pattern's placement of PoCL's workers: moving them between the two
-    # runs of each round made either side up to 0.1 ms slower (kernelgen/measure.py, runner)
+    # the copy under the pattern's placement of PoCL's workers, so that the two runs of a
+    # round do not move the workers back and forth (kernelgen/measure.py, runner)
     runs = {"kernelgen": ours,
             "copy": runner(copy, p.arrays[next(n for n, a in p.arrays.items()
                                                if a.shape == biggest)],

@@ -81,9 +81,9 @@ def runner(kernels: Kernel | Sequence[Kernel] | Program, *inputs: np.ndarray,
     runs are fastest is chosen here, or ``placement`` is taken, and applied before each run,
     as a compiled model does (``KERNELGEN_OPENCL_PLACEMENT=off`` leaves them to the OS); the
     callable's ``placement`` attribute names it (None where nothing is placed). Runners timed
-    in turns should share one placement: moving the workers between two runs cost a 12 us
-    channel shuffle 0.03-0.1 ms on PoCL (``bench/patterns.py`` gives its copy kernel the
-    pattern's). This is the callable to hand to pytest-benchmark's ``benchmark`` fixture."""
+    in turns should share one placement, or each run first moves the workers back
+    (``bench/patterns.py`` gives its copy kernel the pattern's). This is the callable to hand
+    to pytest-benchmark's ``benchmark`` fixture."""
     chain = _chain(kernels)
     if len({k.backend for k in chain}) != 1:
         raise ArgumentError("bench: every kernel of a chain must come from the same backend")
