@@ -71,8 +71,8 @@ def test_panel_attention_equals_reference(shape: tuple[int, ...]) -> None:
         pytest.skip("the key panel is a CPU schedule (one work-item a thread)")
     fused = _check(*_key_transposed_attention(*shape), panel=True)
     loop = fused.lower()
-    group_rows = kg.fuse(*_key_transposed_attention(*shape)[1], force=True).emit(
-        "opencl", tuning="none", panel=True).metadata["tunables"]["group_rows"]
+    group_rows = fused.emit("opencl", tuning="none", panel=True).metadata["tunables"][
+        "group_rows"]
     for rows in panel.row_choices(loop, group_rows):  # every queries-a-work-item choice
         _check(*_key_transposed_attention(*shape), panel=True, panel_rows=rows)
 

@@ -8,9 +8,8 @@ from ...lower.contraction import operand_has_reduction
 from ..base import Capabilities, Config
 from .columns import few_registers, opencl_contraction, register_tiles, swapped_plan
 from .element_columns import opencl_columns
-from . import panel
+from . import panel, staged
 from .schedule import row_vectorizable
-from .staged import staged_row_width
 from .transposed import tile_plan
 from .window import is_pooling, opencl_window
 
@@ -89,16 +88,13 @@ def panels(loop: LoopKernel, caps: Capabilities) -> list[Config]:
     """Where a staged score row reads its keys along the depth (``panel.key_read``): the row
     schedule without the key panel, and with it for each number of queries a work-item may
     take (``panel_rows``) at the default ``group_rows``; none where the panel cannot fit the
-    device's local memory."""
-    found = panel.key_read(loop)
-    if found is None:
+    device's local memory (the schedule's own decision, ``staged.decisions``, refuses it)."""
+    if panel.key_read(loop) is None:
         return []
-    rows = unroll.choose_group_rows(loop, None, share=True)
-    width = max(w for w in caps.vector_widths if w <= staged_row_width(loop, caps))
+    off = Config.of(schedule="row", panel=False)
     try:
-        panel.choose(loop, found, caps, rows, width, True, None)
+        fields = staged.decisions(loop, "row", {"panel": True}, caps)
     except ValueError:  # too few keys, or no room in local memory
-        return [Config.of(schedule="row", panel=False)]
-    return [Config.of(schedule="row", panel=False),
-            *(Config.of(schedule="row", panel=True, panel_rows=r)
-              for r in panel.row_choices(loop, rows))]
+        return [off]
+    return [off, *(Config.of(schedule="row", panel=True, panel_rows=r)
+                   for r in panel.row_choices(loop, fields["group_rows"]))]
