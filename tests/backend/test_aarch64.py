@@ -121,6 +121,19 @@ def test_neon_kernels_on_aarch64(tmp_path: Path) -> None:
     inputs.append([feeds["x"], feeds["w"]])
     wants.append(evaluate_chain(gelu, feeds)[gelu[-1].name])
     names.append("gemm-gelu-vector-epilogue")
+    # remapped reads as 4 x 4 register-transposed tiles (vtrnq_f32), sides cut by primes:
+    # a 2-D transpose with its bias and NCHW -> NHWC
+    for shape, perm in (((37, 29), (1, 0)), ((2, 13, 7, 11), (0, 2, 3, 1))):
+        x = rng.standard_normal(shape).astype(np.float32)
+        t = kg.transpose(kg.tensor("x", shape), perm)
+        b = rng.standard_normal(t.shape[-1]).astype(np.float32)
+        biased = kg.add(t, kg.tensor("b", b.shape))
+        kernel = kg.fuse(t, biased, kg.relu(biased)).emit("neon", tuning="none")
+        assert kernel.metadata["transposed_reads"] == ["x"]
+        kernels.append(kernel)
+        inputs.append([x, b])
+        wants.append(np.maximum(np.transpose(x, perm) + b, 0))
+        names.append(f"transposed-tiles-{len(shape)}d")
 
     exe = aarch64.build_harness(kernels, tmp_path)
     results = aarch64.run(exe, kernels, inputs, tmp_path, cpu="cortex-a53")

@@ -139,3 +139,25 @@ def test_step_two_slice_deinterleaves() -> None:
     kernel = kg.fuse(*ops).emit("neon", tuning="none")
     assert "vld2q_f32(" in kernel.source
     _check(kernel, ops, feeds)
+
+
+def test_small_maps_with_long_windows_run_threaded() -> None:
+    """Few output elements but many operations (a depthwise 3x3/2 conv of ReLU6 to 576x7x7:
+    28224 elements, 9 taps each) run on OpenMP threads; as few elements of an elementwise
+    kernel stay on one; both equal the reference."""
+    require("neon")
+    rng = np.random.default_rng(11)
+    x = kg.tensor("x", (1, 576, 14, 14))
+    w = (rng.standard_normal((576, 1, 3, 3)) / 3).astype(np.float32)
+    six = kg.clip(x, 0.0, 6.0)
+    conv = kg.conv(six, kg.constant("w", w), pads=[1, 1, 1, 1], strides=[2, 2], group=576)
+    feeds = {"x": 4 * rng.standard_normal((1, 576, 14, 14)).astype(np.float32)}
+    kernel = kg.fuse(six, conv).emit("neon", tuning="none", algorithm="direct")
+    assert kernel.metadata["schedule"] == "row" and "#pragma omp parallel" in kernel.source
+    assert_close(kernel(feeds["x"], w), evaluate_chain([six, conv], {**feeds, "w": w})[conv.name])
+    y = kg.tensor("y", (576, 49))
+    relu = kg.relu(y)
+    small = kg.fuse(relu).emit("neon", tuning="none")
+    assert "#pragma omp parallel" not in small.source
+    ys = rng.standard_normal((576, 49)).astype(np.float32)
+    assert_close(small(ys), np.maximum(ys, 0))

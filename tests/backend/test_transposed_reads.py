@@ -1,7 +1,8 @@
 """Fused blocks that read an input along another axis than the output's contiguous one (a
 transpose, NCHW<->NHWC, a reshape around a transpose): equal to NumPy on every backend, on
-awkward shapes; on OpenCL they run as register-transposed tiles (``backends/opencl/
-transposed.py``), chosen from the composed index maps' strides, with tails cut by primes."""
+awkward shapes; on OpenCL and NEON C they run as register-transposed tiles
+(``backends/c/transposed_tile.py``), chosen from the composed index maps' strides, with tails
+cut by primes."""
 from __future__ import annotations
 
 import numpy as np
@@ -65,6 +66,41 @@ def test_every_tile_width_equals_numpy(tile: tuple[int, int]) -> None:
     assert_close(kernel(*(arrays[t.name] for t in fused.inputs)), want)
 
 
+@pytest.mark.parametrize("shape,perm", PERMUTATIONS)
+def test_neon_tiles_where_both_axes_hold_a_vector(shape: tuple[int, ...],
+                                                  perm: tuple[int, ...]) -> None:
+    """NEON C takes 4 x 4 tiles (vtrnq_f32) where both axes span four points, and runs one
+    point at a time with ``tile=(1, 1)``; both equal NumPy."""
+    require("neon")
+    fused, arrays, want = _transpose_add_relu(shape, perm)
+    inputs = [arrays[t.name] for t in fused.inputs]
+    kernel = fused.emit("neon", tuning="none")
+    tiled = min(shape[p] for p in (perm[-1], len(shape) - 1)) >= 4
+    assert (kernel.metadata["tunables"].get("tile") == (4, 4)) == tiled
+    assert ("kg_vtranspose4_f32(" in kernel.source) == tiled, kernel.source
+    if tiled:
+        assert kernel.metadata["transposed_reads"] == ["x"]
+    points = fused.emit("neon", tuning="none", tile=(1, 1))
+    assert "kg_vtranspose4_f32(" not in points.source
+    assert_close(kernel(*inputs), want)
+    assert_close(points(*inputs), want)
+
+
+@pytest.mark.parametrize("shape,tile,words", [
+    ((16, 16), (8, 8), r"\(4, 4\), transposing"),
+    ((16, 16), (4, 8), r"\(4, 4\), transposing"),
+    ((3, 16), (4, 4), "no such read"),
+])
+def test_neon_bad_tiles_are_refused_with_the_kernel_named(shape: tuple[int, int],
+                                                          tile: tuple[int, int],
+                                                          words: str) -> None:
+    require("neon")
+    fused, _, _ = _transpose_add_relu(shape, (1, 0))
+    with pytest.raises(ValueError, match=words) as info:
+        fused.emit("neon", tuning="none", tile=tile)
+    assert "fused_transpose_add_relu" in str(info.value)
+
+
 def test_two_inputs_read_transposed_and_two_outputs(backend: str) -> None:
     """Both inputs are read along the rows, and two outputs are stored from one tile."""
     rng = np.random.default_rng(3)
@@ -78,8 +114,8 @@ def test_two_inputs_read_transposed_and_two_outputs(backend: str) -> None:
     got = run(backend, fused, *(arrays[t.name] for t in fused.inputs))
     assert_close(got[0], x.T + y.T)
     assert_close(got[1], x.T * y.T)
-    if backend == "opencl":
-        facts = fused.emit("opencl", tuning="none").metadata
+    if backend in ("opencl", "neon"):
+        facts = fused.emit(backend, tuning="none").metadata
         assert facts["transposed_reads"] == ["x", "y"]
 
 
@@ -99,8 +135,8 @@ def test_reads_along_different_axes_stay_point_by_point(backend: str) -> None:
     arrays = {"x": x, "y": y, "z": z}
     (got,) = run(backend, fused, *(arrays[t.name] for t in fused.inputs))
     assert_close(got, np.transpose(x, (1, 2, 0)) + y + np.transpose(z, (2, 0, 1)))
-    if backend == "opencl":
-        assert "tile" not in fused.emit("opencl", tuning="none").metadata["tunables"]
+    if backend in ("opencl", "neon"):
+        assert "tile" not in fused.emit(backend, tuning="none").metadata["tunables"]
 
 
 def test_channel_shuffle_reads_rows_contiguously(backend: str) -> None:
@@ -116,8 +152,8 @@ def test_channel_shuffle_reads_rows_contiguously(backend: str) -> None:
     (got,) = run(backend, fused, x)
     want = np.maximum(x.reshape(n, g, c // g, h, w).transpose(0, 2, 1, 3, 4).reshape(x.shape), 0)
     assert_close(got, want)
-    if backend == "opencl":
-        assert "tile" not in fused.emit("opencl", tuning="none").metadata["tunables"]
+    if backend in ("opencl", "neon"):
+        assert "tile" not in fused.emit(backend, tuning="none").metadata["tunables"]
 
 
 def test_float16_transposes_point_by_point(backend: str) -> None:
@@ -125,8 +161,8 @@ def test_float16_transposes_point_by_point(backend: str) -> None:
     fused, arrays, want = _transpose_add_relu((17, 19), (1, 0), "float16")
     (got,) = run(backend, fused, *(arrays[t.name] for t in fused.inputs))
     assert_close(got, want, "float16")
-    if backend == "opencl":
-        assert "tile" not in fused.emit("opencl", tuning="none").metadata["tunables"]
+    if backend in ("opencl", "neon"):
+        assert "tile" not in fused.emit(backend, tuning="none").metadata["tunables"]
 
 
 @pytest.mark.parametrize("options,words", [

@@ -354,9 +354,10 @@ def read_transposed(em: Emitter, v: VectorSyntax, scope: Scope, load: Load,
     registers: one vector along the ``rows`` symbol (from its start) per lane of the ``lanes``
     symbol (from its base), then the square's columns composed lane by lane. Column ``c`` is
     the load at row ``start + c`` as a vector along the lanes. Declares both in ``scope`` and
-    returns the columns' names. LLVM turns the composition into shuffles; an explicit network
-    of two-vector shuffles (log2(width) stages) measured no faster on PoCL (transposed score
-    rows and a fused 2048^2 transpose, 9 and 5 rounds)."""
+    returns the columns' names (expressions). LLVM turns the composition into shuffles; an
+    explicit network of two-vector shuffles (log2(width) stages) measured no faster on PoCL
+    (transposed score rows and a fused 2048^2 transpose, 9 and 5 rounds). A backend whose
+    vectors take no lane composition (NEON intrinsics) gives its network as ``transpose``."""
     (lane_sym, base), (row_sym, start) = lanes, rows
     ptr = em.arg_names[load.buffer]
     vectors = []
@@ -364,6 +365,11 @@ def read_transposed(em: Emitter, v: VectorSyntax, scope: Scope, load: Load,
         vectors.append(em.fresh("row"))
         off = em.index(load.offset.xreplace({lane_sym: base + lane, row_sym: start}))
         scope.add(f"const {v.vtype} {vectors[-1]} = {v.load.format(ptr=ptr, off=off)};")
+    if v.transpose:  # the backend's shuffle network (NEON: vtrnq_f32 and vcombine_f32)
+        square = em.fresh("cols")
+        scope.add(f"const {v.transposed_type} {square} = "
+                  f"{v.transpose.format(', '.join(vectors))};")
+        return [f"{square}.val[{c}]" for c in range(v.width)]
     columns = [em.fresh("col") for _ in vectors]
     for c, name in enumerate(columns):
         composed = ", ".join(v.lane.format(v=vector, j=c) for vector in vectors)

@@ -46,6 +46,10 @@ class VectorSyntax:
     fma: str = ""                   # {0} * {1} + {2} fused ('' = none)
     lane: str = ""                  # lane {j} (an int) of vector {v} ('' = none)
     compose: str = ""               # a vector from comma-separated lane values {0} ('' = none)
+    # a square of ``width`` vectors {0} (comma-separated) transposed at once, as a value of
+    # ``transposed_type`` whose ``.val[c]`` is column c ('' = columns composed from lanes)
+    transpose: str = ""
+    transposed_type: str = ""
     # Sums of neighbouring lanes, for dot products along a reduction ('' = none): ``pair_sum``
     # the vector of {0}'s pair sums, then {1}'s; ``half_sum`` {0}'s pair sums as a vector of
     # ``half_type``; ``join`` two such halves as one vector

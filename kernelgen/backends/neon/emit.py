@@ -14,6 +14,7 @@ from .. import templates
 from ..base import Capabilities
 from ..c.contraction import ContractionEmitter
 from ..printer import Scope
+from . import transposed
 from .language import BUFFER_TYPES, FLOAT, INT, SCALAR_TYPES, VECTOR, NeonSource, c_name, helpers
 from .schedule import NeonSchedule
 
@@ -92,6 +93,12 @@ class NeonPrinter(ContractionEmitter):
         if self.sched.kind == "tiled":
             return self._finish(self._tiled())
         body = Scope([], 1)
+        if self.sched.transposed is not None:  # transposed tiles: their own loops
+            transposed.print_kernel(self, self.sched.transposed,
+                                    PARALLEL_FOR if self.sched.threads else None, body)
+            return self._finish(templates.render("neon", "function.c", name="KG_FN",
+                                                 params=self.params(),
+                                                 body="\n".join(body.lines)))
         parallel = self.group_axes()
         threads = self.sched.threads
         pragma = PARALLEL_FOR

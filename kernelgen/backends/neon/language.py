@@ -35,10 +35,19 @@ FLOAT: dict[str, Any] = {
     "neg": "-{0}",
     **{f: {dt: f"{n}({{0}})" for dt, n in _per_dtype(f).items()} for f in _UNARY_F},
     "abs": {dt: f"{n}({{0}})" for dt, n in _per_dtype("fabs").items()},
-    # NaN propagates, as in NumPy's maximum and ONNX Max, Relu, Clip (fmax would drop it)
-    "max": "((({0} > {1}) | isnan({0})) ? {0} : {1})",
-    "min": "((({0} < {1}) | isnan({0})) ? {0} : {1})",
-    **BY_NUMBER,  # by a number other than NaN (c/emitter.py)
+    # NaN propagates, as in NumPy's maximum and ONNX Max, Relu, Clip (fmax would drop it):
+    # float32 by the vector unit's FMAX/FMIN on one lane (kg_maxf, kg_minf: no branch), a Max
+    # or Min by a number (c/emitter.py's BY_NUMBER) the number first
+    "max": {DType.float32: "kg_maxf({0}, {1})",
+            DType.float64: "((({0} > {1}) | isnan({0})) ? {0} : {1})"},
+    "min": {DType.float32: "kg_minf({0}, {1})",
+            DType.float64: "((({0} < {1}) | isnan({0})) ? {0} : {1})"},
+    "max_number": {DType.float32: "kg_maxf({1}, {0})", DType.float64: BY_NUMBER["max_number"]},
+    "min_number": {DType.float32: "kg_minf({1}, {0})", DType.float64: BY_NUMBER["min_number"]},
+    "max_zero": {DType.float32: "(kg_maxf({1}, {0}) + {1})",
+                 DType.float64: BY_NUMBER["max_zero"]},
+    "min_zero": {DType.float32: "(kg_minf({1}, {0}) + {1})",
+                 DType.float64: BY_NUMBER["min_zero"]},
     "pow": {dt: f"{n}({{0}}, {{1}})" for dt, n in _per_dtype("pow").items()},
     "fmod": {dt: f"{n}({{0}}, {{1}})" for dt, n in _per_dtype("fmod").items()},
     "rsqrt": {DType.float32: "1.0f / sqrtf({0})", DType.float64: "1.0 / sqrt({0})"},
@@ -85,6 +94,7 @@ VECTOR = VectorSyntax(
     fma="vfmaq_f32({2}, {0}, {1})",
     pair_sum="vpaddq_f32({0}, {1})", half_sum="vpadd_f32(vget_low_f32({0}), vget_high_f32({0}))",
     half_type="float32x2_t", join="vcombine_f32({0}, {1})",
+    transpose="kg_vtranspose4_f32({0})", transposed_type="float32x4x4_t",
     lane_ints="kg_vlanes_s32({first}, {step})", select_mask="vbslq_u32({0}, {1}, {2})",
     sign_masks={">=": "vcgeq_s32({0}, vdupq_n_s32(0))", ">": "vcgtq_s32({0}, vdupq_n_s32(0))",
                 "<=": "vcleq_s32({0}, vdupq_n_s32(0))", "<": "vcltq_s32({0}, vdupq_n_s32(0))"},
@@ -144,6 +154,10 @@ def helpers() -> dict[str, str]:
         out[f"kg_v{f}vq_f32"] = templates.render("neon", "vextremum.c", name=f"kg_v{f}vq_f32",
                                                  native=f"v{f}vq_f32", pairwise=f"v{f}q_f32")
     out["kg_vlanes_s32"] = templates.render("neon", "vlanes.c")
+    for f, kind in (("max", "Max"), ("min", "Min")):
+        out[f"kg_{f}f"] = templates.render("neon", "scalar_extremum.c", name=f"kg_{f}f",
+                                           kind=kind, native=f"v{f}q_f32")
+    out["kg_vtranspose4_f32"] = templates.render("neon", "vtranspose4.c")
     for f in ("pow", "fmod"):
         out[f"kg_v_{f}f"] = templates.render("neon", "lanewise2.c", name=f"kg_v_{f}f",
                                              fn=f"{f}f")

@@ -28,16 +28,21 @@ from ...ir.expr import free_index_symbols
 from ...ir.loop import LoopKernel
 from ...lower import unroll
 from ...lower.contraction import Contraction, contraction, operand_buffers, operand_has_reduction
+from ...lower.transpose import TransposedReads
 from ...shapes import prod
 from ..base import (PRIVATE, Capabilities, Config, Schedule, check_derived, check_options,
                     option_names)
 from ..c.contraction import FLAT_K, flat_reduction
 from ..c.vectorizable import columns_plan as vector_columns_plan, vectorizable
+from . import transposed
 from .language import VECTOR
 
 KINDS = ("elementwise", "tiled", "columns", "row")
-# Below this many output elements a kernel runs on one thread (OpenMP start-up costs more).
+# Below this many output elements a kernel runs on one thread (OpenMP start-up costs more),
+# unless it computes this many operations (a reduction per element): a depthwise 3x3/2 conv of
+# ReLU6 to 576x7x7 (28224 elements, 1.0 M operations) ran 0.18 ms on 2 threads, 0.34 on one
 PARALLEL_MIN_ELEMENTS = 1 << 15
+PARALLEL_MIN_OPERATIONS = 1 << 18
 CHUNK = 1 << 14  # elements per parallel chunk of a 1-D elementwise kernel
 DEFAULT_TILE = (4, 8)
 AGO_MAX_COLUMNS = 64  # an AGO producer's consumer takes one column tile up to this many
@@ -72,6 +77,9 @@ class NeonSchedule(Schedule):
     pack_panels: int = field(default=0, metadata=PRIVATE)
     row_block: int = field(default=0, metadata=PRIVATE)
     threads: bool = field(default=False, metadata=PRIVATE)  # OpenMP over the parallel axes
+    # 'elementwise' with remapped reads: 4 x 4 register-transposed tiles (``transposed.py``)
+    transposed: TransposedReads | None = field(default=None, repr=False, compare=False,
+                                               metadata=PRIVATE)
     chunk: int = field(default=CHUNK, metadata=PRIVATE)  # a 1-D kernel's elements a chunk
 
     def facts(self) -> dict[str, Any]:
@@ -79,6 +87,8 @@ class NeonSchedule(Schedule):
         k, c = self.loop, self.contraction
         if k.staged:  # each staged producer row once per group point (lower/staging.py)
             out.update(staged_rows=[st.buffer.name for st in k.staged], producer_redundancy=1.0)
+        if self.transposed is not None:  # read along rows, transposed in registers
+            out["transposed_reads"] = sorted({load.buffer for load in self.transposed.loads})
         if c is not None and self.tile is not None:
             # the buffers the right operand (the one packed, if any) reads
             out.update(producer_redundancy=_recomputed(k, c, self.tile, bool(self.pack)),
@@ -102,14 +112,16 @@ def choose(loop: LoopKernel, options: Mapping[str, Any], caps: Capabilities) -> 
         raise ValueError(f"kernel '{loop.name}': NEON schedule must be one of {KINDS}, "
                          f"got {requested!r}")
     tile = options.get("tile")
-    if tile is not None and (len(tile) != 2 or tile[0] < 1 or tile[1] < 4 or tile[1] % 4):
+    if tile is not None and (len(tile) != 2 or tile[0] < 1 or tile[1] < 4 or tile[1] % 4) \
+            and tuple(tile) != (1, 1):  # (1, 1): an elementwise kernel without transposed tiles
         raise ValueError(f"NEON tiles need (rows >= 1, columns a multiple of 4), got {tile}")
     kib = options.get("pack_block_kib")
     if kib is not None and kib < 1:
         raise ValueError(f"kernel '{loop.name}': pack_block_kib must be at least 1, got {kib}")
     base = NeonSchedule("row", "int64_t" if loop.needs_long_index else "int", loop,
                         vector_width=caps.vector_width,
-                        threads=loop.numel >= PARALLEL_MIN_ELEMENTS)
+                        threads=loop.numel >= PARALLEL_MIN_ELEMENTS or
+                        loop.flops() >= PARALLEL_MIN_OPERATIONS)
     c = contraction(loop) if requested in (None, "tiled") else None
     if requested == "tiled" and c is None:
         raise ValueError("schedule 'tiled' needs a contraction (one sum of a product of "
@@ -120,14 +132,15 @@ def choose(loop: LoopKernel, options: Mapping[str, Any], caps: Capabilities) -> 
                              f"'{loop.name}' runs 'tiled'")
         sched = _tiled(base, c, tile, options.get("pack"), kib)
     else:
-        sched = _untiled(base, requested, options.get("group_rows"))
+        sched = _untiled(base, requested, options.get("group_rows"), tile)
     check_derived(sched, options, DERIVED)
     return sched
 
 
-def _untiled(base: NeonSchedule, requested: str | None, group_rows: int | None
-             ) -> NeonSchedule:
-    """'columns', 'row' or 'elementwise', and the loop each prints."""
+def _untiled(base: NeonSchedule, requested: str | None, group_rows: int | None,
+             tile: tuple[int, ...] | None = None) -> NeonSchedule:
+    """'columns', 'row' or 'elementwise', and the loop each prints; an elementwise kernel with
+    remapped reads as transposed tiles (``tile`` (4, 4), the default, or (1, 1): none)."""
     loop = base.loop
     # a contraction takes the tiles: no need to plan columns for it
     columns = columns_plan(loop) if requested in (None, "columns") else None
@@ -144,6 +157,19 @@ def _untiled(base: NeonSchedule, requested: str | None, group_rows: int | None
         kind, printed = "elementwise", replace(loop, group=tuple(range(len(loop.domain) - 1)))
     if requested == "elementwise" and kind != "elementwise":
         raise ValueError(f"kernel '{loop.name}' reduces: it cannot run 'elementwise'")
+    if kind == "elementwise":
+        found = transposed.plan(loop)
+        if tile is not None and tuple(tile) not in ((1, 1), (4, 4)) or \
+                found is None and tile is not None and tuple(tile) != (1, 1):
+            raise ValueError(
+                f"kernel '{loop.name}': an elementwise tile on NEON is (4, 4), transposing an "
+                f"input read along another axis than the output's contiguous one in "
+                f"registers, or (1, 1) for none; " + (
+                    f"got {tuple(tile)}" if found is not None else
+                    f"this kernel has no such read in a vector form (or an axis shorter than "
+                    f"4), got tile {tuple(tile)}"))
+        if found is not None and (tile is None or tuple(tile) == (4, 4)):
+            return replace(base, kind=kind, tile=(4, 4), transposed=found)
     # a staged kernel's 'row' schedule: several group points (queries) per iteration
     rows = unroll.choose_group_rows(printed, group_rows, share=True)
     return replace(base, kind=kind, loop=printed, group_rows=rows if loop.staged else None)
@@ -228,4 +254,6 @@ def search_space(loop: LoopKernel) -> list[Config]:
     if loop.staged:  # queries per iteration, sharing the loads of keys and values
         return [Config.of(), *(Config.of(group_rows=r)
                                for r in unroll.group_row_choices(loop))]
+    if transposed.plan(loop) is not None:  # transposed tiles, or one point at a time
+        return [Config.of(), Config.of(tile=(1, 1))]
     return [Config.of()]  # nothing else to tune (the vector width is the hardware's)

@@ -1,10 +1,8 @@
-"""The register-transposed tile of an elementwise kernel (``lower/transpose.py``): a work-item
-covers width x width points of the output's contiguous axis (the lanes) and the axis a remapped
-input is contiguous along (the rows). Each remapped input is read as ``width`` vectors along the
-rows, one per lane; per row, the vector along the lanes is composed from one lane of each, and
-the stores are computed and written as vectors, so reads and writes are both whole vectors.
-Tiles cut by the end of either axis run point by point. When it applies and with which width
-(``choose``, for ``schedule.choose``), and how it is printed (``print_kernel``).
+"""The register-transposed tile of an elementwise kernel (``lower/transpose.py``,
+``c/transposed_tile.py``) on OpenCL: a work-item covers width x width points of the output's
+contiguous axis (the lanes) and the axis a remapped input is contiguous along (the rows). When
+it applies and with which width (``choose``, for ``schedule.choose``), and the NDRange over the
+tiles (``print_kernel``).
 """
 from __future__ import annotations
 
@@ -14,13 +12,12 @@ from typing import Any
 import sympy
 
 from ...dtypes import DType
-from ...ir.expr import Expr
 from ...ir.loop import LoopKernel
 from ...lower import unroll
 from ...lower.transpose import TransposedReads, transposed_reads
 from ..base import Capabilities
 from ..c.emitter import CEmitter
-from ..c.vector import VectorPrinter, read_transposed
+from ..c.transposed_tile import print_tile
 from ..c.vectorizable import vectorizable
 from ..printer import Scope
 from .language import Launch, vector_syntax
@@ -95,45 +92,5 @@ def print_kernel(em: CEmitter, plan: TransposedReads, width: int,
                      dim0_max=GROUP_WIDTH)
     index.add(f"const {em.index_t} kg_a0 = {w} * kg_ta;")
     index.add(f"const {em.index_t} kg_b0 = {w} * kg_tb;")
-    print_tile(em, plan, w, body)
+    print_tile(em, plan, vector_syntax(w), body)
     return launch
-
-
-def print_tile(em: CEmitter, plan: TransposedReads, w: int, body: Scope) -> None:
-    """The tile at (``kg_a0``, ``kg_b0``), declared by the caller, printed into ``body``."""
-    k, t, syntax = em.kernel, em.index_t, vector_syntax(w)
-    (a, n_a), (b, n_b) = k.domain[plan.lanes], k.domain[plan.rows]
-    a0, b0 = sympy.Symbol("kg_a0"), sympy.Symbol("kg_b0")
-    whole = n_a % w == 0 and n_b % w == 0
-    tile = body
-    if not whole:
-        body.add(f"if (kg_a0 + {w} <= {n_a} && kg_b0 + {w} <= {n_b}) {{")
-        tile = body.child()
-    # the remapped inputs: a vector along the rows per lane, transposed into the columns
-    transposed = {load: read_transposed(em, syntax, tile, load, (a, a0), (b, b0))
-                  for load in plan.loads}
-    offset = em.index(k.store_offset.xreplace({a: a0}))
-    for r in range(w):
-        tile.add("{")
-        block = tile.child()
-        block.add(f"const {t} {em.symbol_names[b]} = kg_b0 + {r};")
-        columns: dict[Expr, str] = {load: cols[r] for load, cols in transposed.items()}
-        printer = VectorPrinter(em, a, "kg_a0", block, syntax, columns)
-        for buf, st in zip(k.outputs, k.stores):
-            block.add(syntax.store.format(v=printer.expr(st.value),
-                                          ptr=em.arg_names[buf.name], off=offset))
-        tile.add("}")
-    if whole:
-        return
-    body.add("} else {  // a tile cut by the end of an axis: point by point")
-    edge = body.child()
-    outer = em.open_loop(edge, "kg_j", "0", str(w))
-    inner = em.open_loop(outer, "kg_i", "0", str(w))
-    inner.add(f"const {t} {em.symbol_names[a]} = kg_a0 + kg_i;")
-    inner.add(f"const {t} {em.symbol_names[b]} = kg_b0 + kg_j;")
-    inner.add(f"if ({em.symbol_names[a]} >= {n_a} || {em.symbol_names[b]} >= {n_b}) "
-              f"continue;")
-    em.stores(inner)
-    em.close_loop(outer)
-    em.close_loop(edge)
-    body.add("}")

@@ -30,39 +30,179 @@ static inline float32x4_t kg_exp2iq_f32(float32x4_t k)
     return vreinterpretq_f32_u32(vshlq_n_u32(vaddq_u32(low, vdupq_n_u32(127)), 23));
 }
 
+// Four float32x4_t rows transposed: .val[c] holds lane c of each row (a remapped read's
+// register transpose; vtrn pairs the rows' lanes, vcombine joins the pairs' halves).
+static inline float32x4x4_t kg_vtranspose4_f32(float32x4_t r0, float32x4_t r1,
+                                               float32x4_t r2, float32x4_t r3)
+{
+    const float32x4x2_t p01 = vtrnq_f32(r0, r1), p23 = vtrnq_f32(r2, r3);
+    float32x4x4_t out;
+    out.val[0] = vcombine_f32(vget_low_f32(p01.val[0]), vget_low_f32(p23.val[0]));
+    out.val[1] = vcombine_f32(vget_low_f32(p01.val[1]), vget_low_f32(p23.val[1]));
+    out.val[2] = vcombine_f32(vget_high_f32(p01.val[0]), vget_high_f32(p23.val[0]));
+    out.val[3] = vcombine_f32(vget_high_f32(p01.val[1]), vget_high_f32(p23.val[1]));
+    return out;
+}
+
 // fused_transpose_reshape_exp
 //   in0: input 'x' float32[3, 5, 7]
 //   out0: output 'y' float32[7, 15]
-void kg_fused_transpose_reshape_exp_da66b7cb904b(const float* restrict in0,
+void kg_fused_transpose_reshape_exp_7121ee44d678(const float* restrict in0,
         float* restrict out0)
 {
-    for (int g1 = 0; g1 < 7; ++g1) {
-        const int o0 = g1;
-        for (int o1 = 0; o1 < 15; ++o1) {
-            const float t3 = in0[7 * o1 + o0];
-            const bool t4 = t3 > 88.8f;
-            const float t5 = t4 ? 88.8f : t3;
-            const bool t6 = t5 < -176.0f;
-            const float t7 = t6 ? -176.0f : t5;
-            const float t8 = t7 * 1.4426950216293335f + 12582912.0f;
-            const float t9 = t8 - 12582912.0f;
-            const float t10 = t9 * -0.693115234375f + t7;
-            const float t11 = t9 * -3.194618329871446e-05f + t10;
-            const float t12 = t11 * t11;
-            const float t13 = 0.0013868323294445872f * t11 + 0.008366423659026623f;
-            const float t14 = t13 * t11 + 0.04166746512055397f;
-            const float t15 = t14 * t11 + 0.1666654497385025f;
-            const float t16 = t15 * t11 + 0.4999999701976776f;
-            const float t17 = t12 * t16 + t11;
-            const float t18 = 1.0f + t17;
-            const float t19 = t9 * 0.5f + 12582912.0f;
-            const float t20 = t19 - 12582912.0f;
-            const float t21 = kg_exp2if(t20);
-            const float t22 = t18 * t21;
-            const float t23 = t9 - t20;
-            const float t24 = kg_exp2if(t23);
-            const float t25 = t22 * t24;  // exp(t3)
-            out0[15 * o0 + o1] = t25;
+    for (int g1 = 0; g1 < 1; ++g1) {
+        const int kg_bb = g1;
+        const int kg_ba = g1 % 1;
+        for (int kg_tb = 0; kg_tb < 4; ++kg_tb) {
+            const int kg_b0 = 16 * kg_bb + 4 * kg_tb;
+            if (kg_b0 >= 7) break;
+            for (int kg_ta = 0; kg_ta < 4; ++kg_ta) {
+                const int kg_a0 = 16 * kg_ba + 4 * kg_ta;
+                if (kg_a0 >= 15) break;
+                if (kg_a0 + 4 <= 15 && kg_b0 + 4 <= 7) {
+                    const float32x4_t row4 = vld1q_f32(in0 + 7 * kg_a0 + kg_b0);
+                    const float32x4_t row5 = vld1q_f32(in0 + 7 * kg_a0 + kg_b0 + 7);
+                    const float32x4_t row6 = vld1q_f32(in0 + 7 * kg_a0 + kg_b0 + 14);
+                    const float32x4_t row7 = vld1q_f32(in0 + 7 * kg_a0 + kg_b0 + 21);
+                    const float32x4x4_t cols8 = kg_vtranspose4_f32(row4, row5, row6, row7);
+                    {
+                        const int o0 = kg_b0 + 0;
+                        const uint32x4_t v9 = vcgtq_f32(cols8.val[0], vdupq_n_f32(88.8f));
+                        const float32x4_t v10 = vbslq_f32(v9, vdupq_n_f32(88.8f), cols8.val[0]);
+                        const uint32x4_t v11 = vcltq_f32(v10, vdupq_n_f32(-176.0f));
+                        const float32x4_t v12 = vbslq_f32(v11, vdupq_n_f32(-176.0f), v10);
+                        const float32x4_t v13 = vfmaq_f32(vdupq_n_f32(12582912.0f), v12, vdupq_n_f32(1.4426950216293335f));
+                        const float32x4_t v14 = vsubq_f32(v13, vdupq_n_f32(12582912.0f));
+                        const float32x4_t v15 = vfmaq_f32(v12, v14, vdupq_n_f32(-0.693115234375f));
+                        const float32x4_t v16 = vfmaq_f32(v15, v14, vdupq_n_f32(-3.194618329871446e-05f));
+                        const float32x4_t v17 = vmulq_f32(v16, v16);
+                        const float32x4_t v18 = vfmaq_f32(vdupq_n_f32(0.008366423659026623f), vdupq_n_f32(0.0013868323294445872f), v16);
+                        const float32x4_t v19 = vfmaq_f32(vdupq_n_f32(0.04166746512055397f), v18, v16);
+                        const float32x4_t v20 = vfmaq_f32(vdupq_n_f32(0.1666654497385025f), v19, v16);
+                        const float32x4_t v21 = vfmaq_f32(vdupq_n_f32(0.4999999701976776f), v20, v16);
+                        const float32x4_t v22 = vfmaq_f32(v16, v17, v21);
+                        const float32x4_t v23 = vaddq_f32(vdupq_n_f32(1.0f), v22);
+                        const float32x4_t v24 = vfmaq_f32(vdupq_n_f32(12582912.0f), v14, vdupq_n_f32(0.5f));
+                        const float32x4_t v25 = vsubq_f32(v24, vdupq_n_f32(12582912.0f));
+                        const float32x4_t v26 = kg_exp2iq_f32(v25);
+                        const float32x4_t v27 = vmulq_f32(v23, v26);
+                        const float32x4_t v28 = vsubq_f32(v14, v25);
+                        const float32x4_t v29 = kg_exp2iq_f32(v28);
+                        const float32x4_t v30 = vmulq_f32(v27, v29);  // exp(cols8.val[0])
+                        vst1q_f32(out0 + 15 * o0 + kg_a0, v30);
+                    }
+                    {
+                        const int o0 = kg_b0 + 1;
+                        const uint32x4_t v31 = vcgtq_f32(cols8.val[1], vdupq_n_f32(88.8f));
+                        const float32x4_t v32 = vbslq_f32(v31, vdupq_n_f32(88.8f), cols8.val[1]);
+                        const uint32x4_t v33 = vcltq_f32(v32, vdupq_n_f32(-176.0f));
+                        const float32x4_t v34 = vbslq_f32(v33, vdupq_n_f32(-176.0f), v32);
+                        const float32x4_t v35 = vfmaq_f32(vdupq_n_f32(12582912.0f), v34, vdupq_n_f32(1.4426950216293335f));
+                        const float32x4_t v36 = vsubq_f32(v35, vdupq_n_f32(12582912.0f));
+                        const float32x4_t v37 = vfmaq_f32(v34, v36, vdupq_n_f32(-0.693115234375f));
+                        const float32x4_t v38 = vfmaq_f32(v37, v36, vdupq_n_f32(-3.194618329871446e-05f));
+                        const float32x4_t v39 = vmulq_f32(v38, v38);
+                        const float32x4_t v40 = vfmaq_f32(vdupq_n_f32(0.008366423659026623f), vdupq_n_f32(0.0013868323294445872f), v38);
+                        const float32x4_t v41 = vfmaq_f32(vdupq_n_f32(0.04166746512055397f), v40, v38);
+                        const float32x4_t v42 = vfmaq_f32(vdupq_n_f32(0.1666654497385025f), v41, v38);
+                        const float32x4_t v43 = vfmaq_f32(vdupq_n_f32(0.4999999701976776f), v42, v38);
+                        const float32x4_t v44 = vfmaq_f32(v38, v39, v43);
+                        const float32x4_t v45 = vaddq_f32(vdupq_n_f32(1.0f), v44);
+                        const float32x4_t v46 = vfmaq_f32(vdupq_n_f32(12582912.0f), v36, vdupq_n_f32(0.5f));
+                        const float32x4_t v47 = vsubq_f32(v46, vdupq_n_f32(12582912.0f));
+                        const float32x4_t v48 = kg_exp2iq_f32(v47);
+                        const float32x4_t v49 = vmulq_f32(v45, v48);
+                        const float32x4_t v50 = vsubq_f32(v36, v47);
+                        const float32x4_t v51 = kg_exp2iq_f32(v50);
+                        const float32x4_t v52 = vmulq_f32(v49, v51);  // exp(cols8.val[1])
+                        vst1q_f32(out0 + 15 * o0 + kg_a0, v52);
+                    }
+                    {
+                        const int o0 = kg_b0 + 2;
+                        const uint32x4_t v53 = vcgtq_f32(cols8.val[2], vdupq_n_f32(88.8f));
+                        const float32x4_t v54 = vbslq_f32(v53, vdupq_n_f32(88.8f), cols8.val[2]);
+                        const uint32x4_t v55 = vcltq_f32(v54, vdupq_n_f32(-176.0f));
+                        const float32x4_t v56 = vbslq_f32(v55, vdupq_n_f32(-176.0f), v54);
+                        const float32x4_t v57 = vfmaq_f32(vdupq_n_f32(12582912.0f), v56, vdupq_n_f32(1.4426950216293335f));
+                        const float32x4_t v58 = vsubq_f32(v57, vdupq_n_f32(12582912.0f));
+                        const float32x4_t v59 = vfmaq_f32(v56, v58, vdupq_n_f32(-0.693115234375f));
+                        const float32x4_t v60 = vfmaq_f32(v59, v58, vdupq_n_f32(-3.194618329871446e-05f));
+                        const float32x4_t v61 = vmulq_f32(v60, v60);
+                        const float32x4_t v62 = vfmaq_f32(vdupq_n_f32(0.008366423659026623f), vdupq_n_f32(0.0013868323294445872f), v60);
+                        const float32x4_t v63 = vfmaq_f32(vdupq_n_f32(0.04166746512055397f), v62, v60);
+                        const float32x4_t v64 = vfmaq_f32(vdupq_n_f32(0.1666654497385025f), v63, v60);
+                        const float32x4_t v65 = vfmaq_f32(vdupq_n_f32(0.4999999701976776f), v64, v60);
+                        const float32x4_t v66 = vfmaq_f32(v60, v61, v65);
+                        const float32x4_t v67 = vaddq_f32(vdupq_n_f32(1.0f), v66);
+                        const float32x4_t v68 = vfmaq_f32(vdupq_n_f32(12582912.0f), v58, vdupq_n_f32(0.5f));
+                        const float32x4_t v69 = vsubq_f32(v68, vdupq_n_f32(12582912.0f));
+                        const float32x4_t v70 = kg_exp2iq_f32(v69);
+                        const float32x4_t v71 = vmulq_f32(v67, v70);
+                        const float32x4_t v72 = vsubq_f32(v58, v69);
+                        const float32x4_t v73 = kg_exp2iq_f32(v72);
+                        const float32x4_t v74 = vmulq_f32(v71, v73);  // exp(cols8.val[2])
+                        vst1q_f32(out0 + 15 * o0 + kg_a0, v74);
+                    }
+                    {
+                        const int o0 = kg_b0 + 3;
+                        const uint32x4_t v75 = vcgtq_f32(cols8.val[3], vdupq_n_f32(88.8f));
+                        const float32x4_t v76 = vbslq_f32(v75, vdupq_n_f32(88.8f), cols8.val[3]);
+                        const uint32x4_t v77 = vcltq_f32(v76, vdupq_n_f32(-176.0f));
+                        const float32x4_t v78 = vbslq_f32(v77, vdupq_n_f32(-176.0f), v76);
+                        const float32x4_t v79 = vfmaq_f32(vdupq_n_f32(12582912.0f), v78, vdupq_n_f32(1.4426950216293335f));
+                        const float32x4_t v80 = vsubq_f32(v79, vdupq_n_f32(12582912.0f));
+                        const float32x4_t v81 = vfmaq_f32(v78, v80, vdupq_n_f32(-0.693115234375f));
+                        const float32x4_t v82 = vfmaq_f32(v81, v80, vdupq_n_f32(-3.194618329871446e-05f));
+                        const float32x4_t v83 = vmulq_f32(v82, v82);
+                        const float32x4_t v84 = vfmaq_f32(vdupq_n_f32(0.008366423659026623f), vdupq_n_f32(0.0013868323294445872f), v82);
+                        const float32x4_t v85 = vfmaq_f32(vdupq_n_f32(0.04166746512055397f), v84, v82);
+                        const float32x4_t v86 = vfmaq_f32(vdupq_n_f32(0.1666654497385025f), v85, v82);
+                        const float32x4_t v87 = vfmaq_f32(vdupq_n_f32(0.4999999701976776f), v86, v82);
+                        const float32x4_t v88 = vfmaq_f32(v82, v83, v87);
+                        const float32x4_t v89 = vaddq_f32(vdupq_n_f32(1.0f), v88);
+                        const float32x4_t v90 = vfmaq_f32(vdupq_n_f32(12582912.0f), v80, vdupq_n_f32(0.5f));
+                        const float32x4_t v91 = vsubq_f32(v90, vdupq_n_f32(12582912.0f));
+                        const float32x4_t v92 = kg_exp2iq_f32(v91);
+                        const float32x4_t v93 = vmulq_f32(v89, v92);
+                        const float32x4_t v94 = vsubq_f32(v80, v91);
+                        const float32x4_t v95 = kg_exp2iq_f32(v94);
+                        const float32x4_t v96 = vmulq_f32(v93, v95);  // exp(cols8.val[3])
+                        vst1q_f32(out0 + 15 * o0 + kg_a0, v96);
+                    }
+                } else {  // a tile cut by the end of an axis: point by point
+                    for (int kg_j = 0; kg_j < 4; ++kg_j) {
+                        for (int kg_i = 0; kg_i < 4; ++kg_i) {
+                            const int o1 = kg_a0 + kg_i;
+                            const int o0 = kg_b0 + kg_j;
+                            if (o1 >= 15 || o0 >= 7) continue;
+                            const float t97 = in0[7 * o1 + o0];
+                            const bool t98 = t97 > 88.8f;
+                            const float t99 = t98 ? 88.8f : t97;
+                            const bool t100 = t99 < -176.0f;
+                            const float t101 = t100 ? -176.0f : t99;
+                            const float t102 = t101 * 1.4426950216293335f + 12582912.0f;
+                            const float t103 = t102 - 12582912.0f;
+                            const float t104 = t103 * -0.693115234375f + t101;
+                            const float t105 = t103 * -3.194618329871446e-05f + t104;
+                            const float t106 = t105 * t105;
+                            const float t107 = 0.0013868323294445872f * t105 + 0.008366423659026623f;
+                            const float t108 = t107 * t105 + 0.04166746512055397f;
+                            const float t109 = t108 * t105 + 0.1666654497385025f;
+                            const float t110 = t109 * t105 + 0.4999999701976776f;
+                            const float t111 = t106 * t110 + t105;
+                            const float t112 = 1.0f + t111;
+                            const float t113 = t103 * 0.5f + 12582912.0f;
+                            const float t114 = t113 - 12582912.0f;
+                            const float t115 = kg_exp2if(t114);
+                            const float t116 = t112 * t115;
+                            const float t117 = t103 - t114;
+                            const float t118 = kg_exp2if(t117);
+                            const float t119 = t116 * t118;  // exp(t97)
+                            out0[15 * o0 + o1] = t119;
+                        }
+                    }
+                }
+            }
         }
     }
 }
