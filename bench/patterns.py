@@ -10,12 +10,15 @@ U-Net). Both sides get the same inputs, and kernelgen's output is checked agains
 onnxruntime's before timing.
 
     python bench/patterns.py [--rounds 5] [--repeat 30] [--only transpose,attention]
-                             [--json bench/results/patterns.json]
+                             [--backend opencl|neon] [--json bench/results/patterns.json]
 
 Per round: onnxruntime's median over ours (above 1: kernelgen faster), and the copy kernel's
 time over ours, scaled by bytes (the fraction of the copy bandwidth the pattern reaches: each
 input read once, the output written once). The table gives the medians over rounds, and the
-arithmetic rate counted on the loop IR (the measure for the contractions).
+arithmetic rate counted on the loop IR (the measure for the contractions). With ``--backend
+neon`` (NEON C; through SIMDe on x86, a quarter of AVX-512's width, so onnxruntime is no target
+there) also the fraction of the FMA peak (``bench/peak_fma_neon.c``, measured first) and of the
+roofline.
 """
 from __future__ import annotations
 
@@ -269,15 +272,20 @@ def _timed(f: Callable[[], object], repeat: int) -> list[float]:
     return round_robin({"f": f}, 1, repeat)["f"]
 
 
-def measure(p: Pattern, rounds: int, repeat: int) -> dict[str, object]:
+def measure(p: Pattern, rounds: int, repeat: int, backend: str = "opencl",
+            peak_gflops: float | None = None) -> dict[str, object]:
+    """One pattern's row. With ``peak_gflops`` (NEON C: the FMA microkernel's, measured in the
+    same run) also the fraction of the peak and of the roofline: the time the pattern's bytes
+    take at the copy kernel's bandwidth or its FLOPs at the peak, whichever is longer, over
+    the kernel's time (NEON's target, issue 20: 0.7 at least)."""
     fused = kg.fuse(*p.ops, force=True)
-    kernel = fused.emit("opencl")
+    kernel = fused.emit(backend)
     arrays = [p.arrays.get(v.name, kernel.constants.get(v.name)) for v in fused.inputs]
     run_ort, want = ort_runner(p)
     np.testing.assert_allclose(kernel(*arrays), want, rtol=2e-4, atol=2e-5)
     moved = kernel.loop.bytes_moved()
     biggest = max((a.shape for a in p.arrays.values()), key=lambda s: int(np.prod(s)))
-    copy = copy_kernel(biggest, backend="opencl")
+    copy = copy_kernel(biggest, backend=backend)
     copy_bytes = 2 * 4 * int(np.prod(biggest))
     ours = runner(kernel, *arrays)
     # the copy under the pattern's placement of PoCL's workers, so that the two runs of a
@@ -287,6 +295,8 @@ def measure(p: Pattern, rounds: int, repeat: int) -> dict[str, object]:
                                                if a.shape == biggest)],
                            placement=getattr(ours, "placement", None))}
     per_round: dict[str, list[float]] = {"vs_ort": [], "of_copy": []}
+    if peak_gflops:
+        per_round.update(of_peak=[], of_roofline=[])
     medians: dict[str, list[float]] = {name: [] for name in (*runs, "onnxruntime")}
     for _ in range(rounds):
         # onnxruntime just before and just after ours (docs/benchmarks.md, methodology: its
@@ -299,6 +309,11 @@ def measure(p: Pattern, rounds: int, repeat: int) -> dict[str, object]:
             medians[name].append(ms[name])
         per_round["vs_ort"].append(ms["onnxruntime"] / ms["kernelgen"])
         per_round["of_copy"].append((moved / ms["kernelgen"]) / (copy_bytes / ms["copy"]))
+        if peak_gflops:
+            at_peak = kernel.loop.flops() / peak_gflops / 1e6  # ms
+            per_round["of_peak"].append(at_peak / ms["kernelgen"])
+            per_round["of_roofline"].append(
+                max(moved * ms["copy"] / copy_bytes, at_peak) / ms["kernelgen"])
     row = {"family": p.family, "pattern": p.label,
            "schedule": kernel.metadata["schedule"], "tunables": kernel.metadata["tunables"],
            **{f"{n}_ms": round(float(np.median(v)), 3) for n, v in medians.items()},
@@ -307,7 +322,9 @@ def measure(p: Pattern, rounds: int, repeat: int) -> dict[str, object]:
            "rounds": {k: [round(x, 2) for x in v] for k, v in per_round.items()}}
     print(f"{p.label}: kernelgen {row['kernelgen_ms']} ms, onnxruntime "
           f"{row['onnxruntime_ms']} ms (x{row['vs_ort']}), {row['of_copy']} of copy "
-          f"bandwidth, {row['gflops']} GFLOP/s", flush=True)
+          f"bandwidth, {row['gflops']} GFLOP/s"
+          + (f" ({row['of_peak']} of peak), {row['of_roofline']} of the roofline"
+             if peak_gflops else ""), flush=True)
     return row
 
 
@@ -317,12 +334,20 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--only", default=",".join(PATTERNS))
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--backend", choices=("opencl", "neon"), default="opencl")
     args = parser.parse_args()
-    rows = [measure(build(), args.rounds, args.repeat)
+    peak = None
+    if args.backend == "neon":
+        from gemm import neon_peak_gflops
+        peak = neon_peak_gflops()
+        print(f"NEON C FMA peak (bench/peak_fma_neon.c): {peak:.1f} GFLOP/s", flush=True)
+    rows = [measure(build(), args.rounds, args.repeat, args.backend, peak)
             for family in args.only.split(",") for build in PATTERNS[family]]
     ratios = [r["vs_ort"] for r in rows]
-    summary = {"machine": platform.processor() or platform.machine(),
+    summary = {"machine": platform.processor() or platform.machine(), "backend": args.backend,
                "geomean_vs_ort": round(float(np.exp(np.mean(np.log(ratios)))), 2),
+               **({"peak_gflops": round(peak, 1), "below_0.7_of_roofline": sum(
+                   r["of_roofline"] < 0.7 for r in rows)} if peak else {}),
                "rows": rows}
     print(json.dumps({k: v for k, v in summary.items() if k != "rows"}))
     if args.json:
