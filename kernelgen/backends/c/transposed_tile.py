@@ -11,11 +11,29 @@ from __future__ import annotations
 
 import sympy
 
+from ...dtypes import DType
 from ...ir.expr import Expr
-from ...lower.transpose import TransposedReads
+from ...ir.loop import LoopKernel
+from ...lower.transpose import TransposedReads, transposed_reads
 from ..printer import Scope
 from .emitter import CEmitter
 from .vector import VectorPrinter, VectorSyntax, read_transposed
+from .vectorizable import vectorizable
+
+
+def vector_plan(loop: LoopKernel, syntax: VectorSyntax) -> TransposedReads | None:
+    """The remapped reads of ``loop`` when it runs as transposed tiles of ``syntax``'s width:
+    float32 outputs, both axes a vector long at least, and every store with a vector form
+    along the output's contiguous axis once the remapped loads are vectors."""
+    if not all(b.dtype is DType.float32 for b in loop.outputs):
+        return None
+    plan = transposed_reads(loop, syntax.width)
+    if plan is None:
+        return None
+    sym, lanes = loop.domain[plan.lanes][0], frozenset(plan.loads)
+    if all(vectorizable(st.value, sym, syntax, lanes=lanes) for st in loop.stores):
+        return plan
+    return None
 
 
 def print_tile(em: CEmitter, plan: TransposedReads, syntax: VectorSyntax, body: Scope) -> None:

@@ -159,16 +159,16 @@ def _untiled(base: NeonSchedule, requested: str | None, group_rows: int | None,
         raise ValueError(f"kernel '{loop.name}' reduces: it cannot run 'elementwise'")
     if kind == "elementwise":
         found = transposed.plan(loop)
-        if tile is not None and tuple(tile) not in ((1, 1), (4, 4)) or \
-                found is None and tile is not None and tuple(tile) != (1, 1):
+        given = None if tile is None else tuple(tile)
+        if given not in (None, (1, 1)) and (given != (4, 4) or found is None):
             raise ValueError(
                 f"kernel '{loop.name}': an elementwise tile on NEON is (4, 4), transposing an "
                 f"input read along another axis than the output's contiguous one in "
                 f"registers, or (1, 1) for none; " + (
-                    f"got {tuple(tile)}" if found is not None else
+                    f"got {given}" if found is not None else
                     f"this kernel has no such read in a vector form (or an axis shorter than "
-                    f"4), got tile {tuple(tile)}"))
-        if found is not None and (tile is None or tuple(tile) == (4, 4)):
+                    f"4), got tile {given}"))
+        if found is not None and given != (1, 1):
             return replace(base, kind=kind, tile=(4, 4), transposed=found)
     # a staged kernel's 'row' schedule: several group points (queries) per iteration
     rows = unroll.choose_group_rows(printed, group_rows, share=True)

@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import sympy
 
-from ...dtypes import DType
 from ...ir.loop import LoopKernel
-from ...lower.transpose import TransposedReads, transposed_reads
+from ...lower.transpose import TransposedReads
 from ...shapes import prod
 from ..c.emitter import CEmitter
-from ..c.transposed_tile import print_tile
-from ..c.vectorizable import vectorizable
+from ..c.transposed_tile import print_tile, vector_plan
 from ..printer import Scope
 from .language import VECTOR
 
@@ -29,19 +27,9 @@ BLOCK = 4  # tiles a side of a loop iteration's block
 
 
 def plan(loop: LoopKernel) -> TransposedReads | None:
-    """The remapped reads of an elementwise ``loop`` when it runs as transposed tiles: float32
-    outputs, both axes a vector long at least, and every store with a vector form along the
-    output's contiguous axis once the remapped loads are vectors."""
-    if not all(b.dtype is DType.float32 for b in loop.outputs):
-        return None
-    found = transposed_reads(loop, VECTOR.width)
-    if found is None:
-        return None
-    sym = loop.domain[found.lanes][0]
-    lanes = frozenset(found.loads)
-    if all(vectorizable(st.value, sym, VECTOR, lanes=lanes) for st in loop.stores):
-        return found
-    return None
+    """The remapped reads of an elementwise ``loop`` when it runs as 4 x 4 transposed tiles
+    (``c/transposed_tile.vector_plan`` in NEON's vectors)."""
+    return vector_plan(loop, VECTOR)
 
 
 def print_kernel(em: CEmitter, found: TransposedReads, pragma: str | None, body: Scope) -> None:

@@ -11,14 +11,12 @@ from typing import Any
 
 import sympy
 
-from ...dtypes import DType
 from ...ir.loop import LoopKernel
 from ...lower import unroll
-from ...lower.transpose import TransposedReads, transposed_reads
+from ...lower.transpose import TransposedReads
 from ..base import Capabilities
 from ..c.emitter import CEmitter
-from ..c.transposed_tile import print_tile
-from ..c.vectorizable import vectorizable
+from ..c.transposed_tile import print_tile, vector_plan
 from ..printer import Scope
 from .language import Launch, vector_syntax
 
@@ -66,15 +64,9 @@ def tile_plan(loop: LoopKernel, caps: Capabilities, width: int | None = None
     """The remapped reads of ``loop`` when it runs as transposed tiles of ``width`` (any of
     the device's vector widths when None): float32 outputs, and every store with a vector
     form along the output's contiguous axis once the remapped loads are vectors."""
-    if not all(b.dtype is DType.float32 for b in loop.outputs):
-        return None
     for w in caps.vector_widths if width is None else (width,):
-        plan = transposed_reads(loop, w) if w in caps.vector_widths else None
-        if plan is None:
-            continue
-        sym = loop.domain[plan.lanes][0]
-        if all(vectorizable(st.value, sym, vector_syntax(w), lanes=frozenset(plan.loads))
-               for st in loop.stores):
+        plan = vector_plan(loop, vector_syntax(w)) if w in caps.vector_widths else None
+        if plan is not None:
             return plan
     return None
 
