@@ -74,8 +74,9 @@ def measure_fusion(block: FusedBlock, backend: str | Backend = backends.DEFAULT,
 def fusion_verdict(block: FusedBlock, backend: str | Backend,
                    tuning: TuningPolicy) -> FusionVerdict | None:
     """What ``tuning`` says of ``block`` fused against split (None: nothing measured), for
-    planners that ask before they fuse: a block ``measure_fusion`` cannot measure is None."""
-    if not block.needs_measurement or len(block.outputs) != 1:
+    planners that ask before they fuse (a yellow cell; a red one AGO's intensive fusion
+    relaxes): a block ``measure_fusion`` cannot measure is None."""
+    if not (block.needs_measurement or block.forced) or len(block.outputs) != 1:
         return None
     return tuning.fusion(block, backends.get(backend))
 

@@ -52,6 +52,7 @@ from ..ir.expr import Call, walk
 from ..ir.node import Op
 from ..mapping_types import Colour, MappingType
 from .blocks import CONTRACTIONS, IN_PLACE, Block, Stop, fusible, in_place_concats, order_blocks
+from .intensive import fuse_intensive
 from .model import Graph
 
 
@@ -80,7 +81,7 @@ def plan_dnnfusion(graph: Graph, decide: Decide | None = None) -> list[Block]:
                 blocks += _split_blocks(graph, *lost, refused, note)
                 continue
         blocks.append(Block(tuple(members), note, _stops(graph, members, refused)))
-    return order_blocks(graph, blocks)
+    return fuse_intensive(graph, order_blocks(graph, blocks), decide)
 
 
 def in_place_block(graph: Graph, concat: Op) -> Block:

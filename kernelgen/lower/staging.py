@@ -37,6 +37,7 @@ from .passes import hoist
 STAGE_MAX = 4096
 SHARE_WITH_ROWS = True  # bench/attention_exp.py switches it off to time the kernels before
 NORMALISE_AFTER_SUMS = True  # False: P V reads a row of weights (the form before)
+STAGE_ROW_PRODUCERS = True  # bench/score_rows.py switches it off to time the kernel before
 
 
 def _canonical(node: Expr, names: dict[sympy.Symbol, sympy.Symbol], prefix: str) -> Expr:
@@ -131,6 +132,9 @@ def stage_producers(kernel: LoopKernel) -> LoopKernel:
     (the softmax's max and sum), and the consumer's sum runs per element over the row."""
     if kernel.staged or contraction(kernel) is not None:
         return kernel
+    row_kernel = _stage_row_producer(kernel) if STAGE_ROW_PRODUCERS else None
+    if row_kernel is not None:
+        return row_kernel
     staged: list[Staged] = []
     keys: frozenset = frozenset()
     while True:
@@ -149,6 +153,50 @@ def stage_producers(kernel: LoopKernel) -> LoopKernel:
         keys |= own_keys
         kernel = _rehoist(replace(kernel, stores=stores), keys, staged)
     return _stage_weights(kernel, keys, staged) if staged else kernel
+
+
+def _stage_row_producer(kernel: LoopKernel) -> LoopKernel | None:
+    """A row operator over a fused producer row: softmax(Q K^T) written out, whose max and
+    sum over the keys read the score ``S[i, r]`` (a reduction over the head's features) at
+    their axis and whose every output element reads ``S[i, e]`` at its own. ``S`` staged
+    once per group point (every domain axis but the row's), the row's reductions and the
+    stores load it, and the costly term the sum and the stores share (the exp) is staged
+    after it (``stage_shared_terms``): a 'row' kernel, not each element recomputing the
+    whole score row twice. None where no producer is shared so (or a reduction keyed by the
+    element would remain)."""
+    symbols = frozenset(s for s, _ in kernel.domain)
+    nodes = [n for st in kernel.stores for n in walk(st.value)]
+    for element, extent in kernel.domain:
+        keys = symbols - {element}
+        if extent > STAGE_MAX or not keys or not any(
+                isinstance(n, Reduce) and len(n.axes) == 1 and n.axes[0][1] == extent
+                and free_index_symbols(n) <= keys for n in nodes):
+            continue
+        for producer in nodes:
+            if not (isinstance(producer, Reduce) and producer.dtype is DType.float32
+                    and free_index_symbols(producer) == symbols):
+                continue
+            row = sympy.Symbol("_row0", integer=True, nonnegative=True)
+            stage = Staged(Buffer(_scratch_name(kernel, 0), (extent,), DType.float32), row,
+                           _canonical(producer, {element: row}, row.name))
+            at_element = Load(DType.float32, stage.buffer.name, element)
+            stores = tuple(Store(st.buffer, _replace_uses(
+                _replaced(st.value, producer, at_element), stage.value, stage, extent))
+                for st in kernel.stores)
+            left = [n for st in stores for n in walk(st.value)
+                    if isinstance(n, Reduce) and not free_index_symbols(n) <= keys]
+            if left or stores == kernel.stores or not any(
+                    isinstance(n, Load) and n.buffer == stage.buffer.name
+                    and n != at_element
+                    for st in stores for n in walk(st.value)):
+                continue
+            return _stage_shared_term(_rehoist(replace(kernel, stores=stores), keys, [stage]))
+    return None
+
+
+def _replaced(root: Expr, node: Expr, by: Expr) -> Expr:
+    """``root`` with every copy of ``node`` replaced by ``by``."""
+    return transform(root, lambda n, _recurse: by if n == node else None)
 
 
 def _stage_weights(kernel: LoopKernel, keys: frozenset, staged: list[Staged]) -> LoopKernel:
@@ -426,11 +474,17 @@ def stage_shared_terms(kernel: LoopKernel) -> LoopKernel:
     summed by the hoisted sum and divided by it in the stores. Staged once per group point
     (computed after the reductions it reads), the sum and the stores load it, so each exp is
     computed once instead of twice."""
+    return kernel if kernel.staged else _stage_shared_term(kernel)
+
+
+def _stage_shared_term(kernel: LoopKernel) -> LoopKernel:
+    """``stage_shared_terms`` after the rows ``kernel`` already stages (a staged score row
+    that the softmax's reductions read: ``_stage_row_producer``)."""
     found = _shared_term(kernel)
     if found is None:
         return kernel
     reduction, term, at_element = found
-    stage, summed = _term_row(kernel, 0, reduction, term)
+    stage, summed = _term_row(kernel, len(kernel.staged), reduction, term)
     element = kernel.domain[kernel.element_axes[0]][0]
     at_point = Load(DType.float32, stage.buffer.name, element)
 
@@ -441,7 +495,7 @@ def stage_shared_terms(kernel: LoopKernel) -> LoopKernel:
 
     stores = tuple(Store(st.buffer, transform(st.value, use)) for st in kernel.stores)
     keys = frozenset(kernel.domain[g][0] for g in kernel.group)
-    return _rehoist(replace(kernel, stores=stores), keys, [stage])
+    return _rehoist(replace(kernel, stores=stores), keys, [*kernel.staged, stage])
 
 
 def _outside_hoisted(root: Expr, hoisted: Sequence[Reduce]) -> list[Expr]:
@@ -474,7 +528,7 @@ def _shared_term(kernel: LoopKernel) -> tuple[Reduce, Expr, Expr] | None:
     hoisted reductions inside it allowed), that the stores compute at the element axis; with
     the largest such term, and that term at the element axis. None when there is none (or
     the kernel is not a row kernel)."""
-    if not kernel.grouped or kernel.staged or len(kernel.element_axes) != 1:
+    if not kernel.grouped or len(kernel.element_axes) != 1:
         return None
     element, extent = kernel.domain[kernel.element_axes[0]]
     keys = frozenset(kernel.domain[g][0] for g in kernel.group)

@@ -1,0 +1,144 @@
+"""AGO's intensive fusion over a DNNFusion plan: two blocks that a red Many-to-Many ->
+Many-to-Many cell keeps apart, merged into one kernel where
+
+1. the merged kernel computes each producer element once (AGO's no-redundancy constraint):
+   its loop IR stages the producer's row once per group point (``lower/staging.py``: the
+   scores Q K that a Softmax's max, sum and outputs read; the weights that P V sums), and
+2. the Fast-Run database holds a measurement of the merged kernel against its split (the two
+   blocks; ``measure_fusion``, taken when the plan is made under ``tuning='measure'``) in
+   which it won clearly, as a yellow cell must.
+
+The pairs are the attention pattern's: a block around a MatMul or a Softmax feeding a block
+around a Softmax or a MatMul (two MatMuls excepted: a contraction template, not a staged row,
+would compute that producer, and only inside its tiles). They are tried until none merges, so
+a merged block may take the next (the scores and their Softmax, then P V where nothing outside
+reads the weights). An edge left apart keeps its rule in the report, followed by why the
+intensive fusion did not apply.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from ..errors import FusionError
+from ..fusion import FusedBlock, FusionVerdict
+from ..ir.expr import Reduce, walk
+from ..ir.loop import LoopKernel
+from ..ir.node import Op
+from ..lower import lower
+from ..lower.contraction import contraction
+from ..lower.staging import shared_terms_only
+from ..mapping_types import MappingType
+from .blocks import Block, fusible, order_blocks
+from .model import Graph
+
+Decide = Callable[[FusedBlock], FusionVerdict | None]
+
+# the heavy operators of the blocks an intensive pair joins: producer kinds, consumer kinds
+ROW_PRODUCERS = frozenset({"MatMul", "Softmax", "LogSoftmax"})
+ROW_CONSUMERS = frozenset({"Softmax", "LogSoftmax", "MatMul"})
+INTENSIVE = "AGO's intensive fusion"
+
+
+def fuse_intensive(graph: Graph, blocks: list[Block], decide: Decide | None) -> list[Block]:
+    """``blocks`` with every intensive pair (module docstring) merged where ``decide`` found
+    the merged kernel clearly faster; without ``decide`` (no backend to measure on), as they
+    are."""
+    if decide is None:
+        return blocks
+    why_not: dict[tuple[tuple[str, ...], tuple[str, ...]], str] = {}
+    merged = True
+    while merged:
+        merged = False
+        for producer, consumer in _pairs(graph, blocks):
+            key = (producer.names, consumer.names)
+            if key in why_not:
+                continue
+            block, why = _merge(graph, producer, consumer, decide)
+            if block is None:
+                why_not[key] = why
+                continue
+            blocks = order_blocks(graph, [b for b in blocks if b is not producer
+                                          and b is not consumer] + [block])
+            merged = True
+            break
+    return [_annotated(b, why_not) for b in blocks]
+
+
+def _heavy(block: Block, last: bool) -> Op | None:
+    """The block's last Many-to-Many operator (what it hands on) or its first (what takes the
+    other block's values)."""
+    heavy = [op for op in block.ops if op.mapping_type is MappingType.MANY_TO_MANY]
+    return heavy[-1 if last else 0] if heavy and not block.view else None
+
+
+def _pairs(graph: Graph, blocks: list[Block]) -> list[tuple[Block, Block]]:
+    """(producer block, consumer block) for every block edge between a row producer and a row
+    consumer, in plan order."""
+    owner = {id(op): b for b, block in enumerate(blocks) for op in block.ops}
+    pairs: list[tuple[Block, Block]] = []
+    for c, consumer in enumerate(blocks):
+        head = _heavy(consumer, last=False)
+        if head is None or head.kind not in ROW_CONSUMERS:
+            continue
+        sources = dict.fromkeys(owner[id(v)] for op in consumer.ops for v in op.inputs
+                                if id(v) in owner and owner[id(v)] != c)
+        for p in sources:
+            tail = _heavy(blocks[p], last=True)
+            if tail is not None and tail.kind in ROW_PRODUCERS and \
+                    not (tail.kind == "MatMul" and head.kind == "MatMul"):
+                pairs.append((blocks[p], consumer))
+    return pairs
+
+
+def _merge(graph: Graph, producer: Block, consumer: Block, decide: Decide
+           ) -> tuple[Block | None, str]:
+    """The merged block, or None and why not."""
+    order = graph.producer_index()
+    ops = sorted((*producer.ops, *consumer.ops), key=lambda op: order[id(op)])
+    try:
+        fused = fusible(graph, ops, force=True)
+    except FusionError as exc:
+        return None, f"{INTENSIVE} cannot make one kernel of them: {exc}"
+    if not _computed_once(lower(fused)):
+        return None, (f"{INTENSIVE} does not apply: one kernel would not stage the "
+                      "producer's rows, so it would compute them again for every element")
+    verdict = decide(fused)
+    if verdict is None:
+        return None, (f"{INTENSIVE} pays only where measured, and nothing was measured "
+                      "(compile with tuning='measure' to measure it)")
+    if not (verdict.fused and verdict.clear):
+        return None, f"{INTENSIVE} measured: {verdict}"
+    inside = {op.name for op in ops}
+    stops = tuple(s for s in (*producer.stops, *consumer.stops)
+                  if not (s.producer in inside and s.consumer in inside))
+    note = f"{producer.note} | {consumer.note}; {INTENSIVE}, measured: {verdict}"
+    return Block(tuple(ops), note, stops), ""
+
+
+def _computed_once(kernel: LoopKernel) -> bool:
+    """Whether ``kernel`` stages its producer's rows (a row holding a reduction of tensors
+    read directly, computed once per group point) and is no contraction template's."""
+    if not kernel.staged or shared_terms_only(kernel) or contraction(kernel) is not None:
+        return False
+    return not any(isinstance(inner, Reduce) and inner is not node and inner not in kernel.hoisted
+                   for st in kernel.staged for node in walk(st.value)
+                   if isinstance(node, Reduce) for inner in walk(node.body))
+
+
+def _annotated(block: Block, why_not: dict[tuple[tuple[str, ...], tuple[str, ...]], str]
+               ) -> Block:
+    """``block`` with each stop between it and the other block of a pair that did not merge
+    followed by why."""
+    reasons = {(p, c): why for (p, c), why in why_not.items() if block.names in (p, c)}
+    if not reasons:
+        return block
+    stops = []
+    for stop in block.stops:
+        why = next((w for (p, c), w in reasons.items()
+                    if stop.producer in p and stop.consumer in c), None)
+        stops.append(replace(stop, rule=f"{stop.rule}; {why}") if why else stop)
+    return replace(block, stops=tuple(stops))
+
+
+__all__ = ["INTENSIVE", "fuse_intensive"]

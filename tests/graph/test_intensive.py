@@ -1,0 +1,142 @@
+"""AGO's intensive fusion in the DNNFusion planner (``graph/intensive.py``): in the BERT layer's
+attention, the scores' block and the Softmax's block (and, where nothing outside reads the
+weights, P V's) merge into one kernel only where it stages each score row once and a
+measurement found it clearly faster; a stub stands for the measurement here, so that which
+verdict merges what is fixed, and the merged plans run equal to onnxruntime. The planner's
+own measurement (``tuning='measure-fusion'``) is exercised on a small layer at the end."""
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import require
+from models.model_zoo import bert_layer
+from onnx_graphs import onnxruntime_run
+
+import kernelgen as kg
+from kernelgen.fastrun import FastRunDB
+from kernelgen.fusion import FusionVerdict
+from kernelgen.graph.dnnfusion import plan_dnnfusion
+from kernelgen.graph.report import fusion_report
+from kernelgen.tune import MeasureFusion
+
+SHAPES = {"x": (2, 13, 64), "mask": (2, 13)}
+
+
+def _verdict(fused: bool, clear: bool = True) -> FusionVerdict:
+    return FusionVerdict("opencl", fused, 1.0 if fused else 2.0, 2.0 if fused else 1.0, (),
+                         clear=clear)
+
+
+def _decide(fused: bool, clear: bool = True, asked: list | None = None):
+    def decide(block):
+        if not block.forced:  # a yellow cell met while growing: left unmeasured, as planned
+            return None
+        if asked is not None:
+            asked.append(tuple(op.name for op in block.ops))
+        return _verdict(fused, clear)
+    return decide
+
+
+def _layer(probs_output: bool = True) -> Any:
+    m = bert_layer()
+    if not probs_output:
+        del m.graph.output[1]
+    return m
+
+
+def _feeds() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(3)
+    mask = np.ones((2, 13), np.int64)
+    mask[1, 9:] = 0
+    return {"x": rng.standard_normal((2, 13, 64)).astype(np.float32), "mask": mask}
+
+
+def _block_of(blocks, name: str) -> tuple[str, ...]:
+    return next(b.names for b in blocks if name in b.names)
+
+
+def test_scores_and_softmax_merge_where_measured_faster() -> None:
+    graph = kg.import_onnx(_layer(), SHAPES)
+    plain = plan_dnnfusion(graph)
+    asked: list = []
+    merged = plan_dnnfusion(graph, decide=_decide(True, asked=asked))
+    assert len(merged) == len(plain) - 1
+    assert _block_of(merged, "probs") == _block_of(plain, "qk") + ("probs",)
+    # the weights are a model output, so P V cannot join (two output shapes): its stop says so
+    assert _block_of(merged, "ctx_heads") == ("ctx_heads", "ctx_t")
+    stop = next(s for b in merged for s in b.stops
+                if (s.producer, s.consumer) == ("probs", "ctx_heads"))
+    assert "cannot make one kernel of them" in stop.rule and "must share a shape" in stop.rule
+    assert any("probs" in names for names in asked)
+    report = fusion_report(graph, ("dnnfusion",), planned={"dnnfusion": merged})
+    assert "red edge fused by force" in report.format()
+
+
+@pytest.mark.parametrize("verdict, why", [
+    (None, "nothing was measured"),
+    (_verdict(False), "split wins"),
+    (_verdict(True, clear=False), "within the runs' spread"),
+], ids=["unmeasured", "split-faster", "unclear"])
+def test_the_pair_stays_apart_without_a_clear_win(verdict, why: str) -> None:
+    graph = kg.import_onnx(_layer(), SHAPES)
+    blocks = plan_dnnfusion(graph, decide=lambda block: verdict if block.forced else None)
+    assert [b.names for b in blocks] == [b.names for b in plan_dnnfusion(graph)]
+    stop = next(s for b in blocks for s in b.stops
+                if (s.producer, s.consumer) == ("masked", "probs"))
+    assert "AGO's intensive fusion" in stop.rule and why in stop.rule
+
+
+def test_the_whole_attention_merges_where_the_weights_stay_inside() -> None:
+    graph = kg.import_onnx(_layer(probs_output=False), SHAPES)
+    plain = plan_dnnfusion(graph)
+    merged = plan_dnnfusion(graph, decide=_decide(True))
+    assert len(merged) == len(plain) - 2
+    assert _block_of(merged, "ctx_heads") == \
+        _block_of(plain, "qk") + ("probs", "ctx_heads", "ctx_t")
+    # the projections' MatMuls stay apart from the contractions they feed: no staged row
+    assert _block_of(merged, "v_mm") == _block_of(plain, "v_mm")
+
+
+@pytest.mark.parametrize("backend, probs_output", [
+    ("opencl", True), ("opencl", False), ("neon", True)],
+    ids=["opencl-probs-output", "opencl-probs-inside", "neon-probs-output"])
+def test_merged_plans_run_equal_to_onnxruntime(backend: str, probs_output: bool) -> None:
+    require(backend)
+    m = _layer(probs_output)
+    planner = functools.partial(plan_dnnfusion, decide=_decide(True))
+    session = kg.compile_model(m, backend=backend, fusion=planner, input_shapes=SHAPES)
+    assert len(session.blocks) == len(plan_dnnfusion(kg.import_onnx(m, SHAPES))) - \
+        (1 if probs_output else 2)
+    feeds = _feeds()
+    want = onnxruntime_run(m, feeds)
+    for got, (name, ref) in zip(session.run(None, feeds), want.items()):
+        scale = max(float(np.abs(ref).max()), 1e-6)
+        assert float(np.abs(got - ref).max()) <= 1e-4 * scale, name
+
+
+def test_the_planner_measures_a_pair_and_stores_its_verdict(tmp_path) -> None:
+    """``tuning='measure-fusion'``: the pair is timed fused against split once, stored, and
+    read back by the next plan (the same blocks, nothing measured again)."""
+    require("opencl")
+    db = FastRunDB(tmp_path / "fastrun.sqlite")
+    m = bert_layer(batch=1, seq=5, hidden=16, heads=2)
+    shapes = {"x": (1, 5, 16), "mask": (1, 5)}
+    first = kg.compile_model(m, backend="opencl", fusion="dnnfusion", input_shapes=shapes,
+                             tuning=MeasureFusion(db))
+    stop_or_note = [s.rule for b in first.blocks for s in b.stops
+                    if (s.producer, s.consumer) == ("masked", "probs")] + \
+        [b.note for b in first.blocks if "probs" in b.names]
+    assert any("AGO's intensive fusion" in text and "measured" in text for text in stop_or_note)
+    entries = len(db)
+    again = kg.compile_model(m, backend="opencl", fusion="dnnfusion", input_shapes=shapes,
+                             tuning=MeasureFusion(db))
+    assert len(db) == entries
+    assert [b.names for b in again.blocks] == [b.names for b in first.blocks]
+    feeds = {"x": np.random.default_rng(0).standard_normal((1, 5, 16)).astype(np.float32),
+             "mask": np.array([[1, 1, 1, 0, 1]], np.int64)}
+    want = onnxruntime_run(m, feeds)
+    for got, ref in zip(again.run(None, feeds), want.values()):
+        assert float(np.abs(got - ref).max()) <= 1e-4 * max(float(np.abs(ref).max()), 1e-6)
