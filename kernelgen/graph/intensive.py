@@ -10,10 +10,10 @@ Many-to-Many cell keeps apart, merged into one kernel where
 
 The pairs are the attention pattern's: a block around a MatMul or a Softmax feeding a block
 around a Softmax or a MatMul (two MatMuls excepted: a contraction template, not a staged row,
-would compute that producer, and only inside its tiles). They are tried until none merges, so
-a merged block may take the next (the scores and their Softmax, then P V where nothing outside
-reads the weights). An edge left apart keeps its rule in the report, followed by why the
-intensive fusion did not apply.
+would compute that producer, and only inside its tiles). A pair is tried after the longest
+chain it starts (the scores, their Softmax and P V where nothing outside reads the weights),
+and chains until none merges. An edge left apart keeps its rule in the report, followed by
+why its pair did not merge.
 """
 from __future__ import annotations
 
@@ -41,25 +41,25 @@ INTENSIVE = "AGO's intensive fusion"
 
 
 def fuse_intensive(graph: Graph, blocks: list[Block], decide: Decide | None) -> list[Block]:
-    """``blocks`` with every intensive pair (module docstring) merged where ``decide`` found
+    """``blocks`` with every intensive chain (module docstring) merged where ``decide`` found
     the merged kernel clearly faster; without ``decide`` (no backend to measure on), as they
     are."""
     if decide is None:
         return blocks
-    why_not: dict[tuple[tuple[str, ...], tuple[str, ...]], str] = {}
+    why_not: dict[tuple[tuple[str, ...], ...], str] = {}
     merged = True
     while merged:
         merged = False
-        for producer, consumer in _pairs(graph, blocks):
-            key = (producer.names, consumer.names)
+        for chain in _chains(graph, blocks):
+            key = tuple(b.names for b in chain)
             if key in why_not:
                 continue
-            block, why = _merge(graph, producer, consumer, decide)
+            block, why = _merge(graph, chain, decide)
             if block is None:
                 why_not[key] = why
                 continue
-            blocks = order_blocks(graph, [b for b in blocks if b is not producer
-                                          and b is not consumer] + [block])
+            blocks = order_blocks(graph, [b for b in blocks if all(b is not c for c in chain)]
+                                  + [block])
             merged = True
             break
     return [_annotated(b, why_not) for b in blocks]
@@ -72,11 +72,11 @@ def _heavy(block: Block, last: bool) -> Op | None:
     return heavy[-1 if last else 0] if heavy and not block.view else None
 
 
-def _pairs(graph: Graph, blocks: list[Block]) -> list[tuple[Block, Block]]:
-    """(producer block, consumer block) for every block edge between a row producer and a row
+def _pairs(graph: Graph, blocks: list[Block]) -> list[tuple[int, int]]:
+    """(producer, consumer) block indices for every block edge from a row producer to a row
     consumer, in plan order."""
     owner = {id(op): b for b, block in enumerate(blocks) for op in block.ops}
-    pairs: list[tuple[Block, Block]] = []
+    pairs: list[tuple[int, int]] = []
     for c, consumer in enumerate(blocks):
         head = _heavy(consumer, last=False)
         if head is None or head.kind not in ROW_CONSUMERS:
@@ -87,15 +87,31 @@ def _pairs(graph: Graph, blocks: list[Block]) -> list[tuple[Block, Block]]:
             tail = _heavy(blocks[p], last=True)
             if tail is not None and tail.kind in ROW_PRODUCERS and \
                     not (tail.kind == "MatMul" and head.kind == "MatMul"):
-                pairs.append((blocks[p], consumer))
+                pairs.append((p, c))
     return pairs
 
 
-def _merge(graph: Graph, producer: Block, consumer: Block, decide: Decide
-           ) -> tuple[Block | None, str]:
-    """The merged block, or None and why not."""
+def _chains(graph: Graph, blocks: list[Block]) -> list[list[Block]]:
+    """Each pair of ``_pairs``, preceded by its longest extension through the consumer's own
+    pairs (the scores, their Softmax and P V): tried first, so the whole chain merges where its
+    one kernel wins even when a part of it alone would not."""
+    pairs = _pairs(graph, blocks)
+    onward: dict[int, list[int]] = {}
+    for p, c in pairs:
+        onward.setdefault(p, []).append(c)
+    chains: list[list[Block]] = []
+    for p, c in pairs:
+        path = [p, c]
+        while len(onward.get(path[-1], [])) == 1 and onward[path[-1]][0] not in path:
+            path.append(onward[path[-1]][0])
+        chains += [[blocks[k] for k in path[:n]] for n in range(len(path), 1, -1)]
+    return chains
+
+
+def _merge(graph: Graph, chain: list[Block], decide: Decide) -> tuple[Block | None, str]:
+    """The blocks of ``chain`` merged into one, or None and why not."""
     order = graph.producer_index()
-    ops = sorted((*producer.ops, *consumer.ops), key=lambda op: order[id(op)])
+    ops = sorted((op for b in chain for op in b.ops), key=lambda op: order[id(op)])
     try:
         fused = fusible(graph, ops, force=True)
     except FusionError as exc:
@@ -110,9 +126,9 @@ def _merge(graph: Graph, producer: Block, consumer: Block, decide: Decide
     if not (verdict.fused and verdict.clear):
         return None, f"{INTENSIVE} measured: {verdict}"
     inside = {op.name for op in ops}
-    stops = tuple(s for s in (*producer.stops, *consumer.stops)
+    stops = tuple(s for b in chain for s in b.stops
                   if not (s.producer in inside and s.consumer in inside))
-    note = f"{producer.note} | {consumer.note}; {INTENSIVE}, measured: {verdict}"
+    note = " | ".join(b.note for b in chain) + f"; {INTENSIVE}, measured: {verdict}"
     return Block(tuple(ops), note, stops), ""
 
 
@@ -126,11 +142,11 @@ def _computed_once(kernel: LoopKernel) -> bool:
                    if isinstance(node, Reduce) for inner in walk(node.body))
 
 
-def _annotated(block: Block, why_not: dict[tuple[tuple[str, ...], tuple[str, ...]], str]
-               ) -> Block:
+def _annotated(block: Block, why_not: dict[tuple[tuple[str, ...], ...], str]) -> Block:
     """``block`` with each stop between it and the other block of a pair that did not merge
-    followed by why."""
-    reasons = {(p, c): why for (p, c), why in why_not.items() if block.names in (p, c)}
+    followed by why (the pair's own reason; a longer chain's is in no stop)."""
+    reasons = {key: why for key, why in why_not.items()
+               if len(key) == 2 and block.names in key}
     if not reasons:
         return block
     stops = []

@@ -163,7 +163,7 @@ def _stage_row_producer(kernel: LoopKernel) -> LoopKernel | None:
     stores load it, and the costly term the sum and the stores share (the exp) is staged
     after it (``stage_shared_terms``): a 'row' kernel, not each element recomputing the
     whole score row twice. None where no producer is shared so (or a reduction keyed by the
-    element would remain)."""
+    element would remain). The producer is a plain sum of products (``_plain_sum``)."""
     symbols = frozenset(s for s, _ in kernel.domain)
     nodes = [n for st in kernel.stores for n in walk(st.value)]
     for element, extent in kernel.domain:
@@ -173,7 +173,7 @@ def _stage_row_producer(kernel: LoopKernel) -> LoopKernel | None:
                 and free_index_symbols(n) <= keys for n in nodes):
             continue
         for producer in nodes:
-            if not (isinstance(producer, Reduce) and producer.dtype is DType.float32
+            if not (isinstance(producer, Reduce) and _plain_sum(producer)
                     and free_index_symbols(producer) == symbols):
                 continue
             row = sympy.Symbol("_row0", integer=True, nonnegative=True)
@@ -192,6 +192,15 @@ def _stage_row_producer(kernel: LoopKernel) -> LoopKernel | None:
                 continue
             return _stage_shared_term(_rehoist(replace(kernel, stores=stores), keys, [stage]))
     return None
+
+
+def _plain_sum(node: Reduce) -> bool:
+    """Whether ``node`` is a float32 sum of products of tensors read directly, unguarded (the
+    scores Q Kᵀ): the producers ``_stage_row_producer`` stages, whose row it can vouch for."""
+    inside = list(walk(node.body))
+    return node.kind == "sum" and node.dtype is DType.float32 and \
+        not any(isinstance(n, (Reduce, IndexCond)) for n in inside) and \
+        all(n.guard is sympy.true and not n.data for n in inside if isinstance(n, Load))
 
 
 def _replaced(root: Expr, node: Expr, by: Expr) -> Expr:
