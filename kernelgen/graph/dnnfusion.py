@@ -34,6 +34,10 @@ mapping-type table), as a planner: ``plan_dnnfusion(graph) -> list[Block]``.
    is not fused: the plan keeps the cheaper certain choice. A grown block that let yellow
    cells in is measured once more as a whole, since what joined later can change the
    balance; unless it still wins clearly, its split's pieces become the blocks.
+4. AGO's intensive fusion (``intensive.py``), over the grown blocks: the attention
+   pattern's blocks, which a red Many-to-Many -> Many-to-Many cell keeps apart (the scores,
+   their Softmax, P V), merge where one kernel stages each score row once and its
+   measurement, as a yellow cell's, found it clearly faster.
 
 Each block's note names its operators and every neighbour that stopped growth; its ``stops``
 hold every edge to a refused neighbour with the rule that stopped it (the fusion report's
@@ -42,22 +46,17 @@ unassigned then, so it was a neighbour that the block refused.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from math import prod
 
 from ..errors import FusionError
-from ..fusion import FusedBlock, FusionVerdict, split_parts
+from ..fusion import FusionVerdict, split_parts
 from ..fusion.fuse import BETWEEN
 from ..ir.expr import Call, walk
 from ..ir.node import Op
 from ..mapping_types import Colour, MappingType
 from .blocks import CONTRACTIONS, IN_PLACE, Block, Stop, fusible, in_place_concats, order_blocks
-from .intensive import fuse_intensive
+from .intensive import Decide, fuse_intensive
 from .model import Graph
-
-
-# A yellow block's measured verdict, or None where nothing was measured.
-Decide = Callable[[FusedBlock], FusionVerdict | None]
 
 
 def plan_dnnfusion(graph: Graph, decide: Decide | None = None) -> list[Block]:

@@ -4,9 +4,9 @@ Many-to-Many cell keeps apart, merged into one kernel where
 1. the merged kernel computes each producer element once (AGO's no-redundancy constraint):
    its loop IR stages the producer's row once per group point (``lower/staging.py``: the
    scores Q K that a Softmax's max, sum and outputs read; the weights that P V sums), and
-2. the Fast-Run database holds a measurement of the merged kernel against its split (the two
-   blocks; ``measure_fusion``, taken when the plan is made under ``tuning='measure'``) in
-   which it won clearly, as a yellow cell must.
+2. the Fast-Run database holds a measurement of the merged kernel against its split (the
+   blocks apart; ``measure_fusion``, taken when the plan is made under ``tuning='measure'``
+   or ``'measure-fusion'``) in which it won clearly, as a yellow cell must.
 
 The pairs are the attention pattern's: a block around a MatMul or a Softmax feeding a block
 around a Softmax or a MatMul (two MatMuls excepted: a contraction template, not a staged row,
@@ -32,6 +32,7 @@ from ..mapping_types import MappingType
 from .blocks import Block, fusible, order_blocks
 from .model import Graph
 
+# A block's measured verdict, or None where nothing was measured (the planners' ``decide``).
 Decide = Callable[[FusedBlock], FusionVerdict | None]
 
 # the heavy operators of the blocks an intensive pair joins: producer kinds, consumer kinds
@@ -157,4 +158,4 @@ def _annotated(block: Block, why_not: dict[tuple[tuple[str, ...], ...], str]) ->
     return replace(block, stops=tuple(stops))
 
 
-__all__ = ["INTENSIVE", "fuse_intensive"]
+__all__ = ["INTENSIVE", "Decide", "fuse_intensive"]

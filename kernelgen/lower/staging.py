@@ -8,6 +8,11 @@ row once per ``i`` into a scratch array (``LoopKernel.staged``) and makes every 
 each producer element is computed once, the consumer's tile (one query row, every output column)
 covering the producer's (one score row).
 
+A row operator over the scores themselves, softmax(Q Kᵀ) written out (a model that outputs
+its attention weights), is staged the same way: the score row once per query, read by the max,
+the sum and every output element (``_stage_row_producer``), instead of each element
+recomputing its row's scores for the max and again for the sum.
+
 The same scratch row serves a costly term that a row's hoisted reduction and its stores both
 compute: a softmax sums exp(x - max) and scales it by 1 / sum, so the exp row is staged once and
 both read it (``stage_shared_terms``; OpenCL 'row' on PoCL, 1024x4096: 2.6 against 4.1 ms).
