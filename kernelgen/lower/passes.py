@@ -172,12 +172,18 @@ def merge_axes(kernel: LoopKernel) -> LoopKernel:
     while k < len(kernel.domain) - 1:
         a, b = kernel.domain[k], kernel.domain[k + 1]
         if (k in kernel.group) == (k + 1 in kernel.group) and \
-                _mergeable(kernel.roots(), a, b):
+                _visited_together(kernel.group, k) and _mergeable(kernel.roots(), a, b):
             kernel = _merge_pair(kernel, k)
             k = 0
         else:
             k += 1
     return kernel
+
+
+def _visited_together(group: tuple[int, ...], k: int) -> bool:
+    """Whether domain axes ``k`` and ``k + 1``, if both are group axes, follow each other in
+    the group's order too (a staged kernel may list its queries last, ``staging.py``)."""
+    return k not in group or k + 1 not in group or group.index(k) + 1 == group.index(k + 1)
 
 
 def _merge_pair(kernel: LoopKernel, k: int) -> LoopKernel:

@@ -139,7 +139,7 @@ def stage_producers(kernel: LoopKernel) -> LoopKernel:
         return kernel
     row_kernel = _stage_row_producer(kernel) if STAGE_ROW_PRODUCERS else None
     if row_kernel is not None:
-        return row_kernel
+        return _queries_innermost(row_kernel)
     staged: list[Staged] = []
     keys: frozenset = frozenset()
     while True:
@@ -157,7 +157,27 @@ def stage_producers(kernel: LoopKernel) -> LoopKernel:
         staged.append(stage)
         keys |= own_keys
         kernel = _rehoist(replace(kernel, stores=stores), keys, staged)
-    return _stage_weights(kernel, keys, staged) if staged else kernel
+    return _queries_innermost(_stage_weights(kernel, keys, staged)) if staged else kernel
+
+
+QUERIES_INNERMOST = True  # False: the group axes in the domain's order, as before
+
+
+def _queries_innermost(kernel: LoopKernel) -> LoopKernel:
+    """The group axes listed (``LoopKernel.group``: the order work-items and a work-item's
+    group points visit them) so that those the fewest reads depend on come last: the queries,
+    which only Q's reads key, after the heads, which K's and V's reads key too. A work-item's
+    consecutive group points (``group_rows``) are then queries of one head, which share its
+    keys (one panel), even where the output's order puts the heads inside the queries
+    (attention written back as (sequence, heads, depth)). The domain keeps the output's
+    order."""
+    if not QUERIES_INNERMOST or len(kernel.group) < 2:
+        return kernel
+    reads = [free_index_symbols(n) for root in kernel.roots() for n in walk(root)
+             if isinstance(n, Load)]
+    group = tuple(sorted(kernel.group, key=lambda g: -sum(
+        kernel.domain[g][0] in r for r in reads)))
+    return replace(kernel, group=group)
 
 
 def _stage_row_producer(kernel: LoopKernel) -> LoopKernel | None:

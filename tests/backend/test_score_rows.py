@@ -113,3 +113,48 @@ def test_cpu_backends_run_it_as_rows(backend_name: str) -> None:
     assert kernel.metadata["schedule"] == "row"
     assert kernel.metadata["staged_rows"] == ["stage0", "stage1"]
     assert kernel.metadata["producer_redundancy"] == 1.0
+
+
+def _attention_back_in_sequence_order(seq: int, heads: int, depth: int
+                                      ) -> tuple[kg.FusedOp, dict[str, np.ndarray], np.ndarray]:
+    """softmax(Q Kᵀ s) V for (heads, seq, depth) operands, K transposed in the kernel and
+    the output transposed back to (seq, heads, depth), as BERT's are: the output's order puts
+    the heads inside the queries."""
+    rng = np.random.default_rng(seq * heads + depth)
+    feeds = {name: rng.standard_normal((heads, seq, depth)).astype(np.float32)
+             for name in ("q", "k", "v")}
+    feeds["s"] = np.array([depth ** -0.5], np.float32)
+    kt = kg.transpose(kg.tensor("k", feeds["k"].shape), [0, 2, 1])
+    scores = kg.matmul(kg.tensor("q", feeds["q"].shape), kt)
+    scaled = kg.mul(scores, kg.tensor("s", (1,)))
+    p = kg.softmax(scaled, 2)
+    o = kg.matmul(p, kg.tensor("v", feeds["v"].shape))
+    fused = kg.fuse(kt, scores, scaled, p, o, kg.transpose(o, [1, 0, 2]), force=True)
+    s = feeds["q"].astype(np.float64) @ feeds["k"].transpose(0, 2, 1) * feeds["s"][0]
+    w = np.exp(s - s.max(axis=2, keepdims=True))
+    want = ((w / w.sum(axis=2, keepdims=True)) @ feeds["v"]).transpose(1, 0, 2)
+    return fused, feeds, want
+
+
+@pytest.mark.parametrize("seq, heads, depth", [(16, 3, 8), (13, 2, 5), (1, 4, 3)])
+def test_attention_written_back_in_sequence_order(backend: str, seq: int, heads: int,
+                                                  depth: int) -> None:
+    """The group axes are visited heads outside, queries inside (``_queries_innermost``), so
+    a work-item's queries share one head's keys; the output keeps (seq, heads, depth)."""
+    fused, feeds, want = _attention_back_in_sequence_order(seq, heads, depth)
+    loop = lower(fused, "attention")
+    assert [loop.domain[g][1] for g in loop.group] == ([heads, seq] if seq > 1 else [heads])
+    (got,) = run(backend, fused, *(feeds[v.name] for v in fused.inputs), tuning="none")
+    assert_close(got, want, "float32", scale=10)
+
+
+@pytest.mark.parametrize("backend_name", ["opencl", "neon"])
+def test_queries_of_one_head_per_work_item_for_sequence_order_outputs(backend_name: str
+                                                                      ) -> None:
+    require(backend_name)
+    fused, feeds, want = _attention_back_in_sequence_order(64, 4, 16)
+    kernel = fused.emit(backend_name, tuning="none")
+    assert kernel.metadata["schedule"] == "row"
+    if backend_name == "opencl":
+        assert kernel.metadata["tunables"]["panel"]
+    assert_close(kernel(*(feeds[v.name] for v in fused.inputs)), want, "float32", scale=10)
