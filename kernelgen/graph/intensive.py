@@ -51,7 +51,7 @@ def fuse_intensive(graph: Graph, blocks: list[Block], decide: Decide | None) -> 
     merged = True
     while merged:
         merged = False
-        for chain in _chains(graph, blocks):
+        for chain in _chains(blocks):
             key = tuple(b.names for b in chain)
             if key in why_not:
                 continue
@@ -73,7 +73,7 @@ def _heavy(block: Block, last: bool) -> Op | None:
     return heavy[-1 if last else 0] if heavy and not block.view else None
 
 
-def _pairs(graph: Graph, blocks: list[Block]) -> list[tuple[int, int]]:
+def _pairs(blocks: list[Block]) -> list[tuple[int, int]]:
     """(producer, consumer) block indices for every block edge from a row producer to a row
     consumer, in plan order."""
     owner = {id(op): b for b, block in enumerate(blocks) for op in block.ops}
@@ -92,11 +92,11 @@ def _pairs(graph: Graph, blocks: list[Block]) -> list[tuple[int, int]]:
     return pairs
 
 
-def _chains(graph: Graph, blocks: list[Block]) -> list[list[Block]]:
+def _chains(blocks: list[Block]) -> list[list[Block]]:
     """Each pair of ``_pairs``, preceded by its longest extension through the consumer's own
     pairs (the scores, their Softmax and P V): tried first, so the whole chain merges where its
     one kernel wins even when a part of it alone would not."""
-    pairs = _pairs(graph, blocks)
+    pairs = _pairs(blocks)
     onward: dict[int, list[int]] = {}
     for p, c in pairs:
         onward.setdefault(p, []).append(c)
@@ -120,6 +120,9 @@ def _merge(graph: Graph, chain: list[Block], decide: Decide) -> tuple[Block | No
     if not _computed_once(lower(fused)):
         return None, (f"{INTENSIVE} does not apply: one kernel would not stage the "
                       "producer's rows, so it would compute them again for every element")
+    if len(fused.outputs) != 1:
+        return None, (f"{INTENSIVE} is measured against the blocks apart, which cannot be "
+                      f"timed as one program with {len(fused.outputs)} outputs")
     verdict = decide(fused)
     if verdict is None:
         return None, (f"{INTENSIVE} pays only where measured, and nothing was measured "
@@ -138,7 +141,7 @@ def _computed_once(kernel: LoopKernel) -> bool:
     read directly, computed once per group point) and is no contraction template's."""
     if not kernel.staged or shared_terms_only(kernel) or contraction(kernel) is not None:
         return False
-    return not any(isinstance(inner, Reduce) and inner is not node and inner not in kernel.hoisted
+    return not any(isinstance(inner, Reduce) and inner not in kernel.hoisted
                    for st in kernel.staged for node in walk(st.value)
                    if isinstance(node, Reduce) for inner in walk(node.body))
 
