@@ -25,6 +25,7 @@ from kernelgen.lower import staging
 from kernelgen.measure import round_robin, runner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from conv import two_thread_session  # noqa: E402
 from pooling import write_rows  # noqa: E402
 
 # (heads, sequence, depth): the bench's BERT layer, BERT-base, longer sequences
@@ -41,8 +42,6 @@ def _ops(heads: int, seq: int, depth: int) -> list[kg.Op]:
 
 
 def _ort(heads: int, seq: int, depth: int):
-    import onnxruntime as ort
-
     nodes = [helper.make_node("MatMul", ["q", "kt"], ["a"]),
              helper.make_node("Mul", ["a", "s"], ["b"]),
              helper.make_node("Add", ["b", "mask"], ["c"]),
@@ -53,12 +52,7 @@ def _ort(heads: int, seq: int, depth: int):
                               [helper.make_tensor_value_info("p", TensorProto.FLOAT, None)],
                               initializer=[numpy_helper.from_array(
                                   np.array([depth ** -0.5], np.float32), "s")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 2
-    options.inter_op_num_threads = 1
-    return ort.InferenceSession(model.SerializeToString(), options,
-                                providers=["CPUExecutionProvider"])
+    return two_thread_session(graph)
 
 
 def row(heads: int, seq: int, depth: int, backend: str, repeat: int, before: bool

@@ -29,6 +29,7 @@ from kernelgen.backends.opencl import columns, schedule
 from kernelgen.measure import round_robin, runner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from conv import two_thread_session  # noqa: E402
 from pooling import plans_with_and_without, write_rows  # noqa: E402
 
 ORT = "onnxruntime"
@@ -55,20 +56,13 @@ def contiguous_runs_only() -> ContextManager[object]:
 
 
 def _ort(x_shape: tuple[int, ...], w: np.ndarray, b: np.ndarray, pads: int):
-    import onnxruntime as ort
-
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[pads] * 4, strides=[2, 2]),
              helper.make_node("Relu", ["c"], ["y"])]
     graph = helper.make_graph(
         nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
         initializer=[numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 2
-    options.inter_op_num_threads = 1
-    return ort.InferenceSession(model.SerializeToString(), options,
-                                providers=["CPUExecutionProvider"])
+    return two_thread_session(graph)
 
 
 def _form(program: object) -> str:
