@@ -409,8 +409,7 @@ def _term_row(kernel: LoopKernel, n: int, r: Reduce, term: Expr) -> tuple[Staged
     ranges = {**kernel.ranges, **dict(kernel.domain), row: extent}
     stage = Staged(Buffer(_scratch_name(kernel, n), (extent,), DType.float32), row,
                    specialise(term, {axis: row}, ranges))
-    body = transform(r.body, lambda node, _r: Load(term.dtype, stage.buffer.name, axis)
-                     if node == term else None)
+    body = _replaced(r.body, term, Load(term.dtype, stage.buffer.name, axis))
     return stage, Reduce(r.dtype, r.kind, body, r.axes)
 
 
