@@ -6,7 +6,9 @@ against its split alternative (the block cut at its non-green edges, ``fusion.sp
 round-robin in one run (a win is ``clear`` when the winner's 80th percentile is below the
 loser's 20th), checks both against the loop-IR interpreter, and stores the verdict in
 the Fast-Run database under the fused kernel's fingerprint, the cut, the backend and the
-device. ``fuse(..., measure=True)``, ``emit(tuning='measure')`` and the DNNFusion planner under
+device, with how often the fused kernel computes each element of a producer inside its tiles
+(AGO's ``producer_redundancy``, which the planner's intensive fusion reads).
+``fuse(..., measure=True)``, ``emit(tuning='measure')`` and the DNNFusion planner under
 ``tuning='measure'`` call it; the 'stored' policy reads what it stored.
 """
 from __future__ import annotations
@@ -65,7 +67,8 @@ def measure_fusion(block: FusedBlock, backend: str | Backend = backends.DEFAULT,
     fast, slow = sorted(times.values(), key=lambda m: m.median_ms)
     verdict = FusionVerdict(be.name, times["fused"].median_ms <= times["split"].median_ms,
                             times["fused"].median_ms, times["split"].median_ms, parts,
-                            tuple(cut), clear=fast.p80_ms < slow.p20_ms)
+                            tuple(cut), clear=fast.p80_ms < slow.p20_ms,
+                            redundancy=float(fused.metadata.get("producer_redundancy", 1.0)))
     db.put(fusion_key(block, be), verdict.as_value(),
            min(verdict.fused_ms, verdict.split_ms))
     return verdict

@@ -19,6 +19,9 @@ from .database import FastRunDB
 # Bumped when what a stored value means changes (1: the emit options before the unified
 # schedule vocabulary), so older entries are never read as current ones.
 KEY_SCHEMA = 2
+# The same for fusion verdicts (2: they carry the fused kernel's producer redundancy, which
+# AGO's intensive fusion in the planner reads; an older one would read as 1).
+VERDICT_SCHEMA = 2
 
 
 def tuning_key(loop: LoopKernel, backend: str | Backend) -> dict[str, Any]:
@@ -43,7 +46,8 @@ def fusion_key(block: FusedBlock, backend: str | Backend) -> dict[str, Any]:
     cut = [[f"{ops[e.producer].kind}{list(ops[e.producer].shape)}",
             f"{ops[e.consumer].kind}{list(ops[e.consumer].shape)}"]
            for e in block.edges if e.rule.colour is not Colour.GREEN]
-    return {**tuning_key(lower(block), backend), "kind": "fusion-decision", "cut": cut}
+    return {**tuning_key(lower(block), backend), "kind": "fusion-decision", "cut": cut,
+            "verdict": VERDICT_SCHEMA}
 
 
 def stored_verdict(block: FusedBlock, backend: str | Backend, db: FastRunDB | None = None

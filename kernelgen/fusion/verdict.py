@@ -18,6 +18,9 @@ class FusionVerdict:
     parts: tuple[tuple[str, ...], ...]   # the split alternative: each kernel's operators
     edges: tuple[str, ...] = ()          # the cut edges, with their table cells
     clear: bool = False                  # the winner's p80 below the loser's p20
+    # how often the fused kernel's tiles compute each element of a producer fused into them
+    # (AGO's intensive fusion: a conv inside a 1x1 conv's operand; 1.0 where there is none)
+    redundancy: float = 1.0
     from_cache: bool = False             # read from the database, not measured now
 
     @property
@@ -55,7 +58,8 @@ class FusionVerdict:
             verdict = cls(str(value["backend"]), value["fused"], float(value["fused_ms"]),
                           float(value["split_ms"]), parts,
                           tuple(str(e) for e in value.get("edges", ())),
-                          value.get("clear") is True, from_cache=True)
+                          value.get("clear") is True,
+                          float(value.get("redundancy", 1.0)), from_cache=True)
         except (TypeError, KeyError, ValueError, AttributeError):
             return None
         return verdict if isinstance(verdict.fused, bool) else None

@@ -34,10 +34,12 @@ mapping-type table), as a planner: ``plan_dnnfusion(graph) -> list[Block]``.
    is not fused: the plan keeps the cheaper certain choice. A grown block that let yellow
    cells in is measured once more as a whole, since what joined later can change the
    balance; unless it still wins clearly, its split's pieces become the blocks.
-4. AGO's intensive fusion (``intensive.py``), over the grown blocks: the attention
-   pattern's blocks, which a red Many-to-Many -> Many-to-Many cell keeps apart (the scores,
-   their Softmax, P V), merge where one kernel stages each score row once and its
-   measurement, as a yellow cell's, found it clearly faster.
+4. AGO's intensive fusion (``intensive.py``), over the grown blocks: blocks that a red
+   Many-to-Many -> Many-to-Many cell keeps apart (the attention pattern's scores, their
+   Softmax and P V; a convolution and the pointwise convolution reading it) merge where one
+   kernel computes each producer element once (a staged score row; a 1x1 conv's tiles each
+   spanning every output channel) and its measurement, as a yellow cell's, found it clearly
+   faster.
 
 Each block's note names its operators and every neighbour that stopped growth; its ``stops``
 hold every edge to a refused neighbour with the rule that stopped it (the fusion report's

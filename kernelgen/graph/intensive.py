@@ -1,19 +1,27 @@
 """AGO's intensive fusion over a DNNFusion plan: two blocks that a red Many-to-Many ->
 Many-to-Many cell keeps apart, merged into one kernel where
 
-1. the merged kernel computes each producer element once (AGO's no-redundancy constraint):
-   its loop IR stages the producer's row once per group point (``lower/staging.py``: the
-   scores Q K that a Softmax's max, sum and outputs read; the weights that P V sums), and
+1. the merged kernel computes each producer element once (AGO's no-redundancy constraint),
+   in one of two ways:
+   - *staged*: its loop IR stages the producer's row once per group point
+     (``lower/staging.py``: the scores Q K that a Softmax's max, sum and outputs read; the
+     weights that P V sums);
+   - *in the tiles*: a 1x1 convolution's contraction template computes the producer (a
+     convolution, its epilogue applied) inside its operand, once per tile of output
+     channels; the measured kernel's ``producer_redundancy`` (how many tiles compute each
+     producer element, carried by the verdict) must be 1: one tile spans every channel;
 2. the Fast-Run database holds a measurement of the merged kernel against its split (the
    blocks apart; ``measure_fusion``, taken when the plan is made under ``tuning='measure'``
    or ``'measure-fusion'``) in which it won clearly, as a yellow cell must.
 
-The pairs are the attention pattern's: a block around a MatMul or a Softmax feeding a block
-around a Softmax or a MatMul (two MatMuls excepted: a contraction template, not a staged row,
-would compute that producer, and only inside its tiles). A pair is tried after the longest
-chain it starts (the scores, their Softmax and P V where nothing outside reads the weights),
-and chains until none merges. An edge left apart keeps its rule in the report, followed by
-why its pair did not merge.
+The staged pairs are the attention pattern's: a block around a MatMul or a Softmax feeding a
+block around a Softmax or a MatMul (two MatMuls excepted: a contraction template, not a staged
+row, would compute that producer, and only inside its tiles). A staged pair is tried after the
+longest chain it starts (the scores, their Softmax and P V where nothing outside reads the
+weights), and chains until none merges. The pairs in the tiles are AGO's Conv -> 1x1 Conv: a
+block around a convolution feeding a block whose first heavy operator is a pointwise
+convolution (1x1 kernel, stride 1, no padding, one group), tried as a pair. An edge left apart
+keeps its rule in the report, followed by why its pair did not merge.
 """
 from __future__ import annotations
 
@@ -26,7 +34,7 @@ from ..ir.expr import Reduce, walk
 from ..ir.loop import LoopKernel
 from ..ir.node import Op
 from ..lower import lower
-from ..lower.contraction import contraction
+from ..lower.contraction import contraction, operand_has_reduction
 from ..lower.staging import shared_terms_only
 from ..mapping_types import MappingType
 from .blocks import Block, fusible, order_blocks
@@ -35,7 +43,7 @@ from .model import Graph
 # A block's measured verdict, or None where nothing was measured (the planners' ``decide``).
 Decide = Callable[[FusedBlock], FusionVerdict | None]
 
-# the heavy operators of the blocks an intensive pair joins: producer kinds, consumer kinds
+# the heavy operators of the blocks a staged pair joins: producer kinds, consumer kinds
 ROW_PRODUCERS = frozenset({"MatMul", "Softmax", "LogSoftmax"})
 ROW_CONSUMERS = frozenset({"Softmax", "LogSoftmax", "MatMul"})
 INTENSIVE = "AGO's intensive fusion"
@@ -51,11 +59,11 @@ def fuse_intensive(graph: Graph, blocks: list[Block], decide: Decide | None) -> 
     merged = True
     while merged:
         merged = False
-        for chain in _chains(blocks):
+        for chain, staged in _chains(blocks):
             key = tuple(b.names for b in chain)
             if key in why_not:
                 continue
-            block, why = _merge(graph, chain, decide)
+            block, why = _merge(graph, chain, staged, decide)
             if block is None:
                 why_not[key] = why
                 continue
@@ -73,43 +81,60 @@ def _heavy(block: Block, last: bool) -> Op | None:
     return heavy[-1 if last else 0] if heavy and not block.view else None
 
 
-def _pairs(blocks: list[Block]) -> list[tuple[int, int]]:
-    """(producer, consumer) block indices for every block edge from a row producer to a row
-    consumer, in plan order."""
+def _pairs(blocks: list[Block]) -> list[tuple[int, int, bool]]:
+    """(producer, consumer, staged) block indices for every block edge from a row producer to
+    a row consumer (staged) and from a convolution to a pointwise one (in the tiles), in plan
+    order."""
     owner = {id(op): b for b, block in enumerate(blocks) for op in block.ops}
-    pairs: list[tuple[int, int]] = []
+    pairs: list[tuple[int, int, bool]] = []
     for c, consumer in enumerate(blocks):
         head = _heavy(consumer, last=False)
-        if head is None or head.kind not in ROW_CONSUMERS:
+        if head is None:
             continue
         sources = dict.fromkeys(owner[id(v)] for op in consumer.ops for v in op.inputs
                                 if id(v) in owner and owner[id(v)] != c)
         for p in sources:
             tail = _heavy(blocks[p], last=True)
-            if tail is not None and tail.kind in ROW_PRODUCERS and \
+            if tail is None:
+                continue
+            if tail.kind in ROW_PRODUCERS and head.kind in ROW_CONSUMERS and \
                     not (tail.kind == "MatMul" and head.kind == "MatMul"):
-                pairs.append((p, c))
+                pairs.append((p, c, True))
+            elif tail.kind == "Conv" and _pointwise(head) and \
+                    owner.get(id(head.inputs[0])) == p:  # the data, not a residual
+                pairs.append((p, c, False))
     return pairs
 
 
-def _chains(blocks: list[Block]) -> list[list[Block]]:
-    """Each pair of ``_pairs``, preceded by its longest extension through the consumer's own
-    pairs (the scores, their Softmax and P V): tried first, so the whole chain merges where its
-    one kernel wins even when a part of it alone would not."""
+def _pointwise(op: Op) -> bool:
+    """A 1x1 convolution that is a plain contraction over channels: stride 1, no padding, one
+    group (its output pixel p reads the input's pixel p only)."""
+    a = op.attrs
+    return op.kind == "Conv" and all(k == 1 for k in a["kernel_shape"]) and \
+        all(st == 1 for st in a["strides"]) and not any(a["pads"]) and a["group"] == 1
+
+
+def _chains(blocks: list[Block]) -> list[tuple[list[Block], bool]]:
+    """Each pair of ``_pairs`` (its blocks, and whether staged); a staged one preceded by its
+    longest extension through the consumer's own staged pairs (the scores, their Softmax and
+    P V): tried first, so the whole chain merges where its one kernel wins even when a part
+    of it alone would not."""
     pairs = _pairs(blocks)
     onward: dict[int, list[int]] = {}
-    for p, c in pairs:
-        onward.setdefault(p, []).append(c)
-    chains: list[list[Block]] = []
-    for p, c in pairs:
+    for p, c, staged in pairs:
+        if staged:
+            onward.setdefault(p, []).append(c)
+    chains: list[tuple[list[Block], bool]] = []
+    for p, c, staged in pairs:
         path = [p, c]
-        while len(onward.get(path[-1], [])) == 1 and onward[path[-1]][0] not in path:
+        while staged and len(onward.get(path[-1], [])) == 1 and onward[path[-1]][0] not in path:
             path.append(onward[path[-1]][0])
-        chains += [[blocks[k] for k in path[:n]] for n in range(len(path), 1, -1)]
+        chains += [([blocks[k] for k in path[:n]], staged) for n in range(len(path), 1, -1)]
     return chains
 
 
-def _merge(graph: Graph, chain: list[Block], decide: Decide) -> tuple[Block | None, str]:
+def _merge(graph: Graph, chain: list[Block], staged: bool, decide: Decide
+           ) -> tuple[Block | None, str]:
     """The blocks of ``chain`` merged into one, or None and why not."""
     order = graph.producer_index()
     ops = sorted((op for b in chain for op in b.ops), key=lambda op: order[id(op)])
@@ -117,9 +142,13 @@ def _merge(graph: Graph, chain: list[Block], decide: Decide) -> tuple[Block | No
         fused = fusible(graph, ops, force=True)
     except FusionError as exc:
         return None, f"{INTENSIVE} cannot make one kernel of them: {exc}"
-    if not _computed_once(lower(fused)):
+    kernel = lower(fused)
+    if staged and not _staged_once(kernel):
         return None, (f"{INTENSIVE} does not apply: one kernel would not stage the "
                       "producer's rows, so it would compute them again for every element")
+    if not staged and not _in_the_tiles(kernel):
+        return None, (f"{INTENSIVE} does not apply: one kernel would not be a contraction "
+                      "computing the convolution inside its operand")
     if len(fused.outputs) != 1:
         return None, (f"{INTENSIVE} is measured against the blocks apart, which cannot be "
                       f"timed as one program with {len(fused.outputs)} outputs")
@@ -127,6 +156,10 @@ def _merge(graph: Graph, chain: list[Block], decide: Decide) -> tuple[Block | No
     if verdict is None:
         return None, (f"{INTENSIVE} pays only where measured, and nothing was measured "
                       "(compile with tuning='measure' to measure it)")
+    if verdict.redundancy > 1.0:
+        return None, (f"{INTENSIVE} does not apply: the one kernel's tiles compute each "
+                      f"element of the convolution {verdict.redundancy:g} times (its output "
+                      f"channels span several tiles), {verdict}")
     if not (verdict.fused and verdict.clear):
         return None, f"{INTENSIVE} measured: {verdict}"
     inside = {op.name for op in ops}
@@ -136,13 +169,26 @@ def _merge(graph: Graph, chain: list[Block], decide: Decide) -> tuple[Block | No
     return Block(tuple(ops), note, stops), ""
 
 
-def _computed_once(kernel: LoopKernel) -> bool:
+def _staged_once(kernel: LoopKernel) -> bool:
     """Whether ``kernel`` stages its producer's rows (a row holding a reduction of tensors
     read directly, computed once per group point) and is no contraction template's."""
     if not kernel.staged or shared_terms_only(kernel) or contraction(kernel) is not None:
         return False
     return not any(isinstance(inner, Reduce) and inner not in kernel.hoisted
                    for st in kernel.staged for node in walk(st.value)
+                   if isinstance(node, Reduce) for inner in walk(node.body))
+
+
+def _in_the_tiles(kernel: LoopKernel) -> bool:
+    """Whether ``kernel`` is a contraction with the producer's reduction in one operand, a
+    reduction of tensors read directly (a producer of its own inside it would be computed again
+    for every element of the one the tiles compute; how often the tiles compute theirs is the
+    backend's, measured with the verdict)."""
+    c = contraction(kernel)
+    if c is None or operand_has_reduction(c.left) == operand_has_reduction(c.right):
+        return False
+    side = c.left if operand_has_reduction(c.left) else c.right
+    return not any(isinstance(inner, Reduce) for node in walk(side)
                    if isinstance(node, Reduce) for inner in walk(node.body))
 
 
