@@ -55,14 +55,14 @@ def main() -> int:
                                  fusion=functools.partial(plan_dnnfusion, decide=yellow_only))
     rows: list[dict[str, object]] = []
     for block in measured.blocks:
-        for stop in block.stops:
-            if INTENSIVE in stop.rule:
-                why = stop.rule[stop.rule.index(INTENSIVE):]
+        for stop in block.stops:  # a pair's reason follows the rule that stopped its edge
+            why = stop.rule[stop.rule.rfind(INTENSIVE):]
+            if INTENSIVE in stop.rule and "relaxes this cell" not in why:
                 print(f"apart  {stop.producer} -> {stop.consumer}: {why}")
                 rows.append({"pair": [stop.producer, stop.consumer], "merged": False,
                              "why": why})
         if f"{INTENSIVE}, measured" in block.note:
-            why = block.note[block.note.index(INTENSIVE):]
+            why = block.note[block.note.rfind(INTENSIVE):]
             print(f"merged {' + '.join(block.names)}: {why}")
             rows.append({"pair": list(block.names), "merged": True, "why": why})
     feeds = _feeds(import_onnx(proto, shapes), None)

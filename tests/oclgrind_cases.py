@@ -291,15 +291,16 @@ def depthwise(x_shape: tuple[int, ...], w_shape: tuple[int, ...], **attrs: Any
     return block
 
 
-def ago_conv_1x1(channels: int) -> Callable[[], kg.FusedOp]:
-    """conv3x3 + ReLU -> 1x1 conv as one contraction computing its producer (AGO)."""
+def ago_conv_1x1(channels: int, out: int = 6) -> Callable[[], kg.FusedOp]:
+    """conv3x3 + ReLU -> 1x1 conv (``out`` channels) as one contraction computing its
+    producer (AGO)."""
     def block() -> kg.FusedOp:
         x, w1, w2 = (kg.tensor("x", (2, 5, 9, 11)), kg.tensor("w1", (channels, 5, 3, 3)),
-                     kg.tensor("w2", (6, channels, 1, 1)))
+                     kg.tensor("w2", (out, channels, 1, 1)))
         p = kg.conv(x, w1, pads=[1, 1, 1, 1])
         r = kg.relu(p)
         return kg.fuse(p, r, kg.conv(r, w2), force=True)
-    block.__name__ = f"ago_conv_1x1_{channels}"
+    block.__name__ = f"ago_conv_1x1_{channels}_{out}"
     return block
 
 
@@ -491,7 +492,11 @@ CASES: dict[str, Case] = {c.name: c for c in (
     Case("ago-conv-1x1-prime-channels", ago_conv_1x1(11), ("tiled",)),
     Case("ago-conv-1x1-13-channels", ago_conv_1x1(13), ("tiled",)),
     Case("ago-matmul-matmul", ago_matmul_matmul, ("tiled+scalar",)),
-    Case("ago-narrow-tiles", ago_conv_1x1(7), ("tiled",), {"tile": (4, 4)}),
+    # row tiles over a panel each column tile's item computes its producer into, or not
+    Case("ago-narrow-tiles", ago_conv_1x1(7), ("tiled+pack_in_tile",), {"tile": (4, 4)}),
+    Case("ago-narrow-tiles-recomputed", ago_conv_1x1(7), ("tiled",),
+         {"tile": (4, 4), "pack": False}),
+    Case("ago-many-rows-13-channels", ago_conv_1x1(13, 41), ("tiled+pack_in_tile",)),
     Case("attention-row", attention(1, 36, 16, 129, 17), ("row+staged",),
          {"schedule": "row", "panel": False}, ci=True),
     Case("attention-key-panel", attention(2, 36, 24, 129, 17), ("row+panel",),

@@ -80,21 +80,28 @@ def test_default_tiling_computes_each_producer_element_once(backend_name: str,
     consumer = ops[-1]  # the tiling analysis agrees: full columns recompute nothing
     full = list(consumer.shape)
     assert redundancy(consumer.index_maps[0], full) == 1.0
-    # split tiles recompute: columns when the producer is the left operand; rows when NEON
-    # loads it as the right operand (vectors along the pixels) without packing it once
-    narrow = fused.emit(backend_name, tile=(4, 4),
-                        **({"pack": False} if backend_name == "neon" else {}))
+    # split tiles recompute: columns when the producer is the left operand; rows when it is
+    # the right operand (vectors along the pixels) and no column tile packs it once
+    narrow = fused.emit(backend_name, tile=(4, 4), pack=False)
     assert narrow.metadata["producer_redundancy"] > 1.0
+    # ... unless each column tile computes its producer once into its panel (OpenCL's
+    # default over several row tiles)
+    packed = [fused.emit(backend_name, tile=(4, 4))] if backend_name == "opencl" and \
+        pattern == "conv-1x1" else []
+    for k in packed:
+        assert k.metadata["tunables"]["pack_in_tile"] and \
+            k.metadata["producer_redundancy"] == 1.0
     feeds = _feeds(values)
     want = evaluate_chain(ops, feeds)[ops[-1].name]
-    for k in (kernel, narrow):
+    for k in (kernel, narrow, *packed):
         assert_close(k(*(feeds[v.name] for v in fused.inputs)), want, scale=50)
 
 
-def _conv_then_1x1_with(channels: int) -> tuple[list[kg.Value], list[kg.Op]]:
-    """conv3x3 + ReLU -> 1x1 over 2 images, the producer with ``channels`` channels."""
+def _conv_then_1x1_with(channels: int, out: int = 6) -> tuple[list[kg.Value], list[kg.Op]]:
+    """conv3x3 + ReLU -> 1x1 (``out`` channels) over 2 images, the producer with ``channels``
+    channels."""
     x, w1, w2 = (kg.tensor("x", (2, 5, 9, 11)), kg.tensor("w1", (channels, 5, 3, 3)),
-                 kg.tensor("w2", (6, channels, 1, 1)))
+                 kg.tensor("w2", (out, channels, 1, 1)))
     p = kg.conv(x, w1, pads=[1, 1, 1, 1])
     ops = [p, kg.relu(p)]
     ops.append(kg.conv(ops[-1], w2))
@@ -119,6 +126,26 @@ def test_opencl_producer_channels_share_their_loads(channels: int, group: int) -
     assert ("kg_k0 = kg_min(kg_k" in kernel.source) == bool(channels % group)
     # one interior and one masked-edge vector load of the input, shared by the group
     assert len(re.findall(r"vload\d+\(0, x \+ ", kernel.source)) == 2
+    assert_close(kernel(*(feeds[v.name] for v in fused.inputs)), want, scale=50)
+
+
+@pytest.mark.parametrize("channels, out, tile", [(13, 41, None), (12, 37, (5, 16)),
+                                                (7, 100, (8, 32))])
+def test_opencl_packs_the_producer_once_for_many_consumer_rows(
+        channels: int, out: int, tile: tuple[int, int] | None) -> None:
+    """Over more consumer rows than one OpenCL tile holds (41, 37, 100 output channels of the
+    1x1 conv), each column tile's work-item computes its producer columns into a panel once,
+    in channel groups (13 in two of 7, the last shifted back: its repeats rewrite equal
+    values), and its row tiles (a partial last one shifted up) sweep the panel."""
+    require("opencl")
+    values, ops = _conv_then_1x1_with(channels, out)
+    fused = kg.fuse(*ops, force=True)
+    feeds = _feeds(values)
+    want = evaluate_chain(ops, feeds)[ops[-1].name]
+    kernel = fused.emit("opencl", tuning="none", **({"tile": tile} if tile else {}))
+    assert kernel.metadata["tunables"]["pack_in_tile"]
+    assert kernel.metadata["producer_redundancy"] == 1.0
+    assert ("kg_panel + (kg_k0 + kg_g)" in kernel.source) == (channels == 13)
     assert_close(kernel(*(feeds[v.name] for v in fused.inputs)), want, scale=50)
 
 

@@ -14,6 +14,7 @@ import collections
 import numpy as np
 import pytest
 from conftest import assert_close, require
+from reference import evaluate_chain
 
 import kernelgen as kg
 
@@ -129,15 +130,25 @@ def test_pack_b_false_wins_over_pack_in_tile() -> None:
     assert_close(alone(a, b), (a.astype(np.float64) @ b).astype(np.float32), scale=4)
 
 
-def test_ago_block_refuses_pack() -> None:
+def test_ago_block_packs_its_producer_only_in_the_tile() -> None:
+    """conv3x3 + ReLU -> 1x1: the producer, the vector operand, is packed only by each column
+    tile's work-item, computed once into its panel; never by a packing kernel (which would
+    write it whole, as the blocks apart do)."""
     require("opencl")
-    x = kg.tensor("x", (1, 4, 6, 6))
+    x = kg.tensor("x", (1, 4, 6, 7))
     c1 = kg.conv(x, kg.constant("w1", _f32(5, 4, 3, 3)), pads=[1, 1, 1, 1])
     r = kg.relu(c1)
     c2 = kg.conv(r, kg.constant("w2", _f32(3, 5, 1, 1)))
     fused = kg.fuse(c1, r, c2, force=True)
-    with pytest.raises(ValueError, match="pack needs a contraction of plain operands"):
-        fused.emit_kernel("opencl", tuning="none", pack=True)
+    kernel = fused.emit_kernel("opencl", tuning="none", pack=True)
+    assert kernel.metadata["tunables"]["pack_in_tile"]
+    assert kernel.metadata["producer_redundancy"] == 1.0
+    xs = _f32(1, 4, 6, 7)
+    weights = {w.name: np.asarray(w.value) for w in (c1.inputs[1], c2.inputs[1])}
+    want = evaluate_chain([c1, r, c2], {"x": xs, **weights})[c2.name]
+    assert_close(kernel(xs), want, scale=float(np.abs(want).max()))
+    with pytest.raises(ValueError, match="packed only by each column tile's work-item"):
+        fused.emit_kernel("opencl", tuning="none", pack=True, pack_in_tile=False)
 
 
 def _count_launches(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[str]:

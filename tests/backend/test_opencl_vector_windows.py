@@ -77,7 +77,8 @@ def _ago_block(width: int):
 
 def test_ago_producer_as_the_vector_operand() -> None:
     """The fused conv3x3 + ReLU is computed as vectors of pixels, each once (all 9 consumer
-    rows in one tile), and feeds the 1x1 conv; a narrower row tile recomputes it."""
+    rows in one tile), and feeds the 1x1 conv; narrower row tiles sweep a panel of it that
+    each column tile computes once, or recompute it where told not to pack."""
     require("opencl")
     ops, feeds = _ago_block(29)
     want = evaluate_chain(ops, feeds)[ops[-1].name]
@@ -85,9 +86,12 @@ def test_ago_producer_as_the_vector_operand() -> None:
     kernel = fused.emit("opencl", tuning="none")
     assert "vacc" in kernel.source  # the producer's vector accumulator
     assert kernel.metadata["producer_redundancy"] == 1.0
-    narrow = fused.emit("opencl", tile=(4, 16))
+    panel = fused.emit("opencl", tile=(4, 16))
+    assert panel.metadata["producer_redundancy"] == 1.0
+    assert panel.metadata["tunables"]["pack_in_tile"]
+    narrow = fused.emit("opencl", tile=(4, 16), pack=False)
     assert narrow.metadata["producer_redundancy"] == 3.0  # ceil(9 rows / 4)
-    for k in (kernel, narrow):
+    for k in (kernel, panel, narrow):
         assert_close(k(feeds["x"], feeds["w1"], feeds["w2"]), want, scale=10)
 
 
@@ -95,13 +99,13 @@ def test_tuner_rejects_tilings_that_recompute_the_producer(tmp_path) -> None:
     require("opencl")
     ops, _ = _ago_block(17)
     loop = kg.fuse(*ops, force=True).lower()
-    configs = [Config.of(), Config.of(tile=(4, 16))]
+    configs = [Config.of(), Config.of(tile=(4, 16), pack=False), Config.of(tile=(4, 16))]
     result = tune(loop, "opencl", configs=configs, db=FastRunDB(tmp_path / "db"),
                   repeat=2, budget_s=math.inf)  # every status checked: no time budget
     status = [c.status for c in result.candidates]
-    assert status[0] == "ok"
+    assert status[0] == "ok" and status[2] == "ok"  # the narrow tiles over a panel
     assert status[1] == "rejected: computes the fused producer 3 times"
-    assert result.best == Config.of()
+    assert result.best in (configs[0], configs[2])
 
 
 def test_wide_indices_build_lane_masks_lane_by_lane() -> None:

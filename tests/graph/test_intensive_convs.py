@@ -124,12 +124,13 @@ def test_merged_mobilenet_blocks_run_equal_to_onnxruntime(backend: str) -> None:
         assert float(np.abs(got - ref).max()) <= 1e-4 * max(float(np.abs(ref).max()), 1e-6)
 
 
-@pytest.mark.parametrize("out, computed", [(6, 1.0), (100, None)], ids=["6", "100"])
+@pytest.mark.parametrize("out", [6, 100])
 def test_the_planner_measures_a_pair_and_stores_how_often_it_computes_the_conv(
-        tmp_path, out: int, computed: float | None) -> None:
+        tmp_path, out: int) -> None:
     """``tuning='measure-fusion'``: the merged kernel is timed against the two apart and its
-    verdict stored with the tiles' redundancy: 1 for 6 output channels (one tile spans them),
-    more for 100 (several tiles), which keeps the pair apart whatever the times."""
+    verdict stored with the tiles' redundancy, 1 on OpenCL: with 6 output channels one row
+    tile spans them; with 100, each column tile's work-item computes its conv values once into
+    a panel that its row tiles sweep."""
     require("opencl")
     db = FastRunDB(tmp_path / "fastrun.sqlite")
     m = _conv_pointwise(out)
@@ -137,16 +138,11 @@ def test_the_planner_measures_a_pair_and_stores_how_often_it_computes_the_conv(
                                tuning=MeasureFusion(db))
     graph = kg.import_onnx(m)
     verdict = stored_verdict(fusible(graph, graph.ops, force=True), "opencl", db)
-    assert verdict is not None
-    if computed is not None:
-        assert verdict.redundancy == computed
-    else:
-        assert verdict.redundancy > 1.0
+    assert verdict is not None and verdict.redundancy == 1.0
     merged = len(session.blocks) == 1
-    assert merged == (verdict.redundancy == 1.0 and verdict.fused and verdict.clear)
+    assert merged == (verdict.fused and verdict.clear)
     if not merged:
-        why = f"{verdict.redundancy:g} times" if computed is None else "measured"
-        assert why in _stop(session.blocks, "r1", "c2")
+        assert "AGO's intensive fusion measured" in _stop(session.blocks, "r1", "c2")
     feeds = {"x": randn(1, 8, 9, 11)}
     (want,) = onnxruntime_run(m, feeds).values()
     (got,) = session.run(None, feeds)

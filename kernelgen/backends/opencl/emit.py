@@ -315,11 +315,14 @@ class OpenCLPrinter(ContractionEmitter):
         k_extent = prod(n for _, n in c.reduce.axes)
         self.ranges[FLAT_K] = k_extent
         b, a_bind, left = self._right_tile(plan, k_scope)
+        in_tile = bool(self.sched.pack_in_tile)
+        if in_tile:  # the row tiles sweep the panel one position a step, whatever its groups
+            left = plan.left
         a = Scope([], 4, parent=k_scope)  # within the kg_g and kg_i loops
         a.add(f"const {t} kg_row = kg_r0 + kg_i;")
         self.decompose("kg_row", [k.domain[i] for i in c.rows], a)
         a_value = self.expr(left, a)
-        if k_extent % plan.producer_group:  # positions the shifted last group repeats
+        if k_extent % plan.producer_group and not in_tile:  # the shifted last group's repeats
             a_value = f"kg_kg >= kg_k ? {a_value} : 0.0f"  # weigh nothing
         a.add(f"const float kg_a = {a_value};")
         store = Scope([], 2, parent=tile)
@@ -423,13 +426,28 @@ class OpenCLPrinter(ContractionEmitter):
         tn, w = int(holes["tn"]), int(holes["width"])
         panel = int(holes["k_extent"]) * tn
         if self.sched.pack_in_tile:
+            group = int(holes["k_group"])
+            write = f"vstore{w}(kg_b[0][kg_v], kg_v, kg_panel + kg_k * {tn});"
+            loops = [f"_Pragma(\"unroll\") for (int kg_v = 0; kg_v < {tn // w}; ++kg_v)"]
+            note = ""
+            if group > 1:  # an AGO producer, computed in channel groups that share loads
+                first = "kg_k0" if int(holes["k_extent"]) % group else "kg_k"
+                write = (f"vstore{w}(kg_b[kg_g][kg_v], kg_v, kg_panel + ({first} + kg_g) * "
+                         f"{tn});")
+                loops.insert(0, f"_Pragma(\"unroll\") for (int kg_g = 0; kg_g < {group}; "
+                                f"++kg_g)")
+                note = (f"\n// The operand is a fused producer (AGO), computed into the panel "
+                        f"{group} positions a step,\n// once for all row tiles.")
+            lines = [" " * (8 + 4 * d) + line for d, line in enumerate([*loops, write])]
             src = templates.render(
                 "opencl", "contraction_tile_pack.cl",
                 params=self.params() + ",\n        __global float* restrict kg_packed",
                 panel=str(panel),
                 panel_size=f"{4 * panel / 1024:.0f} KiB" if panel >= 256 else
                 f"{4 * panel} bytes", row_k_bind=_indent(k_scope.lines),
-                store=_indent(store.lines), **holes)
+                store=_indent(store.lines), pack_store="\n".join(lines),
+                pack_step="++kg_k" if group == 1 else f"kg_k += {group}", producer_note=note,
+                **holes)
             items = sizes[1:]
             local = _local_shape(items, self.local, self.caps.max_item_sizes)
             return src, Launch(_covering(items, local), local,

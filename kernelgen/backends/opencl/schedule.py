@@ -92,7 +92,9 @@ AGO_MAX_COLUMNS = 64  # widest register tile a fused-producer contraction takes 
 # one; 13: 0.274 in groups of 7 against 0.711; generated kernels, timed alternately).
 AGO_PRODUCER_GROUP = 8
 # most consumer rows one tile spans when the producer is the vector operand: one sum vector a
-# row, so 32 rows fill AVX-512's registers
+# row, so 32 rows fill AVX-512's registers. With more rows (a 1x1 conv's 144 output channels),
+# the default register tile's rows a tile, and each column tile's work-item computes its
+# producer columns once into a panel that its row tiles then sweep (``pack_in_tile``).
 AGO_MAX_ROWS = 32
 # The vector template unrolls its reduction completely only while the unrolled body has at
 # most this many vector FMAs (tile rows x vectors x reduction points). A window's taps gain from
@@ -207,7 +209,8 @@ class OpenCLSchedule(Schedule):
                     out["packed_operand_reads"] = out["right_operand_reads"]
                     out["packed_once"] = bool(self.pack_once)
             if self.plan.columns is not None and operand_has_reduction(c.right):
-                out["producer_redundancy"] = float(-(-_rows(k, c) // self.tile[0]))
+                out["producer_redundancy"] = 1.0 if self.pack_in_tile else \
+                    float(-(-_rows(k, c) // self.tile[0]))
             else:
                 out["producer_redundancy"] = producer_redundancy(k, tile_n)
         return out
@@ -417,6 +420,9 @@ def _tiled(base: OpenCLSchedule, requested: tuple[int, ...] | None, local: int |
     n_run = prod(k.domain[i][1] for i in plan.run)
     panels = -(-n_run // plan.tile_n) * prod(k.domain[i][1] for i in c.cols if i not in plan.run) \
         * prod(k.domain[i][1] for i in c.batch)
+    if operand_has_reduction(c.right) and pack_in_tile is None and (
+            pack or (pack is None and tiles_r > 1)):  # AGO: each column tile's producer once
+        pack = pack_in_tile = True
     if pack_in_tile and pack is None:  # pack_in_tile says how; pack=False wins over it
         pack = True
     # constant panels (weights) are packed at the first launch only: not in the tile (each launch)
@@ -428,6 +434,10 @@ def _tiled(base: OpenCLSchedule, requested: tuple[int, ...] | None, local: int |
                                                     constant=constant)
     in_tile = packed and (pack_in_tile if pack_in_tile is not None else not constant and
                           panels >= PACK_TILE_MIN_ITEMS and 4 * panel <= PACK_TILE_MAX_BYTES)
+    if packed and not in_tile and operand_has_reduction(c.right):
+        raise ValueError(f"kernel '{k.name}': a fused producer (AGO) is packed only by each "
+                         f"column tile's work-item (pack_in_tile); a packing kernel would write "
+                         f"it whole, as the blocks apart do")
     left = flat_reduction(c, c.left, _ranges(k))
     right = None if plan.right is None else flat_reduction(c, plan.right, _ranges(k))
     if group_columns and packed:
@@ -526,18 +536,17 @@ def _ago_vector_plan(k: LoopKernel, c: Contraction, tile: tuple[int, ...], expli
     contiguously, swap the operands so each work-item computes the producer for ``width``
     pixels at once, in one vector accumulator, and feeds every consumer row (output channel)
     of its tile. The producer is then computed once per row tile; by default one tile spans all
-    rows (up to ``AGO_MAX_ROWS``), so once in all. Returns the swapped contraction, its column
-    plan and the rows per tile."""
+    rows up to ``AGO_MAX_ROWS``, so once in all, and beyond them the default tile's rows sweep
+    a panel into which each column tile computed its producer once (``_tiled``). Returns the
+    swapped contraction, its column plan and the rows per tile."""
     if not operand_has_reduction(c.left) or operand_has_reduction(c.right):
         return None
     swapped = c.swapped()
     n_rows = _rows(k, swapped)
-    if explicit:
+    if explicit or n_rows > AGO_MAX_ROWS:  # more rows: row tiles over a panel (``_tiled``)
         rows_cols = (tile[0], tile[1])
-    elif n_rows <= AGO_MAX_ROWS:
-        rows_cols = (n_rows, widths[0])  # one vector of columns: the sums stay few
     else:
-        return None
+        rows_cols = (n_rows, widths[0])  # one vector of columns: the sums stay few
     plan = vector_plan(k, swapped, rows_cols, False, widths, producer=True)
     if plan is None or plan.right is None:
         return None
@@ -549,13 +558,14 @@ def _packs_right(k: LoopKernel, c: Contraction, pack: bool | None, tiles_r: int,
     """Whether the right operand is laid out in panels first (``pack``; by default when it is
     ``constant``, packed once; when ``PACK_MIN_ROW_TILES`` row tiles or more read one of at
     least ``PACK_MIN_BYTES``; and when two row tiles or more read one ``gathered`` lane by
-    lane, contiguous along no output column: the NT product Q Kᵀ). Never for an AGO block:
-    its producer is computed within the tiles."""
+    lane, contiguous along no output column: the NT product Q Kᵀ). An AGO block's only where
+    asked (``_tiled`` asks where its producer is the vector operand over several row tiles),
+    never with the producer in the broadcast operand."""
     ago = operand_has_reduction(c.left) or operand_has_reduction(c.right)
-    if pack and ago:
+    if pack and operand_has_reduction(c.left):
         raise ValueError(f"kernel '{k.name}': pack needs a contraction of plain operands; "
-                         f"this one computes a fused producer (AGO) in its tiles, which a pack "
-                         f"would materialise")
+                         f"this one computes a fused producer (AGO) in its broadcast operand, "
+                         f"which a pack would materialise")
     if pack is not None or ago:
         return bool(pack)
     if constant or (gathered and tiles_r >= 2):

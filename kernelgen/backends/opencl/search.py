@@ -42,7 +42,8 @@ def search_space(loop: LoopKernel, caps: Capabilities) -> list[Config]:
                   (4, 8)) if few_registers(caps) else \
             ((8, 32), (8, 48), (6, 64), (4, 64), (12, 32), (6, 32), (8, 16), (4, 16), (4, 4))
         tiles = [Config.of(tile=t) for t in shapes]
-        # AGO: the default tile spans the producer once; most others recompute it
+        # AGO: each tile computes the producer once (one row tile, or a panel each column
+        # tile's item packs), except where it is the broadcast operand, beyond one column tile
         if operand_has_reduction(c.left) or operand_has_reduction(c.right):
             return [Config.of(), *tiles]
         # the right operand read in place (work-groups of row tiles or of column tiles),
