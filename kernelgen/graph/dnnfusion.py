@@ -37,9 +37,9 @@ mapping-type table), as a planner: ``plan_dnnfusion(graph) -> list[Block]``.
 4. AGO's intensive fusion (``intensive.py``), over the grown blocks: blocks that a red
    Many-to-Many -> Many-to-Many cell keeps apart (the attention pattern's scores, their
    Softmax and P V; a convolution and the pointwise convolution reading it) merge where one
-   kernel computes each producer element once (a staged score row; a 1x1 conv's tiles each
-   spanning every output channel) and its measurement, as a yellow cell's, found it clearly
-   faster.
+   kernel computes each producer element once (a staged score row; a 1x1 conv's tiles that
+   compute the convolution once, as the measured kernel reports) and its measurement, as a
+   yellow cell's, found it clearly faster.
 
 Each block's note names its operators and every neighbour that stopped growth; its ``stops``
 hold every edge to a refused neighbour with the rule that stopped it (the fusion report's

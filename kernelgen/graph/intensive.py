@@ -7,9 +7,10 @@ Many-to-Many cell keeps apart, merged into one kernel where
      (``lower/staging.py``: the scores Q K that a Softmax's max, sum and outputs read; the
      weights that P V sums);
    - *in the tiles*: a 1x1 convolution's contraction template computes the producer (a
-     convolution, its epilogue applied) inside its operand, once per tile of output
-     channels; the measured kernel's ``producer_redundancy`` (how many tiles compute each
-     producer element, carried by the verdict) must be 1: one tile spans every channel;
+     convolution, its epilogue applied) inside its operand; the measured kernel's
+     ``producer_redundancy`` (how many tiles compute each producer element, carried by the
+     verdict) must be 1: one tile spans every output channel, or each column tile computes
+     its producer once into a panel that its row tiles sweep;
 2. the Fast-Run database holds a measurement of the merged kernel against its split (the
    blocks apart; ``measure_fusion``, taken when the plan is made under ``tuning='measure'``
    or ``'measure-fusion'``) in which it won clearly, as a yellow cell must.
