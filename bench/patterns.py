@@ -36,6 +36,8 @@ import kernelgen as kg
 from kernelgen.compile import copy_kernel
 from kernelgen.measure import round_robin, runner
 
+from conv import two_thread_session  # bench/, on the path of every script importing this
+
 
 @dataclass
 class Pattern:
@@ -251,17 +253,11 @@ PATTERNS: dict[str, list[Callable[[], Pattern]]] = {
 def ort_runner(p: Pattern) -> tuple[Callable[[], None], np.ndarray]:
     """onnxruntime on ``p`` (all graph optimisations, 2 threads): a timed callable and its
     output."""
-    import onnxruntime as ort
-
     inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, a.shape)
               for n, a in p.arrays.items()]
     graph = helper.make_graph(p.nodes, p.family, inputs,
                               [helper.make_tensor_value_info(p.output, TensorProto.FLOAT, None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = 2, 1
-    session = ort.InferenceSession(model.SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
+    session = two_thread_session(graph)
     feeds = dict(p.arrays)
     return (lambda: session.run(None, feeds)), session.run(None, feeds)[0]
 

@@ -26,12 +26,12 @@ keeps its rule in the report, followed by why its pair did not merge.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from ..errors import FusionError
 from ..fusion import FusedBlock, FusionVerdict
-from ..ir.expr import Reduce, walk
+from ..ir.expr import Expr, Reduce, walk
 from ..ir.loop import LoopKernel
 from ..ir.node import Op
 from ..lower import lower
@@ -175,9 +175,7 @@ def _staged_once(kernel: LoopKernel) -> bool:
     read directly, computed once per group point) and is no contraction template's."""
     if not kernel.staged or shared_terms_only(kernel) or contraction(kernel) is not None:
         return False
-    return not any(isinstance(inner, Reduce) and inner not in kernel.hoisted
-                   for st in kernel.staged for node in walk(st.value)
-                   if isinstance(node, Reduce) for inner in walk(node.body))
+    return not any(_sums_a_reduction(st.value, kernel.hoisted) for st in kernel.staged)
 
 
 def _in_the_tiles(kernel: LoopKernel) -> bool:
@@ -188,9 +186,14 @@ def _in_the_tiles(kernel: LoopKernel) -> bool:
     c = contraction(kernel)
     if c is None or operand_has_reduction(c.left) == operand_has_reduction(c.right):
         return False
-    side = c.left if operand_has_reduction(c.left) else c.right
-    return not any(isinstance(inner, Reduce) for node in walk(side)
-                   if isinstance(node, Reduce) for inner in walk(node.body))
+    return not _sums_a_reduction(c.left if operand_has_reduction(c.left) else c.right)
+
+
+def _sums_a_reduction(expr: Expr, hoisted: Sequence[Reduce] = ()) -> bool:
+    """Whether a reduction in ``expr`` sums another one (not among ``hoisted``): a producer of
+    its own, computed again for every element of the producer around it."""
+    return any(isinstance(inner, Reduce) and inner not in hoisted
+               for node in walk(expr) if isinstance(node, Reduce) for inner in walk(node.body))
 
 
 def _annotated(block: Block, why_not: dict[tuple[tuple[str, ...], ...], str]) -> Block:

@@ -427,25 +427,26 @@ class OpenCLPrinter(ContractionEmitter):
         panel = int(holes["k_extent"]) * tn
         if self.sched.pack_in_tile:
             group = int(holes["k_group"])
+            fill = Scope([], 2)  # the panel's rows for the step's positions
             write = f"vstore{w}(kg_b[0][kg_v], kg_v, kg_panel + kg_k * {tn});"
-            loops = [f"_Pragma(\"unroll\") for (int kg_v = 0; kg_v < {tn // w}; ++kg_v)"]
             note = ""
             if group > 1:  # an AGO producer, computed in channel groups that share loads
                 first = "kg_k0" if int(holes["k_extent"]) % group else "kg_k"
                 write = (f"vstore{w}(kg_b[kg_g][kg_v], kg_v, kg_panel + ({first} + kg_g) * "
                          f"{tn});")
-                loops.insert(0, f"_Pragma(\"unroll\") for (int kg_g = 0; kg_g < {group}; "
-                                f"++kg_g)")
+                fill.add(f"_Pragma(\"unroll\") for (int kg_g = 0; kg_g < {group}; ++kg_g)")
+                fill = fill.child()
                 note = (f"\n// The operand is a fused producer (AGO), computed into the panel "
                         f"{group} positions a step,\n// once for all row tiles.")
-            lines = [" " * (8 + 4 * d) + line for d, line in enumerate([*loops, write])]
+            fill.add(f"_Pragma(\"unroll\") for (int kg_v = 0; kg_v < {tn // w}; ++kg_v)")
+            fill.child().add(write)
             src = templates.render(
                 "opencl", "contraction_tile_pack.cl",
                 params=self.params() + ",\n        __global float* restrict kg_packed",
                 panel=str(panel),
                 panel_size=f"{4 * panel / 1024:.0f} KiB" if panel >= 256 else
                 f"{4 * panel} bytes", row_k_bind=_indent(k_scope.lines),
-                store=_indent(store.lines), pack_store="\n".join(lines),
+                store=_indent(store.lines), pack_store="\n".join(fill.lines),
                 pack_step="++kg_k" if group == 1 else f"kg_k += {group}", producer_note=note,
                 **holes)
             items = sizes[1:]
