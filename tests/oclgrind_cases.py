@@ -327,6 +327,19 @@ def attention(batch: int, m: int, d: int, n: int, dv: int) -> Callable[[], kg.Fu
     return block
 
 
+def projection_layernorm(m: int, k: int, n: int) -> Callable[[], kg.FusedOp]:
+    """LayerNorm(x W + b + r) over rows of ``n``: the projected row staged once per row, the
+    LayerNorm's shift (its first point), mean, variance and outputs reading it."""
+    def block() -> kg.FusedOp:
+        mm = kg.matmul(kg.tensor("x", (m, k)), kg.tensor("w", (k, n)))
+        biased = kg.add(mm, kg.tensor("b", (n,)))
+        residual = kg.add(biased, kg.tensor("r", (m, n)))
+        y = kg.layer_normalization(residual, kg.tensor("g", (n,)), kg.tensor("beta", (n,)))
+        return kg.fuse(mm, biased, residual, y, force=True)
+    block.__name__ = f"projection_layernorm_{m}x{k}x{n}"
+    return block
+
+
 def aliased_rows() -> kg.FusedOp:
     """A MatMul whose left operand's rows are 4 KiB long (1024 floats), with a ReLU after: on a
     CPU target the driver reads it from a padded copy. The case lowers the 1 MiB threshold
@@ -507,6 +520,8 @@ CASES: dict[str, Case] = {c.name: c for c in (
          ci=True),
     Case("attention-default", attention(2, 5, 8, 11, 3), ("item+staged",)),
     Case("attention-one-key", attention(1, 1, 1, 1, 1), ("group",)),
+    Case("projection-layernorm-row", projection_layernorm(6, 11, 37), ("row+staged",),
+         {"schedule": "row", "group_rows": 3}, ci=True),
     # Winograd: input transform, batched GEMM, output transform
     Case("winograd-2x2", conv(*_CONV, pads=[1, 1, 1, 1]), _WIN, {"algorithm": "winograd"},
          ci=True),

@@ -159,6 +159,7 @@ class Schedule:
     local_size: int | None = None  # work-items a work-group holds, at most (the target)
     vector_width: int | None = None  # float32 lanes of the explicit vector code
     group_rows: int | None = None  # group points (a staged kernel's queries) per work-item
+    row_vectors: int | None = None  # 'row': vectors of a staged row a step computes
 
     def tunables(self) -> dict[str, Any]:
         """The public decisions, as emit options (JSON-serialisable)."""

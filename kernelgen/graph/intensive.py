@@ -15,14 +15,17 @@ Many-to-Many cell keeps apart, merged into one kernel where
    blocks apart; ``measure_fusion``, taken when the plan is made under ``tuning='measure'``
    or ``'measure-fusion'``) in which it won clearly, as a yellow cell must.
 
-The staged pairs are the attention pattern's: a block around a MatMul or a Softmax feeding a
+The staged pairs are the attention pattern's, a block around a MatMul or a Softmax feeding a
 block around a Softmax or a MatMul (two MatMuls excepted: a contraction template, not a staged
-row, would compute that producer, and only inside its tiles). A staged pair is tried after the
-longest chain it starts (the scores, their Softmax and P V where nothing outside reads the
-weights), and chains until none merges. The pairs in the tiles are AGO's Conv -> 1x1 Conv: a
-block around a convolution feeding a block whose first heavy operator is a pointwise
-convolution (1x1 kernel, stride 1, no padding, one group), tried as a pair. An edge left apart
-keeps its rule in the report, followed by why its pair did not merge.
+row, would compute that producer, and only inside its tiles), and a transformer's projection
+into its LayerNormalization: a block around a MatMul or Gemm (its bias and residual Add in
+its epilogue) feeding a block around a LayerNormalization over the projection's rows. A
+staged pair is tried after the longest chain it starts (the scores, their Softmax and P V
+where nothing outside reads the weights), and chains until none merges. The pairs in the
+tiles are AGO's Conv -> 1x1 Conv: a block around a convolution feeding a block whose first
+heavy operator is a pointwise convolution (1x1 kernel, stride 1, no padding, one group),
+tried as a pair. An edge left apart keeps its rule in the report, followed by why its pair
+did not merge.
 """
 from __future__ import annotations
 
@@ -44,9 +47,13 @@ from .model import Graph
 # A block's measured verdict, or None where nothing was measured (the planners' ``decide``).
 Decide = Callable[[FusedBlock], FusionVerdict | None]
 
-# the heavy operators of the blocks a staged pair joins: producer kinds, consumer kinds
-ROW_PRODUCERS = frozenset({"MatMul", "Softmax", "LogSoftmax"})
-ROW_CONSUMERS = frozenset({"Softmax", "LogSoftmax", "MatMul"})
+# the heavy operators of the blocks a staged pair joins: producer kinds, consumer kinds (a
+# LayerNormalization over a projection's rows: its mean, its variance and its outputs read the
+# staged row). Two contractions are never a staged pair: a contraction template, not a staged
+# row, would compute that producer, and only inside its tiles.
+CONTRACTIONS = frozenset({"MatMul", "Gemm"})
+ROW_PRODUCERS = frozenset({*CONTRACTIONS, "Softmax", "LogSoftmax"})
+ROW_CONSUMERS = frozenset({"Softmax", "LogSoftmax", "LayerNormalization", "MatMul"})
 INTENSIVE = "AGO's intensive fusion"
 
 
@@ -99,7 +106,7 @@ def _pairs(blocks: list[Block]) -> list[tuple[int, int, bool]]:
             if tail is None:
                 continue
             if tail.kind in ROW_PRODUCERS and head.kind in ROW_CONSUMERS and \
-                    not (tail.kind == "MatMul" and head.kind == "MatMul"):
+                    not (tail.kind in CONTRACTIONS and head.kind in CONTRACTIONS):
                 pairs.append((p, c, True))
             elif tail.kind == "Conv" and _pointwise(head) and \
                     owner.get(id(head.inputs[0])) == p:  # the data, not a residual
@@ -146,10 +153,11 @@ def _merge(graph: Graph, chain: list[Block], staged: bool, decide: Decide
     kernel = lower(fused)
     if staged and not _staged_once(kernel):
         return None, (f"{INTENSIVE} does not apply: one kernel would not stage the "
-                      "producer's rows, so it would compute them again for every element")
+                      "producer's rows, so it would compute them again for every element"
+                      f"{_merged_first(chain)}")
     if not staged and not _in_the_tiles(kernel):
         return None, (f"{INTENSIVE} does not apply: one kernel would not be a contraction "
-                      "computing the convolution inside its operand")
+                      f"computing the convolution inside its operand{_merged_first(chain)}")
     if len(fused.outputs) != 1:
         return None, (f"{INTENSIVE} is measured against the blocks apart, which cannot be "
                       f"timed as one program with {len(fused.outputs)} outputs")
@@ -168,6 +176,14 @@ def _merge(graph: Graph, chain: list[Block], staged: bool, decide: Decide
                   if not (s.producer in inside and s.consumer in inside))
     note = " | ".join(b.note for b in chain) + f"; {INTENSIVE}, measured: {verdict}"
     return Block(tuple(ops), note, stops), ""
+
+
+def _merged_first(chain: list[Block]) -> str:
+    """Where a block of ``chain`` is itself an intensive pair merged before (its consumer's
+    own pair, say), a clause naming it: the reason this pair cannot join it."""
+    first = [b for b in chain if INTENSIVE in b.note]
+    return "".join(f" (its block {' + '.join(b.names)} merged first, a pair of its own)"
+                   for b in first)
 
 
 def _staged_once(kernel: LoopKernel) -> bool:

@@ -187,8 +187,9 @@ def _stage_row_producer(kernel: LoopKernel) -> LoopKernel | None:
     once per group point (every domain axis but the row's), the row's reductions and the
     stores load it, and the costly term the sum and the stores share (the exp) is staged
     after it (``stage_shared_terms``): a 'row' kernel, not each element recomputing the
-    whole score row twice. None where no producer is shared so (or a reduction keyed by the
-    element would remain). The producer is a plain sum of products (``_plain_sum``)."""
+    whole score row twice; a copy at a fixed point (a LayerNorm's shift) loads it there.
+    None where no producer is shared so (or a reduction keyed by the element would remain).
+    The producer is a plain sum of products (``_plain_sum``)."""
     symbols = frozenset(s for s, _ in kernel.domain)
     nodes = [n for st in kernel.stores for n in walk(st.value)]
     for element, extent in kernel.domain:
@@ -205,9 +206,11 @@ def _stage_row_producer(kernel: LoopKernel) -> LoopKernel | None:
             stage = Staged(Buffer(_scratch_name(kernel, 0), (extent,), DType.float32), row,
                            _canonical(producer, {element: row}, row.name))
             at_element = Load(DType.float32, stage.buffer.name, element)
+            uses = {producer: at_element, **_at_points(
+                nodes, producer, element, extent, {**kernel.ranges, **dict(kernel.domain)},
+                stage)}
             stores = tuple(Store(st.buffer, _replace_uses(
-                _replaced(st.value, producer, at_element), stage.value, stage, extent))
-                for st in kernel.stores)
+                _replaced(st.value, uses), stage.value, stage, extent)) for st in kernel.stores)
             left = [n for st in stores for n in walk(st.value)
                     if isinstance(n, Reduce) and not free_index_symbols(n) <= keys]
             if left or stores == kernel.stores or not any(
@@ -219,6 +222,23 @@ def _stage_row_producer(kernel: LoopKernel) -> LoopKernel | None:
     return None
 
 
+def _at_points(nodes: Sequence[Expr], producer: Reduce, element: sympy.Symbol, extent: int,
+               ranges: Mapping[sympy.Symbol, int], stage: Staged) -> dict[Expr, Expr]:
+    """Copies of ``producer`` at a fixed point of its row among ``nodes`` (a LayerNorm's shift,
+    the row's first element), each mapped to a load of the staged row there."""
+    target, out = _canonical(producer, {}, "_pt"), dict[Expr, Expr]()
+    for node in {n for n in nodes if isinstance(n, Reduce) and _plain_sum(n)
+                 and element not in free_index_symbols(n)}:
+        copy = _canonical(node, {}, "_pt")
+        moving = next(((p, q) for p, q in zip(walk(target), walk(copy)) if isinstance(p, Load)
+                       and isinstance(q, Load) and element in p.offset.free_symbols), None)
+        point = sympy.solve(moving[0].offset - moving[1].offset, element) if moving else []
+        if len(point) == 1 and point[0].is_Integer and 0 <= point[0] < extent and \
+                _canonical(specialise(producer, {element: point[0]}, ranges), {}, "_pt") == copy:
+            out[node] = Load(DType.float32, stage.buffer.name, point[0])
+    return out
+
+
 def _plain_sum(node: Reduce) -> bool:
     """Whether ``node`` is a float32 sum of products of tensors read directly, unguarded (the
     scores Q Kᵀ): the producers ``_stage_row_producer`` stages, whose row it can vouch for."""
@@ -228,9 +248,9 @@ def _plain_sum(node: Reduce) -> bool:
         all(n.guard is sympy.true and not n.data for n in inside if isinstance(n, Load))
 
 
-def _replaced(root: Expr, node: Expr, by: Expr) -> Expr:
-    """``root`` with every copy of ``node`` replaced by ``by``."""
-    return transform(root, lambda n, _recurse: by if n == node else None)
+def _replaced(root: Expr, uses: Mapping[Expr, Expr]) -> Expr:
+    """``root`` with every copy of a key of ``uses`` replaced by its value."""
+    return transform(root, lambda n, _recurse: uses.get(n))
 
 
 def _stage_weights(kernel: LoopKernel, keys: frozenset, staged: list[Staged]) -> LoopKernel:
@@ -409,7 +429,7 @@ def _term_row(kernel: LoopKernel, n: int, r: Reduce, term: Expr) -> tuple[Staged
     ranges = {**kernel.ranges, **dict(kernel.domain), row: extent}
     stage = Staged(Buffer(_scratch_name(kernel, n), (extent,), DType.float32), row,
                    specialise(term, {axis: row}, ranges))
-    body = _replaced(r.body, term, Load(term.dtype, stage.buffer.name, axis))
+    body = _replaced(r.body, {term: Load(term.dtype, stage.buffer.name, axis)})
     return stage, Reduce(r.dtype, r.kind, body, r.axes)
 
 

@@ -308,6 +308,34 @@ def choose_group_rows(kernel: LoopKernel, requested: int | None, share: bool) ->
     return requested
 
 
+# Vectors of a staged row a step computes where the row sums products of its own (a
+# projection's row under its LayerNorm; a score row read along the keys): each scalar of the
+# other operand then serves that many multiply-adds, 2 x group_rows sums in registers (of 32).
+# bench/row_vectors.py (bench/results/row-vectors-2026-12-05.json), one vector a step against
+# two: OpenCL (PoCL, device time) 1.17-1.48x on LayerNorm(x W + b + r) of BERT's shapes, 1.07-
+# 1.09x on softmax(Q K); NEON C (SIMDe) 1.14-1.24x and 1.04-1.05x; three within 7 % of two
+# on those (faster on a 37 x 64 x 48 row kernel, by 20 % on OpenCL, 15 % on NEON C).
+ROW_VECTORS = 2
+
+
+def choose_row_vectors(kernel: LoopKernel, requested: int | None, registers: bool
+                       ) -> int | None:
+    """``requested`` (1 to 4), or by default ``ROW_VECTORS`` where a staged row computes a
+    reduction of its own and the target has the registers for them (``registers``), else 1;
+    None for a kernel that stages no row (more than one vector refused there)."""
+    if requested is not None and requested not in (1, 2, 3, 4):
+        raise ValueError(f"kernel '{kernel.name}': row_vectors must be 1 to 4, got "
+                         f"{requested!r}")
+    if not kernel.staged:
+        if requested not in (None, 1):
+            raise ValueError(f"kernel '{kernel.name}': row_vectors applies to a kernel that "
+                             f"stages a row per group point; this one stages none")
+        return None
+    if requested is not None:
+        return requested
+    return ROW_VECTORS if registers and not shared_terms_only(kernel) else 1
+
+
 def split_group(kernel: LoopKernel, rows: int) -> Unrolled | None:
     """The innermost group axis split so each work-item computes ``rows`` of its points (None
     for one)."""

@@ -1,7 +1,8 @@
 """AGO's intensive fusion in the DNNFusion planner (``graph/intensive.py``): in the BERT layer's
 attention, the scores' block and the Softmax's block (and, where nothing outside reads the
 weights, P V's) merge into one kernel only where it stages each score row once and a
-measurement found it clearly faster; a stub stands for the measurement here, so that which
+measurement found it clearly faster, and so do a projection's block (bias and residual Add)
+and the LayerNormalization over its rows; a stub stands for the measurement here, so that which
 verdict merges what is fixed, and the merged plans run equal to onnxruntime. The planner's
 own measurement (``tuning='measure-fusion'``) is exercised on a small layer at the end."""
 from __future__ import annotations
@@ -23,6 +24,7 @@ from kernelgen.graph.report import fusion_report
 from kernelgen.tune import MeasureFusion
 
 SHAPES = {"x": (2, 13, 64), "mask": (2, 13)}
+ATTENTION = frozenset({"probs"})  # the stub's pairs: those merging the Softmax's block
 
 
 def _verdict(fused: bool, clear: bool = True) -> FusionVerdict:
@@ -30,9 +32,14 @@ def _verdict(fused: bool, clear: bool = True) -> FusionVerdict:
                          clear=clear)
 
 
-def _decide(fused: bool, clear: bool = True, asked: list | None = None):
+def _decide(fused: bool, clear: bool = True, asked: list | None = None,
+            only: frozenset[str] | None = None):
+    """A stub measurement: ``fused`` for every forced block (``only``: those holding one of
+    these operators; the others unmeasured)."""
     def decide(block):
         if not block.forced:  # a yellow cell met while growing: left unmeasured, as planned
+            return None
+        if only is not None and not only & {op.name for op in block.ops}:
             return None
         if asked is not None:
             asked.append(tuple(op.name for op in block.ops))
@@ -62,7 +69,7 @@ def test_scores_and_softmax_merge_where_measured_faster() -> None:
     graph = kg.import_onnx(_layer(), SHAPES)
     plain = plan_dnnfusion(graph)
     asked: list = []
-    merged = plan_dnnfusion(graph, decide=_decide(True, asked=asked))
+    merged = plan_dnnfusion(graph, decide=_decide(True, asked=asked, only=ATTENTION))
     assert len(merged) == len(plain) - 1
     assert _block_of(merged, "probs") == _block_of(plain, "qk") + ("probs",)
     # the weights are a model output, so P V cannot join (two output shapes): its stop says so
@@ -73,6 +80,23 @@ def test_scores_and_softmax_merge_where_measured_faster() -> None:
     assert any("probs" in names for names in asked)
     report = fusion_report(graph, ("dnnfusion",), planned={"dnnfusion": merged})
     assert "red edge fused by force" in report.format()
+
+
+def test_a_projection_and_its_layernorm_merge_where_measured_faster() -> None:
+    """The output projection (bias, residual) and the FFN's down projection (bias, residual),
+    each with the LayerNormalization over its rows: one kernel that stages each projected row
+    once, its mean, variance and outputs reading it. The FFN's up projection stays apart
+    from the first LayerNorm, whose output the second residual Add also reads."""
+    graph = kg.import_onnx(_layer(), SHAPES)
+    plain = plan_dnnfusion(graph)
+    merged = plan_dnnfusion(graph, decide=_decide(True, only=frozenset({"h1", "y"})))
+    assert len(merged) == len(plain) - 2
+    assert _block_of(merged, "h1") == _block_of(plain, "o_mm") + ("h1",)
+    assert _block_of(merged, "y") == _block_of(plain, "down_mm") + ("y",)
+    assert _block_of(merged, "up_mm") == _block_of(plain, "up_mm")
+    stop = next(s for b in plan_dnnfusion(graph, decide=_decide(True, only=ATTENTION))
+                for s in b.stops if (s.producer, s.consumer) == ("res1", "h1"))
+    assert "AGO's intensive fusion pays only where measured" in stop.rule
 
 
 @pytest.mark.parametrize("verdict, why", [
@@ -92,7 +116,7 @@ def test_the_pair_stays_apart_without_a_clear_win(verdict, why: str) -> None:
 def test_the_whole_attention_merges_where_the_weights_stay_inside() -> None:
     graph = kg.import_onnx(_layer(probs_output=False), SHAPES)
     plain = plan_dnnfusion(graph)
-    merged = plan_dnnfusion(graph, decide=_decide(True))
+    merged = plan_dnnfusion(graph, decide=_decide(True, only=ATTENTION))
     assert len(merged) == len(plain) - 2
     assert _block_of(merged, "ctx_heads") == \
         _block_of(plain, "qk") + ("probs", "ctx_heads", "ctx_t")
@@ -104,12 +128,15 @@ def test_the_whole_attention_merges_where_the_weights_stay_inside() -> None:
     ("opencl", True), ("opencl", False), ("neon", True)],
     ids=["opencl-probs-output", "opencl-probs-inside", "neon-probs-output"])
 def test_merged_plans_run_equal_to_onnxruntime(backend: str, probs_output: bool) -> None:
+    """Every pair merged: the attention's, and both projections with their LayerNorms."""
     require(backend)
     m = _layer(probs_output)
     planner = functools.partial(plan_dnnfusion, decide=_decide(True))
     session = kg.compile_model(m, backend=backend, fusion=planner, input_shapes=SHAPES)
     assert len(session.blocks) == len(plan_dnnfusion(kg.import_onnx(m, SHAPES))) - \
-        (1 if probs_output else 2)
+        (1 if probs_output else 2) - 2
+    assert {"o_mm", "h1"} <= set(_block_of(session.blocks, "h1"))
+    assert {"down_mm", "y"} <= set(_block_of(session.blocks, "y"))
     feeds = _feeds()
     want = onnxruntime_run(m, feeds)
     for got, (name, ref) in zip(session.run(None, feeds), want.items()):

@@ -118,6 +118,9 @@ def test_merged_mobilenet_blocks_run_equal_to_onnxruntime(backend: str) -> None:
     # a merged pair feeding another 1x1 conv stays apart from it: its producer would hold a
     # producer of its own, computed again for every element of the one the tiles compute
     assert all(sum(op.kind == "Conv" for op in b.ops) <= 2 for b in merged)
+    # and its stop says that the pair it would join merged first
+    nested = [s.rule for b in merged for s in b.stops if "merged first" in s.rule]
+    assert nested and all("not be a contraction" in rule for rule in nested)
     planner = functools.partial(plan_dnnfusion, decide=_decide(_verdict(True)))
     session = kg.compile_model(m, backend=backend, fusion=planner)
     feeds = {"image": np.random.default_rng(4).standard_normal((1, 3, 16, 16))

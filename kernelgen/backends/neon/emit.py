@@ -46,6 +46,7 @@ class NeonPrinter(ContractionEmitter):
         self.contraction = schedule.contraction
         # a staged kernel's 'row' schedule: several group points (queries) per iteration
         self.group_plan = unroll.split_group(self.kernel, schedule.group_rows or 1)
+        self.row_vectors = schedule.row_vectors or 1
         k = self.kernel
         roles = [("in", b) for b in k.inputs] + [("out", b) for b in k.outputs]
         counts = {"in": 0, "out": 0}

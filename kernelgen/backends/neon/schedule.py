@@ -28,6 +28,7 @@ from ...ir.expr import free_index_symbols
 from ...ir.loop import LoopKernel
 from ...lower import unroll
 from ...lower.contraction import Contraction, contraction, operand_buffers, operand_has_reduction
+from ...lower.staging import shared_terms_only
 from ...lower.transpose import TransposedReads
 from ...shapes import prod
 from ..base import (PRIVATE, Capabilities, Config, Schedule, check_derived, check_options,
@@ -127,20 +128,24 @@ def choose(loop: LoopKernel, options: Mapping[str, Any], caps: Capabilities) -> 
         raise ValueError("schedule 'tiled' needs a contraction (one sum of a product of "
                          "operands on disjoint output axes)")
     if c is not None:
-        if options.get("group_rows") not in (None, 1):
-            raise ValueError(f"group_rows applies to the 'row' schedule; kernel "
-                             f"'{loop.name}' runs 'tiled'")
+        for name in ("group_rows", "row_vectors"):
+            if options.get(name) not in (None, 1):
+                raise ValueError(f"{name} applies to the 'row' schedule; kernel "
+                                 f"'{loop.name}' runs 'tiled'")
         sched = _tiled(base, c, tile, options.get("pack"), kib)
     else:
-        sched = _untiled(base, requested, options.get("group_rows"), tile)
+        sched = _untiled(base, requested, options.get("group_rows"), tile,
+                         options.get("row_vectors"))
     check_derived(sched, options, DERIVED)
     return sched
 
 
 def _untiled(base: NeonSchedule, requested: str | None, group_rows: int | None,
-             tile: tuple[int, ...] | None = None) -> NeonSchedule:
+             tile: tuple[int, ...] | None = None, row_vectors: int | None = None
+             ) -> NeonSchedule:
     """'columns', 'row' or 'elementwise', and the loop each prints; an elementwise kernel with
-    remapped reads as transposed tiles (``tile`` (4, 4), the default, or (1, 1): none)."""
+    remapped reads as transposed tiles (``tile`` (4, 4), the default, or (1, 1): none); a
+    staged 'row' with ``group_rows`` points and ``row_vectors`` vectors a step."""
     loop = base.loop
     # a contraction takes the tiles: no need to plan columns for it
     columns = columns_plan(loop) if requested in (None, "columns") else None
@@ -172,7 +177,13 @@ def _untiled(base: NeonSchedule, requested: str | None, group_rows: int | None,
             return replace(base, kind=kind, tile=(4, 4), transposed=found)
     # a staged kernel's 'row' schedule: several group points (queries) per iteration
     rows = unroll.choose_group_rows(printed, group_rows, share=True)
-    return replace(base, kind=kind, loop=printed, group_rows=rows if loop.staged else None)
+    if row_vectors not in (None, 1) and kind != "row":
+        raise ValueError(f"row_vectors applies to the 'row' schedule; kernel '{loop.name}' "
+                         f"runs {kind!r}")
+    vectors = unroll.choose_row_vectors(printed, row_vectors, registers=True) \
+        if kind == "row" else None  # AArch64: 32 vector registers
+    return replace(base, kind=kind, loop=printed, group_rows=rows if loop.staged else None,
+                   row_vectors=vectors)
 
 
 def _tiled(base: NeonSchedule, c: Contraction, tile: tuple[int, int] | None,
@@ -251,9 +262,11 @@ def search_space(loop: LoopKernel) -> list[Config]:
         return [Config.of(), *tiles] if operand_has_reduction(c.left) else tiles
     if columns_plan(loop) is not None:  # windows in vector lanes, or one at a time
         return [Config.of(), Config.of(schedule="row")]
-    if loop.staged:  # queries per iteration, sharing the loads of keys and values
+    if loop.staged:  # queries per iteration, sharing the loads of keys and values, and the
+        # vectors of a row a step computes where it sums products of its own
+        vectors = [] if shared_terms_only(loop) else [Config.of(row_vectors=v) for v in (1, 2, 3)]
         return [Config.of(), *(Config.of(group_rows=r)
-                               for r in unroll.group_row_choices(loop))]
+                               for r in unroll.group_row_choices(loop)), *vectors]
     if transposed.plan(loop) is not None:  # transposed tiles, or one point at a time
         return [Config.of(), Config.of(tile=(1, 1))]
     return [Config.of()]  # nothing else to tune (the vector width is the hardware's)

@@ -57,7 +57,8 @@ class OpenCLPrinter(ContractionEmitter):
         if isinstance(schedule.plan, panel.KeyPanel):  # read like a buffer, in local memory
             self.buffers[panel.NAME] = schedule.plan.buffer
             self.arg_names[panel.NAME] = panel.NAME
-            self.row_vectors = schedule.plan.vectors
+        if schedule.kind == "row":
+            self.row_vectors = schedule.row_vectors or 1
         if schedule.vector_width not in (None, VECTOR.width) and schedule.kind == "row":
             self.vector = vector_syntax(schedule.vector_width)
         if schedule.kind == "columns":  # padded and stride-2 reads as vectors too

@@ -357,6 +357,7 @@ def _check_applies(loop: LoopKernel, kind: str, options: Mapping[str, Any]) -> N
                          f"'{loop.name}' runs '{kind}'")
     for name, needs in (("interleave", "elementwise"), ("vectors", "elementwise"),
                         ("window_rows", "window"), ("panel", "row"), ("panel_rows", "row"),
+                        ("row_vectors", "row"),
                         ("group_columns", "tiled"), ("swap_operands", "tiled")):
         if options.get(name) is not None and kind != needs:
             raise ValueError(f"{name} applies to the '{needs}' schedule; kernel "

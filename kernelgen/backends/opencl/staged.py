@@ -1,6 +1,7 @@
 """The 'item' and 'row' schedules of a staged kernel (``lower/staging.py``, attention's score
 rows): the group points (queries) a work-item computes together, the width of the 'row'
-schedule's vectors, and whether its keys come from a transposed panel (``panel.py``)."""
+schedule's vectors and how many of them a step of a staged row computes, and whether its keys
+come from a transposed panel (``panel.py``)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -38,6 +39,9 @@ def decisions(loop: LoopKernel, kind: str, options: Mapping[str, Any], caps: Cap
                       panel_rows=keys.item_rows)
     elif found is not None:
         fields["panel"] = False
+    requested = options.get("row_vectors")  # or the panel's, where a panel serves the keys
+    fields["row_vectors"] = keys.vectors if keys is not None and requested is None else \
+        unroll.choose_row_vectors(loop, requested, not few_registers(caps))
     return fields
 
 

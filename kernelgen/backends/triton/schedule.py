@@ -72,6 +72,11 @@ def choose(loop: LoopKernel, options: Mapping[str, Any], caps: Capabilities) -> 
     for name in ("block", "block_r", "block_e"):
         if options.get(name) is not None:
             pow2(options[name], name)
+    for name in ("group_rows", "row_vectors"):  # a program's block holds its rows' points
+        if options.get(name) not in (None, 1):
+            raise ValueError(f"kernel '{loop.name}': {name} applies to the OpenCL and NEON "
+                             f"'row' schedules; a Triton program computes one group point, its "
+                             f"lanes set by 'block_r' and 'block_e'")
     tile = tuple(pow2(b, "tile") for b in options.get("tile") or DEFAULT_TILE)
     if len(tile) != 3 or min(tile) < 16:
         raise ValueError(f"kernel '{loop.name}': tl.dot needs tile=(rows, columns, reduction), "

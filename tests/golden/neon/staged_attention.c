@@ -57,7 +57,7 @@ static inline float kg_maxf(float a, float b)
 //   in1: input 'k' float32[8, 10]
 //   in2: input 'v' float32[10, 4]
 //   out0: output 'y' float32[16, 4]
-void kg_fused_matmul_softmax_matmul_73f33748b786(const float* restrict in0,
+void kg_fused_matmul_softmax_matmul_d609696324bf(const float* restrict in0,
         const float* restrict in1,
         const float* restrict in2,
         float* restrict out0)
@@ -67,203 +67,325 @@ void kg_fused_matmul_softmax_matmul_73f33748b786(const float* restrict in0,
         float kg_stage0_0[10];
         float kg_stage0_1[10];
         int j3 = 0;
-        for (; j3 + 4 <= 10; j3 += 4) {
+        for (; j3 + 8 <= 10; j3 += 8) {
             float32x4_t vacc4 = vdupq_n_f32(0.0f);
             float32x4_t vacc5 = vdupq_n_f32(0.0f);
-            for (int r6 = 0; r6 < 8; ++r6) {
-                const float t7 = in0[16 * o0 + r6];
-                const float32x4_t v8 = vld1q_f32(in1 + 10 * r6 + j3);
-                vacc4 = vfmaq_f32(vacc4, vdupq_n_f32(t7), v8);
-                const float t9 = in0[16 * o0 + r6 + 8];
-                vacc5 = vfmaq_f32(vacc5, vdupq_n_f32(t9), v8);
+            float32x4_t vacc6 = vdupq_n_f32(0.0f);
+            float32x4_t vacc7 = vdupq_n_f32(0.0f);
+            for (int r8 = 0; r8 < 8; ++r8) {
+                const float t9 = in0[16 * o0 + r8];
+                const float32x4_t v10 = vld1q_f32(in1 + 10 * r8 + j3);
+                vacc4 = vfmaq_f32(vacc4, vdupq_n_f32(t9), v10);
+                const float t11 = in0[16 * o0 + r8 + 8];
+                vacc5 = vfmaq_f32(vacc5, vdupq_n_f32(t11), v10);
+                const float32x4_t v12 = vld1q_f32(in1 + 10 * r8 + j3 + 4);
+                vacc6 = vfmaq_f32(vacc6, vdupq_n_f32(t9), v12);
+                vacc7 = vfmaq_f32(vacc7, vdupq_n_f32(t11), v12);
             }
             vst1q_f32(kg_stage0_0 + j3, vacc4);
             vst1q_f32(kg_stage0_1 + j3, vacc5);
+            vst1q_f32(kg_stage0_0 + j3 + 4, vacc6);
+            vst1q_f32(kg_stage0_1 + j3 + 4, vacc7);
         }
-        for (int j10 = j3; j10 < 10; ++j10) {
-            float acc11 = 0.0f;
-            float acc12 = 0.0f;
-            for (int r13 = 0; r13 < 8; ++r13) {
-                const float t14 = in0[16 * o0 + r13];
-                const float t15 = in1[10 * r13 + j10];
-                const float t16 = t14 * t15;
-                acc11 = acc11 + t16;
-                const float t17 = in0[16 * o0 + r13 + 8];
-                const float t18 = t17 * t15;
-                acc12 = acc12 + t18;
+        for (; j3 + 4 <= 10; j3 += 4) {
+            float32x4_t vacc13 = vdupq_n_f32(0.0f);
+            float32x4_t vacc14 = vdupq_n_f32(0.0f);
+            for (int r15 = 0; r15 < 8; ++r15) {
+                const float t16 = in0[16 * o0 + r15];
+                const float32x4_t v17 = vld1q_f32(in1 + 10 * r15 + j3);
+                vacc13 = vfmaq_f32(vacc13, vdupq_n_f32(t16), v17);
+                const float t18 = in0[16 * o0 + r15 + 8];
+                vacc14 = vfmaq_f32(vacc14, vdupq_n_f32(t18), v17);
             }
-            kg_stage0_0[j10] = acc11;
-            kg_stage0_1[j10] = acc12;
+            vst1q_f32(kg_stage0_0 + j3, vacc13);
+            vst1q_f32(kg_stage0_1 + j3, vacc14);
         }
-        float32x4_t vacc19 = vdupq_n_f32((-INFINITY));
-        int i21 = 0;
-        for (; i21 + 4 <= 10; i21 += 4) {
-            const float32x4_t v22 = vld1q_f32(kg_stage0_0 + i21);
-            vacc19 = vmaxq_f32(vacc19, v22);
+        for (int j19 = j3; j19 < 10; ++j19) {
+            float acc20 = 0.0f;
+            float acc21 = 0.0f;
+            for (int r22 = 0; r22 < 8; ++r22) {
+                const float t23 = in0[16 * o0 + r22];
+                const float t24 = in1[10 * r22 + j19];
+                const float t25 = t23 * t24;
+                acc20 = acc20 + t25;
+                const float t26 = in0[16 * o0 + r22 + 8];
+                const float t27 = t26 * t24;
+                acc21 = acc21 + t27;
+            }
+            kg_stage0_0[j19] = acc20;
+            kg_stage0_1[j19] = acc21;
         }
-        float acc20 = kg_vmaxvq_f32(vacc19);
-        for (; i21 < 10; ++i21) {
-            const float t23 = kg_stage0_0[i21];
-            acc20 = kg_maxf(acc20, t23);
+        float32x4_t vacc28 = vdupq_n_f32((-INFINITY));
+        int i30 = 0;
+        for (; i30 + 4 <= 10; i30 += 4) {
+            const float32x4_t v31 = vld1q_f32(kg_stage0_0 + i30);
+            vacc28 = vmaxq_f32(vacc28, v31);
         }
-        float32x4_t vacc24 = vdupq_n_f32((-INFINITY));
-        int i26 = 0;
-        for (; i26 + 4 <= 10; i26 += 4) {
-            const float32x4_t v27 = vld1q_f32(kg_stage0_1 + i26);
-            vacc24 = vmaxq_f32(vacc24, v27);
+        float acc29 = kg_vmaxvq_f32(vacc28);
+        for (; i30 < 10; ++i30) {
+            const float t32 = kg_stage0_0[i30];
+            acc29 = kg_maxf(acc29, t32);
         }
-        float acc25 = kg_vmaxvq_f32(vacc24);
-        for (; i26 < 10; ++i26) {
-            const float t28 = kg_stage0_1[i26];
-            acc25 = kg_maxf(acc25, t28);
+        float32x4_t vacc33 = vdupq_n_f32((-INFINITY));
+        int i35 = 0;
+        for (; i35 + 4 <= 10; i35 += 4) {
+            const float32x4_t v36 = vld1q_f32(kg_stage0_1 + i35);
+            vacc33 = vmaxq_f32(vacc33, v36);
+        }
+        float acc34 = kg_vmaxvq_f32(vacc33);
+        for (; i35 < 10; ++i35) {
+            const float t37 = kg_stage0_1[i35];
+            acc34 = kg_maxf(acc34, t37);
         }
         float kg_stage1_0[10];
         float kg_stage1_1[10];
-        int j29 = 0;
-        for (; j29 + 4 <= 10; j29 += 4) {
-            const float32x4_t v30 = vld1q_f32(kg_stage0_0 + j29);
-            const float32x4_t v31 = vsubq_f32(v30, vdupq_n_f32(acc20));
-            const uint32x4_t v32 = vcgtq_f32(v31, vdupq_n_f32(88.8f));
-            const float32x4_t v33 = vbslq_f32(v32, vdupq_n_f32(88.8f), v31);
-            const uint32x4_t v34 = vcltq_f32(v33, vdupq_n_f32(-176.0f));
-            const float32x4_t v35 = vbslq_f32(v34, vdupq_n_f32(-176.0f), v33);
-            const float32x4_t v36 = vfmaq_f32(vdupq_n_f32(12582912.0f), v35, vdupq_n_f32(1.4426950216293335f));
-            const float32x4_t v37 = vsubq_f32(v36, vdupq_n_f32(12582912.0f));
-            const float32x4_t v38 = vfmaq_f32(v35, v37, vdupq_n_f32(-0.693115234375f));
-            const float32x4_t v39 = vfmaq_f32(v38, v37, vdupq_n_f32(-3.194618329871446e-05f));
-            const float32x4_t v40 = vmulq_f32(v39, v39);
-            const float32x4_t v41 = vfmaq_f32(vdupq_n_f32(0.008366423659026623f), vdupq_n_f32(0.0013868323294445872f), v39);
-            const float32x4_t v42 = vfmaq_f32(vdupq_n_f32(0.04166746512055397f), v41, v39);
-            const float32x4_t v43 = vfmaq_f32(vdupq_n_f32(0.1666654497385025f), v42, v39);
-            const float32x4_t v44 = vfmaq_f32(vdupq_n_f32(0.4999999701976776f), v43, v39);
-            const float32x4_t v45 = vfmaq_f32(v39, v40, v44);
-            const float32x4_t v46 = vaddq_f32(vdupq_n_f32(1.0f), v45);
-            const float32x4_t v47 = vfmaq_f32(vdupq_n_f32(12582912.0f), v37, vdupq_n_f32(0.5f));
-            const float32x4_t v48 = vsubq_f32(v47, vdupq_n_f32(12582912.0f));
-            const float32x4_t v49 = kg_exp2iq_f32(v48);
-            const float32x4_t v50 = vmulq_f32(v46, v49);
-            const float32x4_t v51 = vsubq_f32(v37, v48);
-            const float32x4_t v52 = kg_exp2iq_f32(v51);
-            const float32x4_t v53 = vmulq_f32(v50, v52);
-            vst1q_f32(kg_stage1_0 + j29, v53);
-            const float32x4_t v54 = vld1q_f32(kg_stage0_1 + j29);
-            const float32x4_t v55 = vsubq_f32(v54, vdupq_n_f32(acc25));
-            const uint32x4_t v56 = vcgtq_f32(v55, vdupq_n_f32(88.8f));
-            const float32x4_t v57 = vbslq_f32(v56, vdupq_n_f32(88.8f), v55);
-            const uint32x4_t v58 = vcltq_f32(v57, vdupq_n_f32(-176.0f));
-            const float32x4_t v59 = vbslq_f32(v58, vdupq_n_f32(-176.0f), v57);
-            const float32x4_t v60 = vfmaq_f32(vdupq_n_f32(12582912.0f), v59, vdupq_n_f32(1.4426950216293335f));
-            const float32x4_t v61 = vsubq_f32(v60, vdupq_n_f32(12582912.0f));
-            const float32x4_t v62 = vfmaq_f32(v59, v61, vdupq_n_f32(-0.693115234375f));
-            const float32x4_t v63 = vfmaq_f32(v62, v61, vdupq_n_f32(-3.194618329871446e-05f));
-            const float32x4_t v64 = vmulq_f32(v63, v63);
-            const float32x4_t v65 = vfmaq_f32(vdupq_n_f32(0.008366423659026623f), vdupq_n_f32(0.0013868323294445872f), v63);
-            const float32x4_t v66 = vfmaq_f32(vdupq_n_f32(0.04166746512055397f), v65, v63);
-            const float32x4_t v67 = vfmaq_f32(vdupq_n_f32(0.1666654497385025f), v66, v63);
-            const float32x4_t v68 = vfmaq_f32(vdupq_n_f32(0.4999999701976776f), v67, v63);
-            const float32x4_t v69 = vfmaq_f32(v63, v64, v68);
-            const float32x4_t v70 = vaddq_f32(vdupq_n_f32(1.0f), v69);
-            const float32x4_t v71 = vfmaq_f32(vdupq_n_f32(12582912.0f), v61, vdupq_n_f32(0.5f));
-            const float32x4_t v72 = vsubq_f32(v71, vdupq_n_f32(12582912.0f));
-            const float32x4_t v73 = kg_exp2iq_f32(v72);
-            const float32x4_t v74 = vmulq_f32(v70, v73);
-            const float32x4_t v75 = vsubq_f32(v61, v72);
-            const float32x4_t v76 = kg_exp2iq_f32(v75);
-            const float32x4_t v77 = vmulq_f32(v74, v76);
-            vst1q_f32(kg_stage1_1 + j29, v77);
+        int j38 = 0;
+        for (; j38 + 8 <= 10; j38 += 8) {
+            const float32x4_t v39 = vld1q_f32(kg_stage0_0 + j38);
+            const float32x4_t v40 = vsubq_f32(v39, vdupq_n_f32(acc29));
+            const uint32x4_t v41 = vcgtq_f32(v40, vdupq_n_f32(88.8f));
+            const float32x4_t v42 = vbslq_f32(v41, vdupq_n_f32(88.8f), v40);
+            const uint32x4_t v43 = vcltq_f32(v42, vdupq_n_f32(-176.0f));
+            const float32x4_t v44 = vbslq_f32(v43, vdupq_n_f32(-176.0f), v42);
+            const float32x4_t v45 = vfmaq_f32(vdupq_n_f32(12582912.0f), v44, vdupq_n_f32(1.4426950216293335f));
+            const float32x4_t v46 = vsubq_f32(v45, vdupq_n_f32(12582912.0f));
+            const float32x4_t v47 = vfmaq_f32(v44, v46, vdupq_n_f32(-0.693115234375f));
+            const float32x4_t v48 = vfmaq_f32(v47, v46, vdupq_n_f32(-3.194618329871446e-05f));
+            const float32x4_t v49 = vmulq_f32(v48, v48);
+            const float32x4_t v50 = vfmaq_f32(vdupq_n_f32(0.008366423659026623f), vdupq_n_f32(0.0013868323294445872f), v48);
+            const float32x4_t v51 = vfmaq_f32(vdupq_n_f32(0.04166746512055397f), v50, v48);
+            const float32x4_t v52 = vfmaq_f32(vdupq_n_f32(0.1666654497385025f), v51, v48);
+            const float32x4_t v53 = vfmaq_f32(vdupq_n_f32(0.4999999701976776f), v52, v48);
+            const float32x4_t v54 = vfmaq_f32(v48, v49, v53);
+            const float32x4_t v55 = vaddq_f32(vdupq_n_f32(1.0f), v54);
+            const float32x4_t v56 = vfmaq_f32(vdupq_n_f32(12582912.0f), v46, vdupq_n_f32(0.5f));
+            const float32x4_t v57 = vsubq_f32(v56, vdupq_n_f32(12582912.0f));
+            const float32x4_t v58 = kg_exp2iq_f32(v57);
+            const float32x4_t v59 = vmulq_f32(v55, v58);
+            const float32x4_t v60 = vsubq_f32(v46, v57);
+            const float32x4_t v61 = kg_exp2iq_f32(v60);
+            const float32x4_t v62 = vmulq_f32(v59, v61);
+            vst1q_f32(kg_stage1_0 + j38, v62);
+            const float32x4_t v63 = vld1q_f32(kg_stage0_1 + j38);
+            const float32x4_t v64 = vsubq_f32(v63, vdupq_n_f32(acc34));
+            const uint32x4_t v65 = vcgtq_f32(v64, vdupq_n_f32(88.8f));
+            const float32x4_t v66 = vbslq_f32(v65, vdupq_n_f32(88.8f), v64);
+            const uint32x4_t v67 = vcltq_f32(v66, vdupq_n_f32(-176.0f));
+            const float32x4_t v68 = vbslq_f32(v67, vdupq_n_f32(-176.0f), v66);
+            const float32x4_t v69 = vfmaq_f32(vdupq_n_f32(12582912.0f), v68, vdupq_n_f32(1.4426950216293335f));
+            const float32x4_t v70 = vsubq_f32(v69, vdupq_n_f32(12582912.0f));
+            const float32x4_t v71 = vfmaq_f32(v68, v70, vdupq_n_f32(-0.693115234375f));
+            const float32x4_t v72 = vfmaq_f32(v71, v70, vdupq_n_f32(-3.194618329871446e-05f));
+            const float32x4_t v73 = vmulq_f32(v72, v72);
+            const float32x4_t v74 = vfmaq_f32(vdupq_n_f32(0.008366423659026623f), vdupq_n_f32(0.0013868323294445872f), v72);
+            const float32x4_t v75 = vfmaq_f32(vdupq_n_f32(0.04166746512055397f), v74, v72);
+            const float32x4_t v76 = vfmaq_f32(vdupq_n_f32(0.1666654497385025f), v75, v72);
+            const float32x4_t v77 = vfmaq_f32(vdupq_n_f32(0.4999999701976776f), v76, v72);
+            const float32x4_t v78 = vfmaq_f32(v72, v73, v77);
+            const float32x4_t v79 = vaddq_f32(vdupq_n_f32(1.0f), v78);
+            const float32x4_t v80 = vfmaq_f32(vdupq_n_f32(12582912.0f), v70, vdupq_n_f32(0.5f));
+            const float32x4_t v81 = vsubq_f32(v80, vdupq_n_f32(12582912.0f));
+            const float32x4_t v82 = kg_exp2iq_f32(v81);
+            const float32x4_t v83 = vmulq_f32(v79, v82);
+            const float32x4_t v84 = vsubq_f32(v70, v81);
+            const float32x4_t v85 = kg_exp2iq_f32(v84);
+            const float32x4_t v86 = vmulq_f32(v83, v85);
+            vst1q_f32(kg_stage1_1 + j38, v86);
+            const float32x4_t v87 = vld1q_f32(kg_stage0_0 + j38 + 4);
+            const float32x4_t v88 = vsubq_f32(v87, vdupq_n_f32(acc29));
+            const uint32x4_t v89 = vcgtq_f32(v88, vdupq_n_f32(88.8f));
+            const float32x4_t v90 = vbslq_f32(v89, vdupq_n_f32(88.8f), v88);
+            const uint32x4_t v91 = vcltq_f32(v90, vdupq_n_f32(-176.0f));
+            const float32x4_t v92 = vbslq_f32(v91, vdupq_n_f32(-176.0f), v90);
+            const float32x4_t v93 = vfmaq_f32(vdupq_n_f32(12582912.0f), v92, vdupq_n_f32(1.4426950216293335f));
+            const float32x4_t v94 = vsubq_f32(v93, vdupq_n_f32(12582912.0f));
+            const float32x4_t v95 = vfmaq_f32(v92, v94, vdupq_n_f32(-0.693115234375f));
+            const float32x4_t v96 = vfmaq_f32(v95, v94, vdupq_n_f32(-3.194618329871446e-05f));
+            const float32x4_t v97 = vmulq_f32(v96, v96);
+            const float32x4_t v98 = vfmaq_f32(vdupq_n_f32(0.008366423659026623f), vdupq_n_f32(0.0013868323294445872f), v96);
+            const float32x4_t v99 = vfmaq_f32(vdupq_n_f32(0.04166746512055397f), v98, v96);
+            const float32x4_t v100 = vfmaq_f32(vdupq_n_f32(0.1666654497385025f), v99, v96);
+            const float32x4_t v101 = vfmaq_f32(vdupq_n_f32(0.4999999701976776f), v100, v96);
+            const float32x4_t v102 = vfmaq_f32(v96, v97, v101);
+            const float32x4_t v103 = vaddq_f32(vdupq_n_f32(1.0f), v102);
+            const float32x4_t v104 = vfmaq_f32(vdupq_n_f32(12582912.0f), v94, vdupq_n_f32(0.5f));
+            const float32x4_t v105 = vsubq_f32(v104, vdupq_n_f32(12582912.0f));
+            const float32x4_t v106 = kg_exp2iq_f32(v105);
+            const float32x4_t v107 = vmulq_f32(v103, v106);
+            const float32x4_t v108 = vsubq_f32(v94, v105);
+            const float32x4_t v109 = kg_exp2iq_f32(v108);
+            const float32x4_t v110 = vmulq_f32(v107, v109);
+            vst1q_f32(kg_stage1_0 + j38 + 4, v110);
+            const float32x4_t v111 = vld1q_f32(kg_stage0_1 + j38 + 4);
+            const float32x4_t v112 = vsubq_f32(v111, vdupq_n_f32(acc34));
+            const uint32x4_t v113 = vcgtq_f32(v112, vdupq_n_f32(88.8f));
+            const float32x4_t v114 = vbslq_f32(v113, vdupq_n_f32(88.8f), v112);
+            const uint32x4_t v115 = vcltq_f32(v114, vdupq_n_f32(-176.0f));
+            const float32x4_t v116 = vbslq_f32(v115, vdupq_n_f32(-176.0f), v114);
+            const float32x4_t v117 = vfmaq_f32(vdupq_n_f32(12582912.0f), v116, vdupq_n_f32(1.4426950216293335f));
+            const float32x4_t v118 = vsubq_f32(v117, vdupq_n_f32(12582912.0f));
+            const float32x4_t v119 = vfmaq_f32(v116, v118, vdupq_n_f32(-0.693115234375f));
+            const float32x4_t v120 = vfmaq_f32(v119, v118, vdupq_n_f32(-3.194618329871446e-05f));
+            const float32x4_t v121 = vmulq_f32(v120, v120);
+            const float32x4_t v122 = vfmaq_f32(vdupq_n_f32(0.008366423659026623f), vdupq_n_f32(0.0013868323294445872f), v120);
+            const float32x4_t v123 = vfmaq_f32(vdupq_n_f32(0.04166746512055397f), v122, v120);
+            const float32x4_t v124 = vfmaq_f32(vdupq_n_f32(0.1666654497385025f), v123, v120);
+            const float32x4_t v125 = vfmaq_f32(vdupq_n_f32(0.4999999701976776f), v124, v120);
+            const float32x4_t v126 = vfmaq_f32(v120, v121, v125);
+            const float32x4_t v127 = vaddq_f32(vdupq_n_f32(1.0f), v126);
+            const float32x4_t v128 = vfmaq_f32(vdupq_n_f32(12582912.0f), v118, vdupq_n_f32(0.5f));
+            const float32x4_t v129 = vsubq_f32(v128, vdupq_n_f32(12582912.0f));
+            const float32x4_t v130 = kg_exp2iq_f32(v129);
+            const float32x4_t v131 = vmulq_f32(v127, v130);
+            const float32x4_t v132 = vsubq_f32(v118, v129);
+            const float32x4_t v133 = kg_exp2iq_f32(v132);
+            const float32x4_t v134 = vmulq_f32(v131, v133);
+            vst1q_f32(kg_stage1_1 + j38 + 4, v134);
         }
-        for (int j78 = j29; j78 < 10; ++j78) {
-            const float t79 = kg_stage0_0[j78];
-            const float t80 = t79 - acc20;
-            const bool t81 = t80 > 88.8f;
-            const float t82 = t81 ? 88.8f : t80;
-            const bool t83 = t82 < -176.0f;
-            const float t84 = t83 ? -176.0f : t82;
-            const float t85 = t84 * 1.4426950216293335f + 12582912.0f;
-            const float t86 = t85 - 12582912.0f;
-            const float t87 = t86 * -0.693115234375f + t84;
-            const float t88 = t86 * -3.194618329871446e-05f + t87;
-            const float t89 = t88 * t88;
-            const float t90 = 0.0013868323294445872f * t88 + 0.008366423659026623f;
-            const float t91 = t90 * t88 + 0.04166746512055397f;
-            const float t92 = t91 * t88 + 0.1666654497385025f;
-            const float t93 = t92 * t88 + 0.4999999701976776f;
-            const float t94 = t89 * t93 + t88;
-            const float t95 = 1.0f + t94;
-            const float t96 = t86 * 0.5f + 12582912.0f;
-            const float t97 = t96 - 12582912.0f;
-            const float t98 = kg_exp2if(t97);
-            const float t99 = t95 * t98;
-            const float t100 = t86 - t97;
-            const float t101 = kg_exp2if(t100);
-            const float t102 = t99 * t101;
-            kg_stage1_0[j78] = t102;
-            const float t103 = kg_stage0_1[j78];
-            const float t104 = t103 - acc25;
-            const bool t105 = t104 > 88.8f;
-            const float t106 = t105 ? 88.8f : t104;
-            const bool t107 = t106 < -176.0f;
-            const float t108 = t107 ? -176.0f : t106;
-            const float t109 = t108 * 1.4426950216293335f + 12582912.0f;
-            const float t110 = t109 - 12582912.0f;
-            const float t111 = t110 * -0.693115234375f + t108;
-            const float t112 = t110 * -3.194618329871446e-05f + t111;
-            const float t113 = t112 * t112;
-            const float t114 = 0.0013868323294445872f * t112 + 0.008366423659026623f;
-            const float t115 = t114 * t112 + 0.04166746512055397f;
-            const float t116 = t115 * t112 + 0.1666654497385025f;
-            const float t117 = t116 * t112 + 0.4999999701976776f;
-            const float t118 = t113 * t117 + t112;
-            const float t119 = 1.0f + t118;
-            const float t120 = t110 * 0.5f + 12582912.0f;
-            const float t121 = t120 - 12582912.0f;
-            const float t122 = kg_exp2if(t121);
-            const float t123 = t119 * t122;
-            const float t124 = t110 - t121;
-            const float t125 = kg_exp2if(t124);
-            const float t126 = t123 * t125;
-            kg_stage1_1[j78] = t126;
+        for (; j38 + 4 <= 10; j38 += 4) {
+            const float32x4_t v135 = vld1q_f32(kg_stage0_0 + j38);
+            const float32x4_t v136 = vsubq_f32(v135, vdupq_n_f32(acc29));
+            const uint32x4_t v137 = vcgtq_f32(v136, vdupq_n_f32(88.8f));
+            const float32x4_t v138 = vbslq_f32(v137, vdupq_n_f32(88.8f), v136);
+            const uint32x4_t v139 = vcltq_f32(v138, vdupq_n_f32(-176.0f));
+            const float32x4_t v140 = vbslq_f32(v139, vdupq_n_f32(-176.0f), v138);
+            const float32x4_t v141 = vfmaq_f32(vdupq_n_f32(12582912.0f), v140, vdupq_n_f32(1.4426950216293335f));
+            const float32x4_t v142 = vsubq_f32(v141, vdupq_n_f32(12582912.0f));
+            const float32x4_t v143 = vfmaq_f32(v140, v142, vdupq_n_f32(-0.693115234375f));
+            const float32x4_t v144 = vfmaq_f32(v143, v142, vdupq_n_f32(-3.194618329871446e-05f));
+            const float32x4_t v145 = vmulq_f32(v144, v144);
+            const float32x4_t v146 = vfmaq_f32(vdupq_n_f32(0.008366423659026623f), vdupq_n_f32(0.0013868323294445872f), v144);
+            const float32x4_t v147 = vfmaq_f32(vdupq_n_f32(0.04166746512055397f), v146, v144);
+            const float32x4_t v148 = vfmaq_f32(vdupq_n_f32(0.1666654497385025f), v147, v144);
+            const float32x4_t v149 = vfmaq_f32(vdupq_n_f32(0.4999999701976776f), v148, v144);
+            const float32x4_t v150 = vfmaq_f32(v144, v145, v149);
+            const float32x4_t v151 = vaddq_f32(vdupq_n_f32(1.0f), v150);
+            const float32x4_t v152 = vfmaq_f32(vdupq_n_f32(12582912.0f), v142, vdupq_n_f32(0.5f));
+            const float32x4_t v153 = vsubq_f32(v152, vdupq_n_f32(12582912.0f));
+            const float32x4_t v154 = kg_exp2iq_f32(v153);
+            const float32x4_t v155 = vmulq_f32(v151, v154);
+            const float32x4_t v156 = vsubq_f32(v142, v153);
+            const float32x4_t v157 = kg_exp2iq_f32(v156);
+            const float32x4_t v158 = vmulq_f32(v155, v157);
+            vst1q_f32(kg_stage1_0 + j38, v158);
+            const float32x4_t v159 = vld1q_f32(kg_stage0_1 + j38);
+            const float32x4_t v160 = vsubq_f32(v159, vdupq_n_f32(acc34));
+            const uint32x4_t v161 = vcgtq_f32(v160, vdupq_n_f32(88.8f));
+            const float32x4_t v162 = vbslq_f32(v161, vdupq_n_f32(88.8f), v160);
+            const uint32x4_t v163 = vcltq_f32(v162, vdupq_n_f32(-176.0f));
+            const float32x4_t v164 = vbslq_f32(v163, vdupq_n_f32(-176.0f), v162);
+            const float32x4_t v165 = vfmaq_f32(vdupq_n_f32(12582912.0f), v164, vdupq_n_f32(1.4426950216293335f));
+            const float32x4_t v166 = vsubq_f32(v165, vdupq_n_f32(12582912.0f));
+            const float32x4_t v167 = vfmaq_f32(v164, v166, vdupq_n_f32(-0.693115234375f));
+            const float32x4_t v168 = vfmaq_f32(v167, v166, vdupq_n_f32(-3.194618329871446e-05f));
+            const float32x4_t v169 = vmulq_f32(v168, v168);
+            const float32x4_t v170 = vfmaq_f32(vdupq_n_f32(0.008366423659026623f), vdupq_n_f32(0.0013868323294445872f), v168);
+            const float32x4_t v171 = vfmaq_f32(vdupq_n_f32(0.04166746512055397f), v170, v168);
+            const float32x4_t v172 = vfmaq_f32(vdupq_n_f32(0.1666654497385025f), v171, v168);
+            const float32x4_t v173 = vfmaq_f32(vdupq_n_f32(0.4999999701976776f), v172, v168);
+            const float32x4_t v174 = vfmaq_f32(v168, v169, v173);
+            const float32x4_t v175 = vaddq_f32(vdupq_n_f32(1.0f), v174);
+            const float32x4_t v176 = vfmaq_f32(vdupq_n_f32(12582912.0f), v166, vdupq_n_f32(0.5f));
+            const float32x4_t v177 = vsubq_f32(v176, vdupq_n_f32(12582912.0f));
+            const float32x4_t v178 = kg_exp2iq_f32(v177);
+            const float32x4_t v179 = vmulq_f32(v175, v178);
+            const float32x4_t v180 = vsubq_f32(v166, v177);
+            const float32x4_t v181 = kg_exp2iq_f32(v180);
+            const float32x4_t v182 = vmulq_f32(v179, v181);
+            vst1q_f32(kg_stage1_1 + j38, v182);
         }
-        float32x4_t vacc127 = vdupq_n_f32(0.0f);
-        int i129 = 0;
-        for (; i129 + 4 <= 10; i129 += 4) {
-            const float32x4_t v130 = vld1q_f32(kg_stage1_0 + i129);
-            vacc127 = vaddq_f32(vacc127, v130);
+        for (int j183 = j38; j183 < 10; ++j183) {
+            const float t184 = kg_stage0_0[j183];
+            const float t185 = t184 - acc29;
+            const bool t186 = t185 > 88.8f;
+            const float t187 = t186 ? 88.8f : t185;
+            const bool t188 = t187 < -176.0f;
+            const float t189 = t188 ? -176.0f : t187;
+            const float t190 = t189 * 1.4426950216293335f + 12582912.0f;
+            const float t191 = t190 - 12582912.0f;
+            const float t192 = t191 * -0.693115234375f + t189;
+            const float t193 = t191 * -3.194618329871446e-05f + t192;
+            const float t194 = t193 * t193;
+            const float t195 = 0.0013868323294445872f * t193 + 0.008366423659026623f;
+            const float t196 = t195 * t193 + 0.04166746512055397f;
+            const float t197 = t196 * t193 + 0.1666654497385025f;
+            const float t198 = t197 * t193 + 0.4999999701976776f;
+            const float t199 = t194 * t198 + t193;
+            const float t200 = 1.0f + t199;
+            const float t201 = t191 * 0.5f + 12582912.0f;
+            const float t202 = t201 - 12582912.0f;
+            const float t203 = kg_exp2if(t202);
+            const float t204 = t200 * t203;
+            const float t205 = t191 - t202;
+            const float t206 = kg_exp2if(t205);
+            const float t207 = t204 * t206;
+            kg_stage1_0[j183] = t207;
+            const float t208 = kg_stage0_1[j183];
+            const float t209 = t208 - acc34;
+            const bool t210 = t209 > 88.8f;
+            const float t211 = t210 ? 88.8f : t209;
+            const bool t212 = t211 < -176.0f;
+            const float t213 = t212 ? -176.0f : t211;
+            const float t214 = t213 * 1.4426950216293335f + 12582912.0f;
+            const float t215 = t214 - 12582912.0f;
+            const float t216 = t215 * -0.693115234375f + t213;
+            const float t217 = t215 * -3.194618329871446e-05f + t216;
+            const float t218 = t217 * t217;
+            const float t219 = 0.0013868323294445872f * t217 + 0.008366423659026623f;
+            const float t220 = t219 * t217 + 0.04166746512055397f;
+            const float t221 = t220 * t217 + 0.1666654497385025f;
+            const float t222 = t221 * t217 + 0.4999999701976776f;
+            const float t223 = t218 * t222 + t217;
+            const float t224 = 1.0f + t223;
+            const float t225 = t215 * 0.5f + 12582912.0f;
+            const float t226 = t225 - 12582912.0f;
+            const float t227 = kg_exp2if(t226);
+            const float t228 = t224 * t227;
+            const float t229 = t215 - t226;
+            const float t230 = kg_exp2if(t229);
+            const float t231 = t228 * t230;
+            kg_stage1_1[j183] = t231;
         }
-        float acc128 = vaddvq_f32(vacc127);
-        for (; i129 < 10; ++i129) {
-            const float t131 = kg_stage1_0[i129];
-            acc128 = acc128 + t131;
+        float32x4_t vacc232 = vdupq_n_f32(0.0f);
+        int i234 = 0;
+        for (; i234 + 4 <= 10; i234 += 4) {
+            const float32x4_t v235 = vld1q_f32(kg_stage1_0 + i234);
+            vacc232 = vaddq_f32(vacc232, v235);
         }
-        float32x4_t vacc132 = vdupq_n_f32(0.0f);
-        int i134 = 0;
-        for (; i134 + 4 <= 10; i134 += 4) {
-            const float32x4_t v135 = vld1q_f32(kg_stage1_1 + i134);
-            vacc132 = vaddq_f32(vacc132, v135);
+        float acc233 = vaddvq_f32(vacc232);
+        for (; i234 < 10; ++i234) {
+            const float t236 = kg_stage1_0[i234];
+            acc233 = acc233 + t236;
         }
-        float acc133 = vaddvq_f32(vacc132);
-        for (; i134 < 10; ++i134) {
-            const float t136 = kg_stage1_1[i134];
-            acc133 = acc133 + t136;
+        float32x4_t vacc237 = vdupq_n_f32(0.0f);
+        int i239 = 0;
+        for (; i239 + 4 <= 10; i239 += 4) {
+            const float32x4_t v240 = vld1q_f32(kg_stage1_1 + i239);
+            vacc237 = vaddq_f32(vacc237, v240);
+        }
+        float acc238 = vaddvq_f32(vacc237);
+        for (; i239 < 10; ++i239) {
+            const float t241 = kg_stage1_1[i239];
+            acc238 = acc238 + t241;
         }
         for (int o1 = 0; o1 < 4; ++o1) {
-            float acc137 = 0.0f;
-            float acc138 = 0.0f;
-            for (int r139 = 0; r139 < 10; ++r139) {
-                const float t140 = kg_stage1_0[r139];
-                const float t141 = in2[4 * r139 + o1];
-                const float t142 = t140 * t141;
-                acc137 = acc137 + t142;
-                const float t143 = kg_stage1_1[r139];
-                const float t144 = t143 * t141;
-                acc138 = acc138 + t144;
+            float acc242 = 0.0f;
+            float acc243 = 0.0f;
+            for (int r244 = 0; r244 < 10; ++r244) {
+                const float t245 = kg_stage1_0[r244];
+                const float t246 = in2[4 * r244 + o1];
+                const float t247 = t245 * t246;
+                acc242 = acc242 + t247;
+                const float t248 = kg_stage1_1[r244];
+                const float t249 = t248 * t246;
+                acc243 = acc243 + t249;
             }
-            const float t145 = 1.0f / acc128;
-            const float t146 = acc137 * t145;
-            out0[8 * o0 + o1] = t146;
-            const float t147 = 1.0f / acc133;
-            const float t148 = acc138 * t147;
-            out0[8 * o0 + o1 + 4] = t148;
+            const float t250 = 1.0f / acc233;
+            const float t251 = acc242 * t250;
+            out0[8 * o0 + o1] = t251;
+            const float t252 = 1.0f / acc238;
+            const float t253 = acc243 * t252;
+            out0[8 * o0 + o1 + 4] = t253;
         }
     }
 }
