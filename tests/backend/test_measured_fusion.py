@@ -5,6 +5,7 @@ database and read back, ``emit`` returns the winner, and the DNNFusion planner f
 cell only where a verdict says the fused kernel won."""
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,8 @@ from kernelgen.graph.planners import planner
 from kernelgen.mapping_types import Colour
 from kernelgen.measure_fusion import measure_fusion
 from kernelgen.tune import Measure, MeasureFusion
+
+measure_fusion_module = importlib.import_module("kernelgen.measure_fusion")
 
 EMITTING = ("opencl", "neon", "triton")
 
@@ -127,6 +130,36 @@ def test_measure_stores_the_verdict_and_reads_it_back(tmp_path: Path) -> None:
     winner = measured.emit("opencl")
     assert isinstance(winner, Program) == (not verdict.fused)
     assert_close(winner(*arrays), want, scale=float(np.abs(want).max()))
+
+
+@pytest.mark.parametrize("close", [True, False], ids=["close-call", "clear-win"])
+def test_a_close_call_is_timed_again_before_it_is_decided(tmp_path: Path, monkeypatch,
+                                                          close: bool) -> None:
+    """Rounds whose two variants overlap are followed by ``CLOSE_CALL_ROUNDS`` times as many
+    more on the same launches, and the verdict takes all of them; a clear win is not timed
+    again. The clock is a stub here, so the verdict's numbers are known."""
+    require("opencl")
+    calls: list[tuple[tuple[str, ...], int]] = []
+    first = {"fused": [1.0, 1.1, 1.2, 1.3, 1.4], "split": [1.15, 1.25, 1.35, 1.45, 1.55]} \
+        if close else {"fused": [1.0] * 5, "split": [2.0] * 5}
+    later = {"fused": [1.0] * 15, "split": [1.5] * 15}
+
+    def stub(runs, warmup=3, repeat=20):
+        for run in runs.values():  # each bound launch runs, so a broken one still fails here
+            run()
+        calls.append((tuple(runs), repeat))
+        return first if len(calls) == 1 else later
+    monkeypatch.setattr(measure_fusion_module, "round_robin", stub)
+    fused, _, _ = _scores(1, 9, 7, 5)
+    verdict = measure_fusion(fused, "opencl", db=FastRunDB(tmp_path / "f.sqlite"), repeat=5)
+    if close:
+        assert calls == [(("fused", "split"), 5),
+                         (("fused", "split"), 5 * measure_fusion_module.CLOSE_CALL_ROUNDS)]
+        assert verdict.fused and verdict.clear
+        assert (verdict.fused_ms, verdict.split_ms) == (1.0, 1.5)
+    else:
+        assert calls == [(("fused", "split"), 5)] and verdict.clear
+        assert (verdict.fused_ms, verdict.split_ms) == (1.0, 2.0)
 
 
 def test_a_damaged_verdict_reads_as_missing_and_is_measured_again(tmp_path: Path) -> None:
