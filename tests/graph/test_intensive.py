@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 from conftest import require
 from models.model_zoo import bert_layer
 from onnx_graphs import onnxruntime_run
@@ -97,6 +98,39 @@ def test_a_projection_and_its_layernorm_merge_where_measured_faster() -> None:
     stop = next(s for b in plan_dnnfusion(graph, decide=_decide(True, only=ATTENTION))
                 for s in b.stops if (s.producer, s.consumer) == ("res1", "h1"))
     assert "AGO's intensive fusion pays only where measured" in stop.rule
+
+
+def _gemm_layernorm() -> Any:
+    """LayerNorm(Gemm(x, Wᵀ, b) + r) over rows of 37, Gemm's weights transposed (transB)."""
+    rng = np.random.default_rng(5)
+    inits = [numpy_helper.from_array(a, n) for a, n in (
+        ((rng.standard_normal((37, 19)) / 4).astype(np.float32), "w"),
+        (rng.standard_normal(37).astype(np.float32), "b"),
+        (rng.standard_normal(37).astype(np.float32), "g"),
+        (rng.standard_normal(37).astype(np.float32), "beta"))]
+    nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["proj"], name="proj", transB=1),
+             helper.make_node("Add", ["proj", "r"], ["res"], name="res"),
+             helper.make_node("LayerNormalization", ["res", "g", "beta"], ["y"], name="y",
+                              axis=-1)]
+    graph = helper.make_graph(nodes, "gemm_layernorm", [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, (11, 19)),
+        helper.make_tensor_value_info("r", TensorProto.FLOAT, (11, 37))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (11, 37))], initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+
+
+@pytest.mark.parametrize("backend", ["opencl", "neon"])
+def test_a_gemm_and_its_layernorm_merge_and_run_equal_to_onnxruntime(backend: str) -> None:
+    require(backend)
+    m = _gemm_layernorm()
+    planner = functools.partial(plan_dnnfusion, decide=_decide(True))
+    session = kg.compile_model(m, backend=backend, fusion=planner)
+    assert [b.names for b in session.blocks] == [("proj", "res", "y")]
+    rng = np.random.default_rng(6)
+    feeds = {"x": rng.standard_normal((11, 19)).astype(np.float32),
+             "r": rng.standard_normal((11, 37)).astype(np.float32)}
+    (got,), (want,) = session.run(None, feeds), onnxruntime_run(m, feeds).values()
+    assert float(np.abs(got - want).max()) <= 1e-4 * float(np.abs(want).max())
 
 
 @pytest.mark.parametrize("verdict, why", [
