@@ -519,7 +519,7 @@ CASES: dict[str, Case] = {c.name: c for c in (
     Case("attention-item", attention(1, 7, 13, 5, 3), ("item+staged",), {"schedule": "item"},
          ci=True),
     Case("attention-default", attention(2, 5, 8, 11, 3), ("item+staged",)),
-    Case("attention-one-key", attention(1, 1, 1, 1, 1), ("group",)),
+    Case("attention-one-key", attention(1, 1, 1, 1, 1), ("item",)),  # one point: one item
     Case("projection-layernorm-row", projection_layernorm(6, 11, 37), ("row+staged",),
          {"schedule": "row", "group_rows": 3}, ci=True),
     # Winograd: input transform, batched GEMM, output transform
