@@ -318,6 +318,12 @@ def choose_group_rows(kernel: LoopKernel, requested: int | None, share: bool) ->
 ROW_VECTORS = 2
 
 
+def row_vector_choices(kernel: LoopKernel) -> tuple[int, ...]:
+    """The ``row_vectors`` worth measuring: several only where a staged row computes a
+    reduction of its own (a row of shared terms only, a softmax's exp row, shares no loads)."""
+    return (1, 2, 3) if kernel.staged and not shared_terms_only(kernel) else ()
+
+
 def choose_row_vectors(kernel: LoopKernel, requested: int | None, registers: bool
                        ) -> int | None:
     """``requested`` (1 to 4), or by default ``ROW_VECTORS`` where a staged row computes a
@@ -333,7 +339,7 @@ def choose_row_vectors(kernel: LoopKernel, requested: int | None, registers: boo
         return None
     if requested is not None:
         return requested
-    return ROW_VECTORS if registers and not shared_terms_only(kernel) else 1
+    return ROW_VECTORS if registers and row_vector_choices(kernel) else 1
 
 
 def split_group(kernel: LoopKernel, rows: int) -> Unrolled | None:

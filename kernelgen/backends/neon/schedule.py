@@ -28,7 +28,6 @@ from ...ir.expr import free_index_symbols
 from ...ir.loop import LoopKernel
 from ...lower import unroll
 from ...lower.contraction import Contraction, contraction, operand_buffers, operand_has_reduction
-from ...lower.staging import shared_terms_only
 from ...lower.transpose import TransposedReads
 from ...shapes import prod
 from ..base import (PRIVATE, Capabilities, Config, Schedule, check_derived, check_options,
@@ -128,14 +127,16 @@ def choose(loop: LoopKernel, options: Mapping[str, Any], caps: Capabilities) -> 
         raise ValueError("schedule 'tiled' needs a contraction (one sum of a product of "
                          "operands on disjoint output axes)")
     if c is not None:
-        for name in ("group_rows", "row_vectors"):
-            if options.get(name) not in (None, 1):
-                raise ValueError(f"{name} applies to the 'row' schedule; kernel "
-                                 f"'{loop.name}' runs 'tiled'")
+        if options.get("group_rows") not in (None, 1):
+            raise ValueError(f"group_rows applies to the 'row' schedule; kernel "
+                             f"'{loop.name}' runs 'tiled'")
         sched = _tiled(base, c, tile, options.get("pack"), kib)
     else:
         sched = _untiled(base, requested, options.get("group_rows"), tile,
                          options.get("row_vectors"))
+    if options.get("row_vectors") not in (None, 1) and sched.kind != "row":
+        raise ValueError(f"row_vectors applies to the 'row' schedule; kernel '{loop.name}' "
+                         f"runs {sched.kind!r}")
     check_derived(sched, options, DERIVED)
     return sched
 
@@ -177,9 +178,6 @@ def _untiled(base: NeonSchedule, requested: str | None, group_rows: int | None,
             return replace(base, kind=kind, tile=(4, 4), transposed=found)
     # a staged kernel's 'row' schedule: several group points (queries) per iteration
     rows = unroll.choose_group_rows(printed, group_rows, share=True)
-    if row_vectors not in (None, 1) and kind != "row":
-        raise ValueError(f"row_vectors applies to the 'row' schedule; kernel '{loop.name}' "
-                         f"runs {kind!r}")
     vectors = unroll.choose_row_vectors(printed, row_vectors, registers=True) \
         if kind == "row" else None  # AArch64: 32 vector registers
     return replace(base, kind=kind, loop=printed, group_rows=rows if loop.staged else None,
@@ -264,7 +262,7 @@ def search_space(loop: LoopKernel) -> list[Config]:
         return [Config.of(), Config.of(schedule="row")]
     if loop.staged:  # queries per iteration, sharing the loads of keys and values, and the
         # vectors of a row a step computes where it sums products of its own
-        vectors = [] if shared_terms_only(loop) else [Config.of(row_vectors=v) for v in (1, 2, 3)]
+        vectors = [Config.of(row_vectors=v) for v in unroll.row_vector_choices(loop)]
         return [Config.of(), *(Config.of(group_rows=r)
                                for r in unroll.group_row_choices(loop)), *vectors]
     if transposed.plan(loop) is not None:  # transposed tiles, or one point at a time

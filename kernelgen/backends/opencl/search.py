@@ -5,7 +5,6 @@ from __future__ import annotations
 from ...ir.loop import LoopKernel
 from ...lower import unroll
 from ...lower.contraction import operand_has_reduction
-from ...lower.staging import shared_terms_only
 from ..base import Capabilities, Config
 from .columns import few_registers, opencl_contraction, register_tiles, swapped_plan
 from .element_columns import opencl_columns
@@ -62,8 +61,9 @@ def search_space(loop: LoopKernel, caps: Capabilities) -> list[Config]:
         row = row_vectorizable(loop, caps)
         staged = [Config.of(schedule="row", group_rows=r) for r in
                   unroll.group_row_choices(loop)] if row else []
-        if row and not shared_terms_only(loop):  # a staged row's vectors a step, each way
-            staged += [Config.of(schedule="row", row_vectors=v) for v in (1, 2, 3)]
+        if row:  # a staged row's vectors a step, each way
+            staged += [Config.of(schedule="row", row_vectors=v)
+                       for v in unroll.row_vector_choices(loop)]
         return [Config.of(), *staged, *(panels(loop, caps) if row else []),
                 *(Config.of(schedule="item", local_size=ls) for ls in (256, 64) if ls <= most)]
     kinds: list[str | None] = [None]
