@@ -448,6 +448,8 @@ class CompiledModel:
         self.run(zeros)
         rt = self.runtime
         if rt is not None and hasattr(rt, "choose_placement") and self.plan.launches:
+            # a run applies the kept placement: unset, each timed run keeps the one on trial
+            self.placement = None
             self.placement = rt.choose_placement(lambda: self.run(zeros))
 
     def _device(self, array: np.ndarray) -> Any:
