@@ -120,8 +120,8 @@ def runner(kernels: Kernel | Sequence[Kernel] | Program, *inputs: np.ndarray,
     # the runtime's worker threads placed as these runs are fastest, as a compiled model's
     # are (graph/executor.py, ``warm_up``): on PoCL, Linux left both workers on one core
     placed = None
-    if hasattr(runtime, "choose_placement"):
-        placed = placement or runtime.choose_placement(run_once)
+    if hasattr(runtime, "choose_placement"):  # a given one untimed, its workers found
+        placed = runtime.choose_placement(run_once, given=placement) or placement
     if placed is None:
         run_once.placement = None  # type: ignore[attr-defined]
         return run_once

@@ -80,7 +80,9 @@ def test_warming_up_again_times_each_placement_as_itself(released: None) -> None
         pytest.skip(f"workers are placed on PoCL only; the device is {device().info.name}")
     seen: list[tuple[str, str | None, bool]] = []
 
-    def trial(run: Callable[[], object], info: object, apply: Callable[[str], None]) -> str:
+    def trial(run: Callable[[], object], info: object, apply: Callable[[str], None],
+              given: str | None = None) -> str:
+        assert given is None
         for p in placement.PLACEMENTS:
             apply(p)
             run()
@@ -158,7 +160,12 @@ def test_benchmark_runners_take_a_given_placement(released: None) -> None:
     from kernelgen.measure import runner
     kernel = kg.fuse(kg.relu(kg.tensor("x", (4099,)))).emit("opencl")
     x = rng.standard_normal(4099).astype(np.float32)
-    with mock.patch.object(placement, "choose", side_effect=AssertionError("timed")):
+    choose = placement.choose
+
+    def untimed(*args: object, given: str | None = None) -> str | None:
+        assert given is not None, "timed"  # given: the workers found, nothing timed
+        return choose(*args, given=given)  # type: ignore[arg-type]
+    with mock.patch.object(placement, "choose", untimed):
         run = runner(kernel, x, placement="packed")
     np.testing.assert_array_equal(kernel(x), np.maximum(x, 0))
     assert run.placement == "packed"  # type: ignore[attr-defined]
@@ -169,3 +176,23 @@ def test_benchmark_runners_take_a_given_placement(released: None) -> None:
             [{cores[-1]}] * len(placement._workers)
     with pytest.raises(ValueError, match="unknown placement of PoCL's workers 'sideways'"):
         runner(kernel, x, placement="sideways")()
+
+
+def test_a_given_placement_is_applied_before_any_was_timed(released: None) -> None:
+    """A runner given a placement in a process where none was timed yet finds the workers
+    (without timing any placement) and pins them: before, nothing was placed, and a
+    benchmark's two variants ran with both workers on one core in some processes (device
+    times 1.7x those of others)."""
+    from kernelgen.measure import runner
+    if not placement.applicable(device().info):
+        pytest.skip(f"workers are placed on PoCL only; the device is {device().info.name}")
+    kernel = kg.fuse(kg.relu(kg.tensor("x", (4099,)))).emit("opencl")
+    x = rng.standard_normal(4099).astype(np.float32)
+    with mock.patch.object(placement, "_workers", None), \
+            mock.patch.object(placement, "find_workers", wraps=placement.find_workers) as found:
+        run = runner(kernel, x, placement="packed")
+        run()
+        assert found.call_count == 1 and placement._workers is not None
+        cores = sorted(os.sched_getaffinity(0))
+        assert [os.sched_getaffinity(t) for t in placement._workers] == \
+            [{cores[-1]}] * len(placement._workers)

@@ -393,10 +393,12 @@ class OpenCLRuntime:
     def concurrently(self, groups: Sequence[Sequence[Callable[[], None]]]) -> None:
         concurrently(groups)
 
-    def choose_placement(self, run: Callable[[], object]) -> str | None:
+    def choose_placement(self, run: Callable[[], object], given: str | None = None
+                         ) -> str | None:
         """The placement of the device's worker threads under which ``run`` (a compiled
-        model's run) is fastest, or None where they are not placed (``placement.py``)."""
-        return placement.choose(run, device().info, self.place)
+        model's run) is fastest, or ``given`` untimed (the workers found by ``run``'s runs
+        all the same), or None where they are not placed (``placement.py``)."""
+        return placement.choose(run, device().info, self.place, given=given)
 
     def place(self, name: str) -> None:
         """Pin the device's worker threads as ``choose_placement`` chose, and poll for the
