@@ -443,6 +443,13 @@ CASES: dict[str, Case] = {c.name: c for c in (
          {"pack": True, "pack_in_tile": True}),
     Case("im2col", conv(*_CONV, pads=[1, 1, 1, 1]), ("tiled+pack_in_tile",),
          {"algorithm": "im2col", "pack_in_tile": True}, ci=True),
+    # a 'same' conv's columns over the whole map of each image (columns.vector_plan's wrap):
+    # lanes masked by their own row and column, lane by lane at the map's first and last rows
+    Case("im2col-wrapped-map", conv((2, 3, 9, 13), (5, 3, 5, 5), pads=[2, 2, 2, 2]),
+         ("tiled+pack_in_tile",), {"algorithm": "im2col", "pack_in_tile": True}, ci=True),
+    Case("implicit-gemm-wrapped-map-dilated", conv((1, 4, 7, 7), (3, 4, 3, 3),
+                                                   pads=[2, 2, 2, 2], dilations=[2, 2]),
+         ("tiled",), {"algorithm": "implicit_gemm"}),
     Case("im2col-packed-launch", conv((2, 5, 6, 11), (7, 5, 3, 3), pads=[1, 1, 1, 1],
                                       strides=[3, 1]), ("tiled+pack",),
          {"algorithm": "im2col", "pack_in_tile": False}),

@@ -83,24 +83,23 @@ def flatten_offset_aligned(offset: sympy.Expr, axes: list[Axis], flat: sympy.Sym
     if coeffs[-1] != 1 or axes[-1][1] % width or syms & rest.free_symbols or \
             any(syms & sympy.sympify(c).free_symbols for c in coeffs):
         return None
-    inner, out = 1, rest
-    for i in reversed(range(len(axes))):
-        position = FloorDiv(flat, inner) if inner > 1 else flat
-        out += coeffs[i] * (FloorMod(position, axes[i][1]) if i else position)
-        inner *= axes[i][1]
-    return out
+    positions = _positions(axes, flat)
+    return rest + sum(c * positions[s] for c, (s, _) in zip(coeffs, axes))
 
 
 def flatten_axes(root: Expr, axes: list[Axis], flat: sympy.Symbol,
-                 keep: frozenset[Expr] = frozenset()) -> Expr | None:
+                 keep: frozenset[Expr] = frozenset(), wrap: bool = False) -> Expr | None:
     """``root`` with the row-major ``axes`` replaced by their flat position ``flat``, or None
     when some use is not a load whose offset walks them as one contiguous run, or they appear
-    in a guard or condition when there are several. Nodes in ``keep`` stay as they are (an
-    epilogue's contraction sum). Lets a vector run over merged output axes (a conv's (OH, OW)
-    pixels)."""
+    in a guard or condition when there are several (unless ``wrap``: each axis is then its
+    ``floor`` and ``Mod`` of ``flat`` there, a lane's own test). Nodes in ``keep`` stay as
+    they are (an epilogue's contraction sum). Lets a vector run over merged output axes (a
+    conv's (OH, OW) pixels; with ``wrap``, also a padded conv's, whose patch rows wrap from
+    one output row into the next)."""
     syms = set(s for s, _ in axes)
     # one axis is only renamed, so a guard on it stays linear (a padded window's bounds test)
-    rename = {axes[0][0]: flat} if len(axes) == 1 else None
+    rename = {axes[0][0]: flat} if len(axes) == 1 else \
+        _positions(axes, flat) if wrap else None
     failed = False
 
     def visit(node: Expr, recurse: Callable[[Expr], Expr]) -> Expr | None:
@@ -125,3 +124,14 @@ def flatten_axes(root: Expr, axes: list[Axis], flat: sympy.Symbol,
 
     out = transform(root, visit)
     return None if failed else out
+
+
+def _positions(axes: list[Axis], flat: sympy.Symbol) -> dict[sympy.Symbol, sympy.Expr]:
+    """Each of the row-major ``axes`` as a function of their flat position ``flat``."""
+    out: dict[sympy.Symbol, sympy.Expr] = {}
+    inner = 1
+    for i in reversed(range(len(axes))):
+        position = FloorDiv(flat, inner) if inner > 1 else flat
+        out[axes[i][0]] = FloorMod(position, axes[i][1]) if i else position
+        inner *= axes[i][1]
+    return out

@@ -16,7 +16,7 @@ from ...lower.transpose import stride
 from ..printer import Emitter, Scope, spelling
 from .dots import dot_loop
 from .vector_syntax import VectorSyntax as VectorSyntax  # the table's home; imported from here too
-from .vectorizable import split_guard, vectorizable
+from .vectorizable import split_guard, split_lanes, vectorizable
 
 
 SHORT_LOOP = 8  # a vector reduction's loops up to this long are unrolled
@@ -93,7 +93,7 @@ class VectorPrinter:
         if isinstance(node, Reduce):
             return self._reduce(node)
         if isinstance(node, IndexCond):
-            split = split_guard(node.cond, self.sym)
+            split = split_guard(node.cond, self.sym) or split_lanes(node.cond, self.sym)
             assert split is not None and self.v.lane_masks
             uniform, linear = split
             lanes = self._lane_mask(linear)
@@ -211,7 +211,8 @@ class VectorPrinter:
         (guarded or not) is one deinterleaving load only where all it reads lies inside the
         buffer. Declares the vector and returns its name."""
         split = split_guard(node.guard, self.sym)
-        assert split is not None, "vectorizable(..., guarded=True) admits only these guards"
+        if split is None:
+            return self._masked_load(node)
         uniform, linear = split
         em, v, scope, at = self.em, self.v, self.scope, self._at
         ptr = em.arg_names[node.buffer]
@@ -258,6 +259,43 @@ class VectorPrinter:
         edge.add(f"for (int kg_lane = 0; kg_lane < {v.width}; ++kg_lane)")
         edge.child().add(f"{lanes}[kg_lane] = ({lane_ok}) ? "
                          f"{ptr}[{em.index(at(node.offset, j))}] : 0.0f;")
+        edge.add(f"{name} = {v.load.format(ptr=lanes, off='0')};")
+        block.add("}")
+        if uniform is not sympy.true:
+            scope.add("}")
+        return name
+
+    def _masked_load(self, node: Load) -> str:
+        """A contiguous load whose guard each lane tests on its own (``split_lanes``: a padded
+        conv's patches over merged output rows, which wrap from one row into the next): zero
+        when the lane-free part fails, else one vector read with the failing lanes zeroed
+        where it lies inside the buffer, lane by lane where it does not (the map's first and
+        last rows). Declares the vector and returns its name."""
+        split = split_lanes(node.guard, self.sym)
+        assert split is not None, "vectorizable(..., wrapped=True) admits only these guards"
+        assert self._stride(node) == 1, "a masked read is contiguous"
+        uniform, tests = split
+        em, v, scope, at = self.em, self.v, self.scope, self._at
+        name, lanes = em.fresh("v"), em.fresh("lanes")
+        zero = v.broadcast.format(em.literal(0.0, DType.float32))
+        first, last = sympy.Integer(0), sympy.Integer(v.width - 1)
+        in_buffer = sympy.And(at(node.offset, first) >= 0,
+                              at(node.offset, last) < em.buffers[node.buffer].numel)
+        mask = self._lane_mask(tests)
+        scope.add(f"{v.vtype} {name} = {zero};")
+        block = scope
+        if uniform is not sympy.true:
+            scope.add(f"if ({em.index(uniform)}) {{")
+            block = scope.child()
+        block.add(f"if ({em.index(in_buffer)}) {{")
+        block.child().add(f"{name} = {v.select.format(mask, self._read(node), zero)};")
+        block.add("} else {  // the map's edge: lane by lane")
+        edge, j = block.child(), sympy.Symbol("kg_lane")
+        em.ranges[j] = v.width
+        edge.add(f"float {lanes}[{v.width}];")
+        edge.add(f"for (int kg_lane = 0; kg_lane < {v.width}; ++kg_lane)")
+        edge.child().add(f"{lanes}[kg_lane] = ({em.index(sympy.And(*(at(t, j) for t in tests)))})"
+                         f" ? {em.arg_names[node.buffer]}[{em.index(at(node.offset, j))}] : 0.0f;")
         edge.add(f"{name} = {v.load.format(ptr=lanes, off='0')};")
         block.add("}")
         if uniform is not sympy.true:
@@ -320,9 +358,12 @@ class VectorPrinter:
         the form ``select`` and ``&`` expect). With int indices,
         compared as one vector of lane numbers; with long ones lane by lane, since an int
         vector and a long scalar do not mix in OpenCL C (and a long vector's mask would not
-        fit a float select)."""
+        fit a float select). A bound may be a lane's own test (``split_lanes``), which the
+        intrinsics' form (linear bounds only) leaves to the lane numbers."""
         em, v = self.em, self.v
-        if em.index_t == "int" and v.lane_ints:  # by intrinsics: each bound's lanes against 0
+        affine = split_guard(sympy.And(*linear), self.sym) is not None
+        if em.index_t == "int" and v.lane_ints and affine:
+            # by intrinsics: each bound's lanes against 0
             masks = []
             for t in linear:
                 diff = sympy.expand(t.lhs - t.rhs)
@@ -335,7 +376,9 @@ class VectorPrinter:
             if name not in self.declared:
                 self.declared.add(name)
                 self.scope.add(f"const {v.mtype} {name} = ({v.mtype})({self.base}) + {v.iota};")
-            ids = sympy.Symbol(name)
+            ids = sympy.Symbol(name, integer=True)
+            if self.sym in em.ranges:  # a lane number stays in its run: '/', not KG_FLOORDIV
+                em.ranges[ids] = em.ranges[self.sym]
             # '&', not '&&': PoCL's clang folds '&&' of constant vector comparisons to 1 per
             # lane, not -1, and select() reads only the top bit (a constant base's mask)
             return " & ".join(f"({em.index(t.xreplace({self.sym: ids}))})" for t in linear)

@@ -13,6 +13,7 @@ from ...dtypes import DType
 from ...ir.expr import Call, Cast, Expr, IndexCond, Load, Reduce, Select, free_index_symbols, walk
 from ...ir.loop import LoopKernel
 from ...lower.transpose import stride
+from ...mapping_types import FloorDiv, FloorMod
 from .vector_syntax import VectorSyntax
 
 
@@ -39,9 +40,41 @@ def split_guard(guard: sympy.Basic, sym: sympy.Symbol
     return sympy.And(*uniform), tuple(linear)
 
 
+def split_lanes(guard: sympy.Basic, sym: sympy.Symbol
+                ) -> tuple[sympy.Basic, tuple[sympy.Basic, ...]] | None:
+    """``guard`` as (the part free of ``sym``, the inequalities each lane tests on its own),
+    or None when it is no such conjunction: as ``split_guard``, but ``sym`` may also appear
+    inside ``FloorDiv`` and ``FloorMod`` (a run of merged axes, each axis a function of the
+    flat position: ``flatten_axes(..., wrap=True)``). The lanes that pass need not be one
+    interval, so each vector tests every lane (a mask)."""
+    terms = guard.args if isinstance(guard, sympy.And) else (guard,)
+    uniform, tests = [], []
+    for term in terms:
+        if sym not in term.free_symbols:
+            uniform.append(term)
+            continue
+        if not isinstance(term, sympy.core.relational.Relational) or isinstance(
+                term, (sympy.Eq, sympy.Ne)):
+            return None
+        diff = sympy.expand(term.lhs - term.rhs)
+        wrapped = diff.atoms(FloorDiv, FloorMod)
+        held = diff.xreplace({w: sympy.Dummy(integer=True) for w in wrapped})
+        if not held.is_polynomial() or sympy.Poly(held).total_degree() > 1 or \
+                any(not a.is_number for a in _coefficients(held)):
+            return None
+        tests.append(term)
+    return sympy.And(*uniform), tuple(tests)
+
+
+def _coefficients(expr: sympy.Expr) -> list[sympy.Expr]:
+    """The coefficients of the affine ``expr`` in its free symbols."""
+    return [expr.coeff(x) for x in expr.free_symbols] + [expr.as_coeff_Add()[0]]
+
+
 def vectorizable(root: Expr, sym: sympy.Symbol, syntax: VectorSyntax,
                  hoisted: frozenset[Reduce] = frozenset(), guarded: bool = False,
-                 reductions: bool = False, lanes: frozenset[Expr] = frozenset()) -> bool:
+                 reductions: bool = False, lanes: frozenset[Expr] = frozenset(),
+                 wrapped: bool = False) -> bool:
     """Whether ``root`` can run as float32 vectors along ``sym``: primitives with a vector form,
     selects and comparisons; loads contiguous (stride 1) or invariant in ``sym``; index
     conditions and gathered indices free of ``sym``. With ``guarded``, a contiguous load may
@@ -49,7 +82,13 @@ def vectorizable(root: Expr, sym: sympy.Symbol, syntax: VectorSyntax,
     the edges lane by lane); with ``reductions``, a nested reduction runs as a vector
     accumulator over its axes (AGO's producer inside a consumer's operand). ``lanes`` are
     nodes that are vectors already (a tile's accumulators): a node over one varies along
-    ``sym`` as ``VectorPrinter`` sees it, so it needs a vector form too."""
+    ``sym`` as ``VectorPrinter`` sees it, so it needs a vector form too. With ``wrapped``
+    (and ``guarded``), a guard may also test ``FloorDiv`` and ``FloorMod`` of ``sym``
+    (``split_lanes``: the printer masks the lanes of one read)."""
+
+    def lane_test(cond: sympy.Basic) -> bool:
+        return split_guard(cond, sym) is not None or (
+            wrapped and syntax.lane_masks and split_lanes(cond, sym) is not None)
 
     @functools.cache
     def ok(node: Expr) -> bool:  # cached: a shared node is judged once
@@ -62,13 +101,11 @@ def vectorizable(root: Expr, sym: sympy.Symbol, syntax: VectorSyntax,
             return (reductions and node.dtype is DType.float32
                     and node.kind in syntax.combine and ok(node.body))
         if isinstance(node, IndexCond):  # a lane mask from the lane numbers
-            return guarded and syntax.lane_masks and not node.data \
-                and split_guard(node.cond, sym) is not None
+            return guarded and syntax.lane_masks and not node.data and lane_test(node.cond)
         if isinstance(node, Load):
             step = stride(sympy.expand(node.offset), sym)
             # otherwise a guarded load stays scalar: a vector would read past the guarded region
-            guard_ok = node.guard is sympy.true or (
-                guarded and split_guard(node.guard, sym) is not None)
+            guard_ok = node.guard is sympy.true or (guarded and lane_test(node.guard))
             stride_ok = step == 1 or (step == 2 and bool(syntax.load_stride2))
             return node.dtype is DType.float32 and stride_ok and guard_ok and not node.data
         if isinstance(node, Call):

@@ -3,7 +3,7 @@ vectors (``vector_plan``), the contraction the 'tiled' and 'window' schedules ru
 (``opencl_contraction``) and its vector stores (``vector_epilogue``)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import sympy
@@ -75,6 +75,14 @@ SWAP_ROWS = range(6, 15)  # 2 vectors of sums a row: 28 of AVX-512's 32 register
 # whose runs take 8 and 4 lanes, ran 0.3-0.8x as fast in a first run. Not measured with
 # 8-lane registers (AVX2).
 STRIDE2_MIN_LANES = 16
+# Where a padded conv's patches wrap from one output row into the next (``vector_plan``'s
+# ``wrap``): off only to time the row-by-row runs against them (bench/wrapped_runs.py)
+WRAP_RUNS = True
+# ... whose wide tiles, over a small map, would leave the patches too few column tiles to pack
+# each in its own work-item (schedule.PACK_TILE_MIN_ITEMS): a first kernel then packs them, which
+# lost to the default tile packing in its tiles (device time, PoCL, Xeon AVX-512): 16 -> 32 5x5
+# at 28x28, 13 tiles of 64, 0.156 ms against 0.117; 32 -> 128 3x3 at 27x27 0.222 against 0.181
+WRAPPED_WIDE_MIN_TILES = 16
 
 
 @dataclass(frozen=True)
@@ -89,6 +97,7 @@ class VectorPlan:
     tile_n: int
     flat: sympy.Symbol
     right: Expr | None
+    wrapped: bool = False  # ``right``'s guards test each lane's row and column (``wrap``)
 
 
 def vector_tile(widths: tuple[int, ...]) -> tuple[int, int]:
@@ -149,7 +158,10 @@ def wide_plan(k: LoopKernel, c: Contraction, plan: VectorPlan, tiles: RegisterTi
     if plan.right is None or n_run < tile_n or \
             -(-n_run // tile_n) * tile_n > WIDE_MAX_WASTE * n_run:
         return None
-    wide = vector_plan(k, c, (rows, tile_n), False, tiles.widths)
+    if plan.wrapped and -(-n_run // tile_n) * prod(k.domain[i][1] for i in c.batch) < \
+            WRAPPED_WIDE_MIN_TILES:
+        return None
+    wide = vector_plan(k, c, (rows, tile_n), False, tiles.widths, wrap=True)
     return wide if wide is not None and wide.right is not None else None
 
 
@@ -254,7 +266,7 @@ def column_plan(k: LoopKernel, c: Contraction, tile: tuple[int, ...], full_colum
     reads every second float of (a stride-2 conv's patches, ``kg_vload_even``) if that run
     takes vectors of ``STRIDE2_MIN_LANES``. Such a conv then packs its patches in its tiles,
     or reads them in place, instead of writing a patch matrix for a second kernel."""
-    plan = vector_plan(k, c, tile, full_columns, widths)
+    plan = vector_plan(k, c, tile, full_columns, widths, wrap=True)
     if plan is None or plan.right is not None or full_columns or \
             not caps.simd_within_work_item:
         return plan
@@ -265,14 +277,17 @@ def column_plan(k: LoopKernel, c: Contraction, tile: tuple[int, ...], full_colum
 
 
 def vector_plan(k: LoopKernel, c: Contraction, tile: tuple[int, ...], full_columns: bool,
-                widths: tuple[int, ...], producer: bool = False, stride2: bool = False
-                ) -> VectorPlan | None:
+                widths: tuple[int, ...], producer: bool = False, stride2: bool = False,
+                wrap: bool = False) -> VectorPlan | None:
     """The widest contiguous run of trailing column axes the right operand reads, and the
     vector width (one of ``widths``, the device's) and tile that fit it; None when no run has
     as many columns as the narrowest width (scalar template).
     ``full_columns`` (AGO) needs one tile spanning every column; ``producer`` lets the right
     operand hold a reduction (AGO's producer as the vector operand); ``stride2`` lets it read
-    every second column (the 'window' schedule's strided convs)."""
+    every second column (the 'window' schedule's strided convs). With ``wrap``, a run over
+    every column whose reads are contiguous but guarded per axis (a padded conv's patches
+    over the whole output map, each lane testing its own row and column: ``_wrapped_plan``)
+    replaces a shorter run where its tiles compute fewer columns."""
     flat = sympy.Symbol("kg_col")
     if not widths:
         return None
@@ -288,6 +303,27 @@ def vector_plan(k: LoopKernel, c: Contraction, tile: tuple[int, ...], full_colum
             choice = (run, merged)
             break
     run, right = choice
+    plan = _fitted(k, run, right, flat, tile, full_columns, widths)
+    if not (wrap and WRAP_RUNS) or full_columns:
+        return plan
+    for start in range(len(cols) - len(run) if right is not None else len(cols) - 1):
+        longer = tuple(cols[start:])  # (the image, output rows and columns): not contiguous
+        merged = flatten_axes(c.right, [k.domain[i] for i in longer], flat, wrap=True)
+        if merged is None or not vectorizable(merged, flat, syntax, guarded=True,
+                                              reductions=producer, wrapped=True):
+            continue
+        wrapped = _fitted(k, longer, merged, flat, tile, False, widths)
+        if wrapped is not None and (plan is None or plan.right is None or
+                                    _vectors(k, c, wrapped) < _vectors(k, c, plan)):
+            return replace(wrapped, wrapped=True)
+        break
+    return plan
+
+
+def _fitted(k: LoopKernel, run: tuple[int, ...], right: Expr | None, flat: sympy.Symbol,
+            tile: tuple[int, ...], full_columns: bool, widths: tuple[int, ...]
+            ) -> VectorPlan | None:
+    """``vector_plan``'s width and tile for the run ``run``."""
     n_run = prod(k.domain[i][1] for i in run)
     if full_columns:
         width = next((w for w in widths if n_run % w == 0), 0)
@@ -298,3 +334,13 @@ def vector_plan(k: LoopKernel, c: Contraction, tile: tuple[int, ...], full_colum
         return None
     width = next((w for w in fitting if want % w == 0), fitting[0])
     return VectorPlan(run, width, min(want - want % width, n_run - n_run % width), flat, right)
+
+
+def _vectors(k: LoopKernel, c: Contraction, plan: VectorPlan) -> int:
+    """The column vectors ``plan``'s tiles compute a row, the last tile of each run shifted
+    back included (its overlap computed twice): 16 -> 64 at 55x55 in tiles of two 16-lane
+    vectors computes 4 an output row along the row, 190 over the merged map's 3025 columns;
+    14x14, 8 lanes along a row (2 a row) or 16 over the map, 28 against 14."""
+    n_run = prod(k.domain[i][1] for i in plan.run)
+    runs = prod(k.domain[i][1] for i in c.cols if i not in plan.run)
+    return runs * -(-n_run // plan.tile_n) * plan.tile_n // plan.width

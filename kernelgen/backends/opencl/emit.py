@@ -405,6 +405,9 @@ class OpenCLPrinter(ContractionEmitter):
         assert plan.right is not None
         rows = [cols.right] if group == 1 else [
             specialise(plan.right, {FLAT_K: first + g}, self.ranges) for g in range(group)]
+        # a lane's flat position stays in the run: its own row and column tests (a merged
+        # run's, ``columns.vector_plan``'s ``wrap``) divide by '/', not KG_FLOORDIV
+        self.ranges[cols.flat] = prod(k.domain[i][1] for i in cols.run)
         b.add(f"_Pragma(\"unroll\") for (int kg_v = 0; kg_v < {tn // w}; ++kg_v) {{")
         lane = b.child()
         lane.add(f"const {t} kg_col = kg_c0 + kg_v * {w};")
