@@ -359,7 +359,8 @@ class VectorPrinter:
         compared as one vector of lane numbers; with long ones lane by lane, since an int
         vector and a long scalar do not mix in OpenCL C (and a long vector's mask would not
         fit a float select). A bound may be a lane's own test (``split_lanes``), which the
-        intrinsics' form (linear bounds only) leaves to the lane numbers."""
+        intrinsics' form (linear bounds only) leaves to the lane numbers, or without a
+        vector of them to an array."""
         em, v = self.em, self.v
         affine = split_guard(sympy.And(*linear), self.sym) is not None
         if em.index_t == "int" and v.lane_ints and affine:
@@ -371,7 +372,7 @@ class VectorPrinter:
                                            step=em.index(diff.coeff(self.sym)))
                 masks.append(v.sign_masks[t.rel_op].format(lanes))
             return functools.reduce(v.mask_and.format, masks)
-        if em.index_t == "int":
+        if em.index_t == "int" and v.iota:  # NEON has no lane-number vector: an array
             name = f"kg_lanes{self.base}" if isinstance(self.base, int) else f"{self.base}_lanes"
             if name not in self.declared:
                 self.declared.add(name)

@@ -284,10 +284,10 @@ def vector_plan(k: LoopKernel, c: Contraction, tile: tuple[int, ...], full_colum
     as many columns as the narrowest width (scalar template).
     ``full_columns`` (AGO) needs one tile spanning every column; ``producer`` lets the right
     operand hold a reduction (AGO's producer as the vector operand); ``stride2`` lets it read
-    every second column (the 'window' schedule's strided convs). With ``wrap``, a run over
-    every column whose reads are contiguous but guarded per axis (a padded conv's patches
-    over the whole output map, each lane testing its own row and column: ``_wrapped_plan``)
-    replaces a shorter run where its tiles compute fewer columns."""
+    every second column (the 'window' schedule's strided convs). With ``wrap``, a longer run
+    whose reads are contiguous but guarded per axis (a padded conv's patches over the whole
+    output map, each lane testing its own row and column: ``flatten_axes``'s ``wrap``)
+    replaces the run found so where its tiles compute fewer column vectors (``_vectors``)."""
     flat = sympy.Symbol("kg_col")
     if not widths:
         return None
@@ -306,8 +306,9 @@ def vector_plan(k: LoopKernel, c: Contraction, tile: tuple[int, ...], full_colum
     plan = _fitted(k, run, right, flat, tile, full_columns, widths)
     if not (wrap and WRAP_RUNS) or full_columns:
         return plan
+    # the runs longer than the one found, longest first (none found: two axes at least)
     for start in range(len(cols) - len(run) if right is not None else len(cols) - 1):
-        longer = tuple(cols[start:])  # (the image, output rows and columns): not contiguous
+        longer = tuple(cols[start:])  # (image, rows, columns) is not contiguous: (rows, cols)
         merged = flatten_axes(c.right, [k.domain[i] for i in longer], flat, wrap=True)
         if merged is None or not vectorizable(merged, flat, syntax, guarded=True,
                                               reductions=producer, wrapped=True):
