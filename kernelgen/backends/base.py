@@ -68,6 +68,9 @@ class Capabilities:
     im2col_max_channels: int = 0
     winograd_4x4: bool = False
     split_small_convs: bool = False
+    # F(2x2)'s output tiles over a small odd map compute this share of its outputs or more
+    # (7x7: 64 for 49): im2col instead, where its columns run the whole map (0: no limit)
+    winograd_max_waste: float = 0.0
 
     def check(self, kernel: LoopKernel) -> None:
         for b in kernel.inputs + kernel.outputs:

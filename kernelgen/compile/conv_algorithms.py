@@ -142,6 +142,12 @@ def heuristic(fused: FusedBlock, caps: Capabilities) -> str:
       0.97 against 1.09 and 0.98 against 1.17). On NEON F(2x2) won from 128 channels (128 at
       28x28: 2.37 against im2col's 5.49; 512 at 7x7: 2.87 against 7.14); F(4x4), whose stages
       do not unroll on NEON, lost to F(2x2) everywhere.
+    - On an OpenCL CPU, where im2col's columns run over the whole output map (a wrapped run,
+      ``columns.vector_plan``), a map whose F(2x2) output tiles compute 25 % or more of the
+      outputs in vain (``caps.winograd_max_waste``: odd sides up to 7) runs im2col: at 7x7
+      1.07-1.8x faster than F(2x2) on five shapes of 64-512 channels (512 -> 512 0.921
+      against 1.032 ms, 128 -> 128 0.083 against 0.136, device time), while at 13x13 (16 %
+      wasted) F(2x2) stayed 0.98-1.16x ahead and at 6x6 (none) 1.5x.
     - Every other convolution of a real model ran 2-5x slower as an implicit GEMM on OpenCL and
       5-20x on NEON, whose tiles gather the patches again for every row tile, small maps
       included (3x3 512->512 at 7x7: 6.69 ms against Winograd's 1.48 on OpenCL; 5x5 32->128 at
@@ -150,7 +156,8 @@ def heuristic(fused: FusedBlock, caps: Capabilities) -> str:
       launch-bound) stays one implicit GEMM.
 
     Which backend prefers what is data in its capabilities (``pointwise_conv_in_place``,
-    ``im2col_max_channels``, ``winograd_4x4``, ``split_small_convs``)."""
+    ``im2col_max_channels``, ``winograd_4x4``, ``split_small_convs``,
+    ``winograd_max_waste``)."""
     ok = [name for name, why in applicable(fused).items() if why is None]
     block = conv_block(fused)
     if block is not None:
@@ -166,13 +173,20 @@ def heuristic(fused: FusedBlock, caps: Capabilities) -> str:
             return "implicit_gemm"
         if "im2col" in ok and c <= caps.im2col_max_channels and worth:
             return "im2col"  # few channels: Winograd's 16 GEMMs reduce over C alone
-        if "winograd" in ok and c >= 16 and m >= 16 and worth:
+        if "winograd" in ok and c >= 16 and m >= 16 and worth and not (
+                caps.winograd_max_waste and "im2col" in ok and
+                _tiles_waste(conv.shape[2:]) >= caps.winograd_max_waste):
             # F(4x4) needs 4 | OH, OW for its output transform to unroll 4x4 blocks
             whole = all(s % 4 == 0 for s in conv.shape[2:])
             return "winograd_4x4" if caps.winograd_4x4 and whole and big else "winograd"
         if "im2col" in ok and c * taps >= 32 and worth:
             return "im2col"
     return "implicit_gemm" if "implicit_gemm" in ok else "direct"
+
+
+def _tiles_waste(spatial: tuple[int, ...]) -> float:
+    """The outputs F(2x2)'s tiles compute over those of the map ``spatial``."""
+    return prod(-(-s // 2) * 2 for s in spatial) / prod(spatial)
 
 
 def tail(block: ConvBlock, core: Op) -> FusedBlock:

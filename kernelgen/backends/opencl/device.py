@@ -82,7 +82,8 @@ def capabilities(info: DeviceInfo) -> Capabilities:
         simd_within_work_item=cpu and bool(widths), pads_aliased_rows=cpu,
         explicit_elementwise=cpu and bool(widths) and info.explicit_elementwise,
         direct_schedule="item", pointwise_conv_in_place=True, winograd_4x4=cpu,
-        split_small_convs=cpu, im2col_max_channels=32 if cpu else 0)
+        split_small_convs=cpu, im2col_max_channels=32 if cpu else 0,
+        winograd_max_waste=1.25 if cpu else 0.0)
 
 
 # --- declared devices ---------------------------------------------------------------------
