@@ -215,7 +215,6 @@ class VectorPrinter:
             return self._masked_load(node)
         uniform, linear = split
         em, v, scope, at = self.em, self.v, self.scope, self._at
-        ptr = em.arg_names[node.buffer]
         name, lanes = em.fresh("v"), em.fresh("lanes")
         first, last = sympy.Integer(0), sympy.Integer(v.width - 1)
         buffer = em.buffers[node.buffer]
@@ -252,14 +251,7 @@ class VectorPrinter:
             block.add(f"}} else if ({em.index(in_buffer)}) {{")
             block.child().add(f"{name} = {v.select.format(mask, whole, zero)};")
         block.add("} else {  // an edge: lanes outside the guard read 0")
-        edge = block.child()
-        j = sympy.Symbol("kg_lane")
-        lane_ok = em.index(sympy.And(*(at(t, j) for t in linear)))
-        edge.add(f"float {lanes}[{v.width}];")
-        edge.add(f"for (int kg_lane = 0; kg_lane < {v.width}; ++kg_lane)")
-        edge.child().add(f"{lanes}[kg_lane] = ({lane_ok}) ? "
-                         f"{ptr}[{em.index(at(node.offset, j))}] : 0.0f;")
-        edge.add(f"{name} = {v.load.format(ptr=lanes, off='0')};")
+        self._lane_by_lane(node, linear, name, lanes, block.child())
         block.add("}")
         if uniform is not sympy.true:
             scope.add("}")
@@ -290,17 +282,26 @@ class VectorPrinter:
         block.add(f"if ({em.index(in_buffer)}) {{")
         block.child().add(f"{name} = {v.select.format(mask, self._read(node), zero)};")
         block.add("} else {  // the map's edge: lane by lane")
-        edge, j = block.child(), sympy.Symbol("kg_lane")
-        em.ranges[j] = v.width
-        edge.add(f"float {lanes}[{v.width}];")
-        edge.add(f"for (int kg_lane = 0; kg_lane < {v.width}; ++kg_lane)")
-        edge.child().add(f"{lanes}[kg_lane] = ({em.index(sympy.And(*(at(t, j) for t in tests)))})"
-                         f" ? {em.arg_names[node.buffer]}[{em.index(at(node.offset, j))}] : 0.0f;")
-        edge.add(f"{name} = {v.load.format(ptr=lanes, off='0')};")
+        self._lane_by_lane(node, tests, name, lanes, block.child())
         block.add("}")
         if uniform is not sympy.true:
             scope.add("}")
         return name
+
+    def _lane_by_lane(self, node: Load, tests: tuple[sympy.Basic, ...], name: str, lanes: str,
+                      edge: Scope) -> None:
+        """Vector ``name`` read lane by lane in ``edge`` through the array ``lanes``: each
+        lane where ``tests`` hold reads ``node``, the others 0 (a read that would leave the
+        buffer)."""
+        em, v, at = self.em, self.v, self._at
+        j = sympy.Symbol("kg_lane")
+        em.ranges[j] = v.width  # a lane's row and column tests then divide by '/'
+        lane_ok = em.index(sympy.And(*(at(t, j) for t in tests)))
+        edge.add(f"float {lanes}[{v.width}];")
+        edge.add(f"for (int kg_lane = 0; kg_lane < {v.width}; ++kg_lane)")
+        edge.child().add(f"{lanes}[kg_lane] = ({lane_ok}) ? "
+                         f"{em.arg_names[node.buffer]}[{em.index(at(node.offset, j))}] : 0.0f;")
+        edge.add(f"{name} = {v.load.format(ptr=lanes, off='0')};")
 
     def _lanes_read(self, node: Load, known: list[int], start: int | None, scope: Scope
                     ) -> str:

@@ -5,6 +5,7 @@ printer of such code is ``vector.VectorPrinter``."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import replace
 
 import sympy
@@ -23,21 +24,10 @@ def split_guard(guard: sympy.Basic, sym: sympy.Symbol
     when it is not such a conjunction. The lanes where linear inequalities hold form one
     interval, so a vector whose first and last lanes pass has every lane inside (a padded
     window's interior)."""
-    terms = guard.args if isinstance(guard, sympy.And) else (guard,)
-    uniform, linear = [], []
-    for term in terms:
-        if sym not in term.free_symbols:
-            uniform.append(term)
-            continue
-        if not isinstance(term, sympy.core.relational.Relational) or isinstance(
-                term, (sympy.Eq, sympy.Ne)):
-            return None
-        diff = sympy.expand(term.lhs - term.rhs)
+    def linear(diff: sympy.Expr) -> bool:
         coeff = diff.coeff(sym)
-        if not coeff.is_number or sym in sympy.expand(diff - coeff * sym).free_symbols:
-            return None
-        linear.append(term)
-    return sympy.And(*uniform), tuple(linear)
+        return bool(coeff.is_number) and sym not in sympy.expand(diff - coeff * sym).free_symbols
+    return _split(guard, sym, linear)
 
 
 def split_lanes(guard: sympy.Basic, sym: sympy.Symbol
@@ -47,6 +37,18 @@ def split_lanes(guard: sympy.Basic, sym: sympy.Symbol
     inside ``FloorDiv`` and ``FloorMod`` (a run of merged axes, each axis a function of the
     flat position: ``flatten_axes(..., wrap=True)``). The lanes that pass need not be one
     interval, so each vector tests every lane (a mask)."""
+    def affine(diff: sympy.Expr) -> bool:  # in sym and its floors and remainders
+        held = diff.xreplace({w: sympy.Dummy(integer=True)
+                              for w in diff.atoms(FloorDiv, FloorMod)})
+        return held.is_polynomial() and sympy.Poly(held).total_degree() <= 1 and \
+            all(a.is_number for a in _coefficients(held))
+    return _split(guard, sym, affine)
+
+
+def _split(guard: sympy.Basic, sym: sympy.Symbol, accept: Callable[[sympy.Expr], bool]
+           ) -> tuple[sympy.Basic, tuple[sympy.Basic, ...]] | None:
+    """``guard`` as (the part free of ``sym``, its inequalities in ``sym``), or None unless
+    every term is free of ``sym`` or an inequality whose ``lhs - rhs`` ``accept`` takes."""
     terms = guard.args if isinstance(guard, sympy.And) else (guard,)
     uniform, tests = [], []
     for term in terms:
@@ -54,13 +56,7 @@ def split_lanes(guard: sympy.Basic, sym: sympy.Symbol
             uniform.append(term)
             continue
         if not isinstance(term, sympy.core.relational.Relational) or isinstance(
-                term, (sympy.Eq, sympy.Ne)):
-            return None
-        diff = sympy.expand(term.lhs - term.rhs)
-        wrapped = diff.atoms(FloorDiv, FloorMod)
-        held = diff.xreplace({w: sympy.Dummy(integer=True) for w in wrapped})
-        if not held.is_polynomial() or sympy.Poly(held).total_degree() > 1 or \
-                any(not a.is_number for a in _coefficients(held)):
+                term, (sympy.Eq, sympy.Ne)) or not accept(sympy.expand(term.lhs - term.rhs)):
             return None
         tests.append(term)
     return sympy.And(*uniform), tuple(tests)
