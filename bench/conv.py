@@ -56,6 +56,18 @@ def ort_session(x_shape, w, pads, group, bn=None, strides=1):
     return two_thread_session(graph, optimise=bn is None)
 
 
+def conv_relu_session(x_shape, w: np.ndarray, b: np.ndarray, pads: int, strides: int = 1):
+    """onnxruntime's session of Conv (bias, square ``pads`` and ``strides``) then Relu."""
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[pads] * 4,
+                              strides=[strides] * 2),
+             helper.make_node("Relu", ["c"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    return two_thread_session(graph)
+
+
 def two_thread_session(graph, optimise: bool = True):
     """onnxruntime's CPU session of ``graph`` (opset 17) as the benchmarks time it: 2 intra-op
     threads, 1 inter-op, all graph optimisations (or, with ``optimise`` False, none)."""

@@ -22,14 +22,13 @@ from typing import ContextManager
 from unittest import mock
 
 import numpy as np
-from onnx import TensorProto, helper, numpy_helper
 
 import kernelgen as kg
 from kernelgen.backends.opencl import columns, schedule
 from kernelgen.measure import round_robin, runner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conv import two_thread_session  # noqa: E402
+from conv import conv_relu_session  # noqa: E402
 from pooling import plans_with_and_without, write_rows  # noqa: E402
 
 ORT = "onnxruntime"
@@ -55,16 +54,6 @@ def contiguous_runs_only() -> ContextManager[object]:
         lambda k, c, tile, full, widths, caps: columns.vector_plan(k, c, tile, full, widths))
 
 
-def _ort(x_shape: tuple[int, ...], w: np.ndarray, b: np.ndarray, pads: int):
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[pads] * 4, strides=[2, 2]),
-             helper.make_node("Relu", ["c"], ["y"])]
-    graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        initializer=[numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
-    return two_thread_session(graph)
-
-
 def _form(program: object) -> str:
     """The kernels' schedules, '+'-joined (two kernels: the patch matrix and the GEMM)."""
     kernels = getattr(program, "kernels", [program])
@@ -79,7 +68,7 @@ def row(x_shape: tuple[int, ...], w_shape: tuple[int, ...], pads: int, models: s
     conv = kg.conv(kg.tensor("x", x_shape), kg.constant("w", w), kg.constant("b", b),
                    strides=[2, 2], pads=[pads] * 4)
     fused = kg.fuse(conv, kg.relu(conv))
-    sess = _ort(x_shape, w, b, pads)
+    sess = conv_relu_session(x_shape, w, b, pads, strides=2)
     ref = sess.run(None, {"x": x})[0]
     default = fused.emit("opencl", tuning="none")
     with contiguous_runs_only():

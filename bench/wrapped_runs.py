@@ -21,14 +21,13 @@ from typing import ContextManager
 from unittest import mock
 
 import numpy as np
-from onnx import TensorProto, helper, numpy_helper
 
 import kernelgen as kg
 from kernelgen.backends.opencl import columns
 from kernelgen.measure import runner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conv import time_ort, two_thread_session  # noqa: E402
+from conv import conv_relu_session, time_ort  # noqa: E402
 from pooling import compared_row, plans_with_and_without, write_rows  # noqa: E402
 from wide_tiles import DeviceTimes  # noqa: E402
 
@@ -53,16 +52,6 @@ def rows_only() -> ContextManager[object]:
     return mock.patch.object(columns, "WRAP_RUNS", False)
 
 
-def _ort(x_shape: tuple[int, ...], w: np.ndarray, b: np.ndarray, pads: int):
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[pads] * 4),
-             helper.make_node("Relu", ["c"], ["y"])]
-    graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        initializer=[numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
-    return two_thread_session(graph)
-
-
 def row(c: int, m: int, side: int, size: int, models: str, rounds: int,
         timer: DeviceTimes, rng: np.random.Generator) -> dict[str, object]:
     x = rng.standard_normal((1, c, size, size)).astype(np.float32)
@@ -75,7 +64,7 @@ def row(c: int, m: int, side: int, size: int, models: str, rounds: int,
     kernels = {"wrapped": block.emit("opencl", tuning="none")}
     with rows_only():
         kernels["rows"] = block.emit("opencl", tuning="none")
-    ort = _ort(x.shape, w, b, pads)
+    ort = conv_relu_session(x.shape, w, b, pads)
     (want,) = ort.run(None, {"x": x})
     for label, kernel in kernels.items():
         np.testing.assert_allclose(kernel(x), want, rtol=1e-4, atol=1e-4, err_msg=label)
