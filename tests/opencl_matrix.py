@@ -44,7 +44,7 @@ def main(names: list[str]) -> int:
         print(f"opencl matrix: the OpenCL tests on '{name}': {device}", flush=True)
         start = time.time()
         done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "auto",
-                               "--dist", "worksteal", "-k", "opencl",
+                               "--dist", "worksteal", "-k", "opencl", "--durations=15",
                                "tests/backend", f"--opencl-device={name}",
                                "-W", "ignore::pyopencl.CompilerWarning"], cwd=ROOT)
         print(f"opencl matrix: '{name}' {'passed' if done.returncode == 0 else 'FAILED'} in "
