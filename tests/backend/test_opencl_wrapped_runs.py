@@ -15,6 +15,7 @@ from conftest import assert_close, require
 from reference import evaluate_chain
 
 import kernelgen as kg
+from kernelgen import backends
 from kernelgen.backends.c.vectorizable import split_guard, split_lanes
 from kernelgen.ir.expr import Load, walk
 from kernelgen.ir.substitute import flatten_axes
@@ -22,10 +23,10 @@ from kernelgen.mapping_types import FloorDiv, FloorMod
 
 WRAPPED = "the map's edge"  # the comment of the masked read's lane-by-lane branch
 
-# name: (x shape, w shape, conv attributes). Each map's run over the whole map computes fewer
-# column vectors than its rows with 8-lane registers (AVX2) as with 16 (AVX-512), so each takes
-# the wrapped run on either CPU (``columns._vectors``): 2 rows of 9 computed 4 vectors of 8
-# either way on AVX2, and kept its rows there.
+# name: (x shape, w shape, conv attributes). With 8-lane registers (AVX2) as with 16 (AVX-512),
+# a run over each whole map computes fewer column vectors than runs along its rows do, so each
+# map takes the wrapped run on either CPU (``columns._vectors``); 2 rows of 9 had computed 4
+# vectors of 8 either way on AVX2, and kept their rows there.
 CONVS = {
     "3x3-55x55": ((1, 16, 55, 55), (24, 16, 3, 3), {"pads": [1, 1, 1, 1]}),
     "3x3-batch-primes": ((2, 5, 27, 27), (7, 5, 3, 3), {"pads": [1, 1, 1, 1]}),
@@ -64,8 +65,6 @@ def test_wrapped_runs_equal_the_reference(name: str, algorithm: str) -> None:
 def test_every_map_wraps_on_either_cpu(name: str, target: str) -> None:
     """The maps above take the wrapped run generated for a CPU with 8-lane registers and for
     one with 16 (source only), so the test above checks it on whichever CPU runs it."""
-    from kernelgen import backends
-
     ops, _ = _conv_block(*CONVS[name])
     be = backends.REGISTRY["opencl"].for_device(target)  # type: ignore[attr-defined]
     assert WRAPPED in kg.fuse(*ops).emit(be, algorithm="implicit_gemm", tuning="none").source
