@@ -1,6 +1,7 @@
 """The OpenCL tests on every OpenCL implementation besides the default one: each runs
-``pytest -k "opencl and not neon and not triton" tests/backend`` with ``--opencl-device`` naming it, in its own processes (the
-device is chosen once per process; pytest-xdist, one worker per core).
+``pytest -k "opencl and not neon and not triton" tests/backend`` with ``--opencl-device``
+naming it, in its own processes (the device is chosen once per process; pytest-xdist, one
+worker per core).
 
     python tests/opencl_matrix.py [NAME ...]     # default: every one installed
 
