@@ -161,12 +161,19 @@ class Session:
             for a in self.rewrites:
                 counts[a.rule] = counts.get(a.rule, 0) + 1
             lines.append("rewrites: " + ", ".join(f"{k} x{n}" for k, n in counts.items()))
-        for k, (block, launch) in enumerate(zip(self.blocks, self.plan.launches)):
-            kernel = kernels[launch.kernel]
-            how = kernel.algorithm or kernel.schedule
+        # a block's launches by its operators: a view block (a Slice, a Concat assembled in
+        # place) launches nothing, and a merged one (IOS) shares its launch with its siblings
+        launched: dict[str, list[int]] = {}
+        for launch in self.plan.launches:
+            for name in launch.ops:
+                launched.setdefault(name, []).append(launch.kernel)
+        for k, block in enumerate(self.blocks):
+            ids = list(dict.fromkeys(i for name in block.names for i in launched.get(name, ())))
+            ran = "+".join(f"k{kernels[i].id}" for i in ids) or "-"
+            how = "+".join(dict.fromkeys(kernels[i].algorithm or kernels[i].schedule
+                                         for i in ids)) or "view"
             kinds = "+".join(op.kind for op in block.ops)
-            lines.append(f"  {k:4d} {kinds:32s} k{kernel.id:<4d} {how:14s} "
-                         f"{', '.join(block.names)}")
+            lines.append(f"  {k:4d} {kinds:32s} {ran:5s} {how:14s} {', '.join(block.names)}")
         if self.schedule_report is not None:
             used = self.plan.schedule.name if self.plan.schedule is not None else "sequential"
             lines += ["", self.schedule_report.format(used)]
