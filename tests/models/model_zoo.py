@@ -13,6 +13,9 @@
 - ``mobilenet_v2()``: a MobileNetV2 stack (opset 17): a stem, inverted residual blocks
   (1x1 expand, 3x3 depthwise, 1x1 project, BatchNormalization, Clip(0, 6) with bounds as
   inputs, residual adds), global pooling and a classifier.
+- ``inception()``: two Inception modules (opset 17): four branches each (a 1x1 conv; 1x1
+  then 3x3; 1x1 then 5x5; 3x3 max pooling then 1x1), concatenated; the parallel branches and
+  sibling 1x1 convs of Inception v1 in 12 convolutions instead of 57.
 """
 from __future__ import annotations
 
@@ -214,6 +217,49 @@ def mobilenet_v2(channels: int = 3, size: int = 32, classes: int = 10,
               helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], transB=1)]
     graph = helper.make_graph(
         nodes, "mobilenet_v2",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, channels, size, size])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def inception(channels: int = 16, size: int = 8, classes: int = 10,
+              seed: int = 3) -> onnx.ModelProto:
+    """Two Inception modules (GoogLeNet's, convs with bias and ReLU), then pooling and a
+    classifier; input ``image`` (1, channels, size, size)."""
+    rng = np.random.default_rng(seed)
+    inits: list[onnx.TensorProto] = []
+    nodes: list[onnx.NodeProto] = []
+    count = iter(range(1000))
+
+    def conv_relu(x: str, cin: int, cout: int, kernel: int) -> str:
+        k = next(count)
+        inits.append(_init(f"w{k}", rng.standard_normal((cout, cin, kernel, kernel))
+                           * math.sqrt(2.0 / (cin * kernel * kernel))))
+        inits.append(_init(f"b{k}", rng.standard_normal(cout) * 0.1))
+        nodes.append(helper.make_node("Conv", [x, f"w{k}", f"b{k}"], [f"conv{k}"],
+                                      kernel_shape=[kernel] * 2, pads=[kernel // 2] * 4))
+        nodes.append(helper.make_node("Relu", [f"conv{k}"], [f"relu{k}"]))
+        return f"relu{k}"
+
+    def module(x: str, cin: int, c1: int, r3: int, c3: int, r5: int, c5: int, cp: int) -> str:
+        k = next(count)
+        nodes.append(helper.make_node("MaxPool", [x], [f"pool{k}"], kernel_shape=[3, 3],
+                                      pads=[1, 1, 1, 1]))
+        branches = [conv_relu(x, cin, c1, 1), conv_relu(conv_relu(x, cin, r3, 1), r3, c3, 3),
+                    conv_relu(conv_relu(x, cin, r5, 1), r5, c5, 5),
+                    conv_relu(f"pool{k}", cin, cp, 1)]
+        nodes.append(helper.make_node("Concat", branches, [f"concat{k}"], axis=1))
+        return f"concat{k}"
+
+    x = module("image", channels, 8, 8, 12, 4, 6, 6)
+    x = module(x, 32, 12, 12, 16, 4, 8, 8)
+    inits += [_init("fc_w", rng.standard_normal((classes, 44)) * math.sqrt(2 / 44)),
+              _init("fc_b", rng.standard_normal(classes) * 0.1)]
+    nodes += [helper.make_node("GlobalAveragePool", [x], ["pooled"]),
+              helper.make_node("Flatten", ["pooled"], ["flat"], axis=1),
+              helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], transB=1)]
+    graph = helper.make_graph(
+        nodes, "inception",
         [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, channels, size, size])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes])], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
