@@ -47,6 +47,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="run the OpenCL tests on the device whose platform or device name contains NAME "
              "(sets KERNELGEN_OPENCL_DEVICE): 'pocl 3.1' (Debian's PoCL), 'pocl 3.0' (pip's), "
              "'intel', 'oclgrind'; `python -m kernelgen devices` lists them")
+    parser.addoption(
+        "--case-share", default=None, metavar="K/N",
+        help="of each test with several selected cases, run every N-th case from the K-th on "
+             "(K counts from 0; a test of one case runs whole): tests/opencl_matrix.py gives "
+             "each OpenCL implementation one share")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -60,6 +65,34 @@ def pytest_configure(config: pytest.Config) -> None:
 # reports, so that it also reaches the log from pytest-xdist's workers)
 SUMMARY = "kernelgen-summary"
 _summaries: list[str] = []
+
+
+@pytest.hookimpl(trylast=True)  # after -k and -m have deselected
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``--case-share K/N``: keep share K of each test function's cases, taken in turns from
+    an offset of the function's own (so share 0 does not always get the first shapes)."""
+    share = config.getoption("--case-share")
+    if not share:
+        return
+    try:
+        k, n = (int(part) for part in share.split("/"))
+    except ValueError:
+        raise pytest.UsageError(f"--case-share: expected K/N (two integers), got {share!r}"
+                                ) from None
+    if not 0 <= k < n:
+        raise pytest.UsageError(f"--case-share: K must be in 0..N-1, got {share!r}")
+    cases: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        cases.setdefault(item.nodeid.split("[")[0], []).append(item)
+    kept, dropped = [], []
+    for test, group in cases.items():
+        offset = zlib.crc32(test.encode())
+        for i, item in enumerate(group):
+            (kept if len(group) == 1 or (i + offset) % n == k else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        keep = {id(item) for item in kept}
+        items[:] = [item for item in items if id(item) in keep]
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
