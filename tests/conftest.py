@@ -49,9 +49,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
              "'intel', 'oclgrind'; `python -m kernelgen devices` lists them")
     parser.addoption(
         "--case-share", default=None, metavar="K/N",
-        help="of each test with several selected cases, run every N-th case from the K-th on "
-             "(K counts from 0; a test of one case runs whole): tests/opencl_matrix.py gives "
-             "each OpenCL implementation one share")
+        help="run share K of N of each test's selected cases, dealt in turns (K counts from "
+             "0; a test with one case runs whole): tests/opencl_matrix.py gives each OpenCL "
+             "implementation one share")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -44,7 +44,7 @@ def installed(name: str) -> str | None:
 def main(args: list[str]) -> int:
     every_case = "--all" in args
     status = 0
-    found = {}
+    found: dict[str, str | None] = {}
     for name in [a for a in args if a != "--all"] or list(IMPLEMENTATIONS):
         found[name] = installed(name)
         if found[name] is None:
@@ -66,6 +66,7 @@ def main(args: list[str]) -> int:
               f"{time.time() - start:.0f} s", flush=True)
         status |= done.returncode != 0
     return status
+
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
