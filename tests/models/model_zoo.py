@@ -210,13 +210,23 @@ def mobilenet_v2(channels: int = 3, size: int = 32, classes: int = 10,
     x = conv_bn("image", channels, 16, 3, 2, 1, True)
     for cin, cout, stride in ((16, 24, 2), (24, 24, 1), (24, 32, 2), (32, 32, 1)):
         x = inverted(x, cin, cout, stride)
-    inits += [_init("fc_w", rng.standard_normal((classes, 32)) * math.sqrt(2 / 32)),
+    return _classified("mobilenet_v2", nodes, inits, rng, x, 32, (channels, size), classes)
+
+
+def _classified(name: str, nodes: list[onnx.NodeProto], inits: list[onnx.TensorProto],
+                rng: np.random.Generator, x: str, features: int, image: tuple[int, int],
+                classes: int) -> onnx.ModelProto:
+    """The image model (opset 17) of ``nodes`` from input ``image`` (1, channels, size, size)
+    to ``x`` with ``features`` channels, then global pooling and a classifier to ``logits``."""
+    inits += [_init("fc_w", rng.standard_normal((classes, features))
+                    * math.sqrt(2 / features)),
               _init("fc_b", rng.standard_normal(classes) * 0.1)]
     nodes += [helper.make_node("GlobalAveragePool", [x], ["pooled"]),
               helper.make_node("Flatten", ["pooled"], ["flat"], axis=1),
               helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], transB=1)]
+    channels, size = image
     graph = helper.make_graph(
-        nodes, "mobilenet_v2",
+        nodes, name,
         [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, channels, size, size])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes])], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -253,16 +263,7 @@ def inception(channels: int = 16, size: int = 8, classes: int = 10,
 
     x = module("image", channels, 8, 8, 12, 4, 6, 6)
     x = module(x, 32, 12, 12, 16, 4, 8, 8)
-    inits += [_init("fc_w", rng.standard_normal((classes, 44)) * math.sqrt(2 / 44)),
-              _init("fc_b", rng.standard_normal(classes) * 0.1)]
-    nodes += [helper.make_node("GlobalAveragePool", [x], ["pooled"]),
-              helper.make_node("Flatten", ["pooled"], ["flat"], axis=1),
-              helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], transB=1)]
-    graph = helper.make_graph(
-        nodes, "inception",
-        [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, channels, size, size])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes])], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return _classified("inception", nodes, inits, rng, x, 44, (channels, size), classes)
 
 
 def onnxruntime_outputs(model: onnx.ModelProto, feeds: dict[str, np.ndarray]

@@ -12,9 +12,13 @@ TESTS = Path(__file__).resolve().parent.parent
 FILE = "unit/test_cli.py"  # parametrised tests and tests of one case, collected in seconds
 
 
-def _collected(*args: str) -> list[str]:
-    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", *args, FILE],
+def _collect(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", *args, FILE],
                           cwd=TESTS, capture_output=True, text=True, timeout=300)
+
+
+def _collected(*args: str) -> list[str]:
+    done = _collect(*args)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return [line for line in done.stdout.splitlines() if "::" in line]
 
@@ -34,7 +38,5 @@ def test_shares_split_each_tests_cases_and_keep_single_cases_whole() -> None:
 
 
 def test_a_share_past_the_last_is_a_usage_error() -> None:
-    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
-                           "--case-share=2/2", FILE],
-                          cwd=TESTS, capture_output=True, text=True, timeout=300)
+    done = _collect("--case-share=2/2")
     assert done.returncode == 4 and "K must be in 0..N-1" in done.stderr, done.stderr[-2000:]
