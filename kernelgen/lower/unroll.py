@@ -23,7 +23,7 @@ from functools import lru_cache
 import sympy
 
 from ..ir.expr import Axis, Expr, IndexCond, Load, walk
-from ..ir.fingerprint import fingerprint
+from ..ir.fingerprint import by_structure
 from ..ir.loop import LoopKernel
 from ..ir.substitute import specialise, specialise_index
 from ..mapping_types import FloorDiv, FloorMod, fresh_reduce_symbol
@@ -171,27 +171,11 @@ def ranked(kernel: LoopKernel) -> tuple[tuple[int, ...], ...]:
     index (or twice that), and both together."""
     if kernel.grouped or not kernel.loads():
         return ()
-    return _ranked(_ByStructure(kernel))
+    return _ranked(kernel)
 
 
-class _ByStructure:
-    """A kernel that compares by its structure (``fingerprint``): a model repeats a block's
-    shapes under other tensors' names (SqueezeNet's fire modules, ResNet's bottlenecks), and
-    ranking one Winograd output transform's plans took 1.7 s on a Zen 1 CPU."""
-
-    def __init__(self, kernel: LoopKernel) -> None:
-        self.kernel, self.key = kernel, fingerprint(kernel)
-
-    def __hash__(self) -> int:
-        return hash(self.key)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _ByStructure) and self.key == other.key
-
-
-@lru_cache(maxsize=1024)
-def _ranked(by: _ByStructure) -> tuple[tuple[int, ...], ...]:
-    kernel = by.kernel
+@by_structure(maxsize=1024)
+def _ranked(kernel: LoopKernel) -> tuple[tuple[int, ...], ...]:
     splits = ((f, _valid_split(kernel, f)) for f in _candidates(kernel))
     scored = [(_distinct_share(kernel, u), prod(f), f) for f, u in splits if u is not None]
     return tuple(f for share, _, f in sorted(scored) if share <= MAX_DISTINCT)

@@ -16,6 +16,7 @@ from typing import Any
 import sympy
 
 from ...dtypes import DType
+from ...ir.fingerprint import by_structure
 from ...ir.loop import LoopKernel
 from ...lower import unroll
 from ..base import Capabilities
@@ -79,6 +80,7 @@ def choose(loop: LoopKernel, caps: Capabilities, asked: bool | None, unroll_give
     return woven
 
 
+@by_structure(maxsize=1024)
 def plan(loop: LoopKernel, caps: Capabilities) -> Interleaved | None:
     """The interleaved plan of an elementwise ``loop`` on a CPU (a work-item is a SIMD thread):
     float32 outputs stored contiguously along the last axis, some load not contiguous along it
