@@ -98,7 +98,8 @@ class _Structure:
     __slots__ = ("kernel", "key")
 
     def __init__(self, kernel: LoopKernel) -> None:
-        self.kernel, self.key = kernel, (fingerprint(kernel), kernel.group)
+        self.kernel: LoopKernel | None = kernel
+        self.key = (fingerprint(kernel), kernel.group)
 
     def __hash__(self) -> int:
         return hash(self.key)
@@ -116,7 +117,9 @@ def by_structure(maxsize: int) -> Callable[[Callable[..., R]], Callable[..., R]]
     def decorate(fn: Callable[..., R]) -> Callable[..., R]:
         @functools.lru_cache(maxsize=maxsize)
         def on_structure(structure: _Structure, *args: Any) -> R:
-            return fn(structure.kernel, *args)
+            kernel, structure.kernel = structure.kernel, None  # the cache keeps no kernel alive
+            assert kernel is not None
+            return fn(kernel, *args)
 
         @functools.wraps(fn)
         def cached(kernel: LoopKernel, *args: Any) -> R:
