@@ -26,7 +26,7 @@ from ..ir.expr import Axis, Expr, IndexCond, Load, walk
 from ..ir.fingerprint import by_structure
 from ..ir.loop import LoopKernel
 from ..ir.substitute import specialise, specialise_index
-from ..mapping_types import FloorDiv, FloorMod, fresh_reduce_symbol
+from ..mapping_types import FloorDiv, FloorMod
 from ..shapes import prod
 from .staging import shared_terms_only
 
@@ -77,7 +77,9 @@ def _split(kernel: LoopKernel, factors: tuple[int, ...]) -> Unrolled:
         elif f == n:
             choices.append([(s, sympy.Integer(r)) for r in range(n)])
         else:
-            outer = fresh_reduce_symbol("u")
+            # named by the axis and factor: every plan splitting it so shares its specialised
+            # offsets (``specialise_index``'s cache)
+            outer = sympy.Symbol(f"u_{s}_{f}", integer=True, nonnegative=True)
             outer_of[s] = outer
             parallel.append((outer, -(-n // f)))
             ranges[outer] = -(-n // f)

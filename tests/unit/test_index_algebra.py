@@ -303,3 +303,40 @@ def test_clamps_that_never_bind_are_dropped():
     low, high = o1 - 3, 5 + FloorMod(o0, 6)
     assert simplify_index(sympy.Max(low, high), ranges) == high
     assert simplify_index(sympy.Min(low, high), ranges) == low
+
+
+# --- specialised offsets (ir.substitute.specialise_index, cached) --------------------------
+
+def test_specialised_offsets_depend_on_the_ranges_of_what_is_left():
+    # the same offset and values under other ranges: the cache must not answer for both
+    from kernelgen.ir.substitute import specialise_index
+    o, u = O[0], sympy.Symbol("u_test", integer=True, nonnegative=True)
+    offset = FloorDiv(o + 2, 4) + 5 * FloorMod(o, 3)
+    narrow = specialise_index(offset, {o: 2 * u}, {u: 1})  # o + 2 == 2 < 4: no division
+    wide = specialise_index(offset, {o: 2 * u}, {u: 8})
+    assert not narrow.has(FloorDiv) and wide.has(FloorDiv)
+    assert int(narrow.subs(u, 0)) == 0
+    for value in range(8):
+        want = (2 * value + 2) // 4 + 5 * ((2 * value) % 3)
+        assert int(wide.subs(u, value)) == want
+    # asked again, each gives its own answer
+    assert specialise_index(offset, {o: 2 * u}, {u: 1}) == narrow
+    assert specialise_index(offset, {o: 2 * u}, {u: 8}) == wide
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 6), st.integers(0, 5), st.integers(1, 12), st.integers(2, 6))
+def test_specialised_offsets_match_the_offset_at_every_point(f, r, n, d):
+    """``specialise_index`` of ``o = f*u + r`` (an unrolled copy) equals the offset evaluated at
+    every point, asked twice (the second answer is the cached one)."""
+    from kernelgen.ir.substitute import specialise_index
+    o, k = O[0], O[1]
+    u = sympy.Symbol(f"u_{o}_{f}", integer=True, nonnegative=True)
+    offset = 7 * FloorDiv(o + k, d) + FloorMod(3 * o + 1, d) + k
+    ranges = {u: n, k: 3}
+    for _ in range(2):
+        got = specialise_index(offset, {o: f * u + r}, ranges)
+        for uv, kv in itertools.product(range(n), range(3)):
+            ov = f * uv + r
+            want = 7 * ((ov + kv) // d) + (3 * ov + 1) % d + kv
+            assert int(got.subs({u: uv, k: kv})) == want
