@@ -69,6 +69,22 @@ def test_the_probe_catches_wrong_lanes() -> None:
             assert "wrong values" in (probe.check(cl, dev, width) or "")
 
 
+def test_the_probe_builds_widths_together_and_alone_where_one_fails() -> None:
+    """The widths' kernels are built as one program (one build); where one width's kernel
+    does not build, the others are built alone and still pass, and only it fails."""
+    require("opencl")
+    import pyopencl as cl
+    dev, widths = device().device, device().info.vector_widths
+    assert probe.check_together(cl, dev, widths) == dict.fromkeys(widths)
+    right = probe.source
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(probe, "source", lambda w: right(w).replace(
+            "vstore", "no_such_function" if w == widths[-1] else "vstore", 1))
+        report = probe.check_together(cl, dev, widths)
+    assert all(report[w] is None for w in widths[:-1]), report
+    assert report[widths[-1]], report
+
+
 def test_code_with_vectors_the_device_rejects_is_refused_by_name() -> None:
     """A kernel generated for a declared CPU (``cpu-avx512``: float16 tiles) and run on a
     device whose probe rejected float16 is refused with an error naming the kernel, the

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import re
 import subprocess
+import sys
 from dataclasses import replace
 
 import numpy as np
@@ -119,6 +120,37 @@ def test_probe_report_when_the_child_aborts(monkeypatch: pytest.MonkeyPatch) -> 
     report = device_mod._run_probe(0, 0)
     assert report[4] is None and report[8] is None
     assert "Cannot select" in report[16]
+
+
+def test_probe_tries_each_width_alone_after_a_crash_building_them_together(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe builds every width in one program first; a child that dies there (pip's PoCL
+    on float16 code) reports nothing, and a second child tries one width at a time, whose
+    answers before its own crash stand."""
+    commands: list[list[str]] = []
+
+    def fake_run(cmd, **kwargs):
+        commands.append(cmd)
+        if "--each" not in cmd:
+            return subprocess.CompletedProcess(cmd, -11, "", "Segmentation fault\n")
+        return subprocess.CompletedProcess(cmd, -6, "4 ok\n", "LLVM ERROR: Cannot select\n")
+    monkeypatch.setattr(device_mod.subprocess, "run", fake_run)
+    report = device_mod._run_probe(1, 0)
+    assert len(commands) == 2 and "--each" in commands[1] and commands[1][-2:] == ["1", "0"]
+    assert report[4] is None
+    assert "Cannot select" in report[8] and "Cannot select" in report[16]
+
+
+def test_the_probe_child_imports_no_kernelgen() -> None:
+    """The probe runs from its file (a child importing kernelgen first took longer than the
+    probe itself): its module loads no kernelgen module, and the parent runs it by path."""
+    cmd = device_mod._probe_command("1", "0")
+    assert cmd[0] == sys.executable and cmd[-3:] == [device_mod.probe.__file__, "1", "0"]
+    code = ("import runpy, sys; runpy.run_path(sys.argv[1], run_name='probe'); "
+            "print(sorted(m for m in sys.modules if m.startswith('kernelgen')))")
+    done = subprocess.run([sys.executable, "-c", code, device_mod.probe.__file__],
+                          capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr
 
 
 def test_probe_widths_can_be_given(monkeypatch: pytest.MonkeyPatch) -> None:

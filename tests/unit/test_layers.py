@@ -33,6 +33,9 @@ LAYERS = (
     ("cli", "__main__", ""),  # "": the package face, kernelgen/__init__.py
 )
 LAZY = {"pyopencl", "triton", "torch", "onnxruntime"}  # optional: imported where used
+# the package face loads the model layer (and with it onnx) when one of its names is asked for
+# (``kernelgen.__getattr__``), so that kernel-level processes start without onnx
+LAZY_FIRST_PARTY = {("kernelgen", "kernelgen.graph")}
 BACKEND_NAMES = {"opencl", "neon", "triton"}
 NAMING_BACKENDS = ("backends", "cli")
 MAX_LINES = 600
@@ -149,7 +152,7 @@ def test_no_import_cycle() -> None:
 
 def test_only_optional_packages_are_imported_inside_functions() -> None:
     lazy = [f"{a} imports {b} inside a function (line {line})"
-            for a, b, line, nested in IMPORTS if nested]
+            for a, b, line, nested in IMPORTS if nested and (a, b) not in LAZY_FIRST_PARTY]
     for module, path in MODULES.items():
         for node in ast.walk(ast.parse(path.read_text())):
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):

@@ -220,11 +220,18 @@ def _store(path: Any, record: dict[str, Any]) -> None:
         pass
 
 
+def _probe_command(*args: str) -> list[str]:
+    """The child process running ``probe.py`` with ``args``: from its file, not as ``python -m
+    kernelgen...``, because it needs only NumPy and PyOpenCL and importing kernelgen first took
+    longer (1.2-2.8 s) than the probe itself, twice in every cold compile."""
+    run_file = "import runpy, sys; runpy.run_path(sys.argv.pop(1), run_name='__main__')"
+    return [sys.executable, "-c", run_file, probe.__file__, *args]
+
+
 def _run_elementwise_probe(platform_index: int, device_index: int, width: int) -> float:
     """``probe.elementwise_gain`` measured in a child process; 0 where it failed (points per
     work-item stay, as before the measurement existed)."""
-    cmd = [sys.executable, "-m", "kernelgen.backends.opencl.probe", "--elementwise",
-           str(platform_index), str(device_index), str(width)]
+    cmd = _probe_command("--elementwise", str(platform_index), str(device_index), str(width))
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
     except (subprocess.TimeoutExpired, OSError):
@@ -239,17 +246,30 @@ def _run_elementwise_probe(platform_index: int, device_index: int, width: int) -
     return 0.0
 
 
-def _run_probe(platform_index: int, device_index: int) -> dict[int, str | None]:
-    """Each probed width -> None (builds and runs) or why not. A width the child did not
-    report (it crashed or hung building it) failed, and so did every wider one."""
-    cmd = [sys.executable, "-m", "kernelgen.backends.opencl.probe", str(platform_index),
-           str(device_index)]
+def _probe_child(platform_index: int, device_index: int, *flags: str) -> tuple[str, str, int]:
+    """The width probe's stdout, stderr and exit code (OSError: no interpreter to start)."""
+    cmd = _probe_command(*flags, str(platform_index), str(device_index))
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
-        out, err, code = done.stdout, done.stderr, done.returncode
+        return done.stdout, done.stderr, done.returncode
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        err, code = f"timed out after {PROBE_TIMEOUT_S} s", -1
+        return out, f"timed out after {PROBE_TIMEOUT_S} s", -1
+
+
+def _reported(out: str) -> bool:
+    return any(line.partition(" ")[0].isdigit() for line in out.splitlines())
+
+
+def _run_probe(platform_index: int, device_index: int) -> dict[int, str | None]:
+    """Each probed width -> None (builds and runs) or why not. A child that reported no width
+    (it crashed building them together) is followed by one building them one at a time; a
+    width that child did not report (it crashed or hung building it) failed, and so did every
+    wider one."""
+    try:
+        out, err, code = _probe_child(platform_index, device_index)
+        if not _reported(out):
+            out, err, code = _probe_child(platform_index, device_index, "--each")
     except OSError as exc:  # no interpreter to start: assume the narrowest width only
         return {w: None if w == min(probe.WIDTHS) else f"not probed ({exc})"
                 for w in probe.WIDTHS}

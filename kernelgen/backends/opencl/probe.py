@@ -4,15 +4,17 @@ building a small kernel per width **in a child process**.
 A compiler that cannot lower a construct does not always say so: pip's PoCL 3.0 (LLVM 14, which
 targets a generic x86-64 on CPUs it does not know) aborts the whole process on a ``float16``
 ``fma`` (``LLVM ERROR: Cannot select ... _Z7_cl_fmaDv16_fS_S_``) and segfaults on other
-``float16`` code. So the widths are tried from the narrowest up in a child that reports each
-result as it goes: a width whose build kills the child is recorded as failed, and the widths
-before it stand. The parent caches the answer per device and driver (``device.py``).
+``float16`` code. So the widths are tried in a child process: first all in one program (one
+build), and where that kills the child, in another child one program a width from the narrowest
+up (``--each``), each result reported as it goes: a width whose build kills the child is recorded
+as failed, and the widths before it stand. The parent caches the answer per device and driver
+(``device.py``), and runs this file by its path (it imports no kernelgen module).
 
-    python -m kernelgen.backends.opencl.probe PLATFORM DEVICE   # indices, as get_platforms()
+    python kernelgen/backends/opencl/probe.py [--each] PLATFORM DEVICE  # as get_platforms()
 
 prints one line per width: ``<width> ok`` or ``<width> failed: <why>``.
 
-    python -m kernelgen.backends.opencl.probe --elementwise PLATFORM DEVICE WIDTH
+    python kernelgen/backends/opencl/probe.py --elementwise PLATFORM DEVICE WIDTH
 
 prints ``elementwise <gain>``: how much faster a streaming kernel (``relu(x + y)`` over
 ``STREAM_FLOATS``) runs with a ``floatWIDTH`` vector per work-item than with one point per
@@ -23,6 +25,7 @@ from __future__ import annotations
 import statistics
 import string
 import sys
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -74,21 +77,38 @@ def expected(x: np.ndarray, width: int, items: int) -> np.ndarray:
 
 def check(cl: object, device: object, width: int) -> str | None:
     """None when the probe kernel at ``width`` builds and computes the right values; else why."""
+    return check_together(cl, device, (width,))[width]
+
+
+def check_together(cl: object, device: object, widths: Sequence[int]) -> dict[int, str | None]:
+    """``check`` at each of ``widths``, their kernels built as one program (PoCL takes about a
+    second a build whatever its size); where that program does not build, each width is built
+    alone, so that one width's failure does not fail the others."""
+    ctx = cl.Context([device])  # type: ignore[attr-defined]
+    queue = cl.CommandQueue(ctx)  # type: ignore[attr-defined]
+    text = "\n".join(source(w).replace("kg_probe", f"kg_probe{w}") for w in widths)
+    try:
+        prg = cl.Program(ctx, text).build()  # type: ignore[attr-defined]
+    except Exception as exc:  # noqa: BLE001 - any failure means a width is unusable
+        if len(widths) > 1:
+            return {w: check(cl, device, w) for w in widths}
+        return {widths[0]: " ".join(str(exc).split())[:300]}
+    return {w: _run(cl, ctx, queue, prg, w) for w in widths}
+
+
+def _run(cl: object, ctx: object, queue: object, prg: object, width: int) -> str | None:
     items = 8
     rng = np.random.default_rng(width)
     x = rng.uniform(-3, 3, width * items).astype(np.float32)
-    ctx = cl.Context([device])  # type: ignore[attr-defined]
-    queue = cl.CommandQueue(ctx)  # type: ignore[attr-defined]
     mf = cl.mem_flags  # type: ignore[attr-defined]
     try:
-        prg = cl.Program(ctx, source(width)).build()  # type: ignore[attr-defined]
-        kernel = cl.Kernel(prg, "kg_probe")  # type: ignore[attr-defined]
+        kernel = cl.Kernel(prg, f"kg_probe{width}")  # type: ignore[attr-defined]
         xb = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=x)  # type: ignore
         y = np.zeros(width * items + items, np.float32)
         yb = cl.Buffer(ctx, mf.WRITE_ONLY, y.nbytes)  # type: ignore[attr-defined]
         kernel(queue, (items,), None, xb, yb)
         cl.enqueue_copy(queue, y, yb)  # type: ignore[attr-defined]
-        queue.finish()
+        queue.finish()  # type: ignore[attr-defined]
     except Exception as exc:  # noqa: BLE001 - any failure means the width is unusable
         return " ".join(str(exc).split())[:300]
     want = expected(x, width, items)
@@ -148,10 +168,15 @@ def main(argv: list[str]) -> int:
         dev = cl.get_platforms()[platform].get_devices()[device]
         print(f"elementwise {elementwise_gain(cl, dev, width):.3f}", flush=True)
         return 0
-    platform, device = int(argv[0]), int(argv[1])
+    each = argv[0] == "--each"
+    platform, device = (int(a) for a in argv[each:each + 2])
     dev = cl.get_platforms()[platform].get_devices()[device]
-    for width in WIDTHS:
-        why = check(cl, dev, width)
+    results: Iterable[tuple[int, str | None]]
+    if each:  # narrowest first, printed as they go: a crash keeps the answers before it
+        results = ((width, check(cl, dev, width)) for width in WIDTHS)
+    else:
+        results = check_together(cl, dev, WIDTHS).items()
+    for width, why in results:
         print(f"{width} ok" if why is None else f"{width} failed: {why}", flush=True)
     return 0
 
