@@ -17,7 +17,8 @@ always win over the policy's.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -95,17 +96,32 @@ def compile_split(block: FusedBlock, backend: str | Backend = backends.DEFAULT, 
     be = backends.get(backend)
     kernels: list[Kernel] = []
     folded: dict[str, np.ndarray] = {}
+    programs: list[Program] = []
     parts = split_parts(block)
     for part in parts:
         built = compile_fused(part, be, tuning=tuning)
         if isinstance(built, Program):
             kernels += built.kernels
             folded.update(built.folded)
+            programs.append(built)
         else:
             assert isinstance(built, Kernel)
             kernels.append(built)
+    refold = None
+    if all(p.refold is not None or not p.folded for p in programs):
+        refold = partial(_refold_parts, programs)
     return Program(f"{block.name}_split", be.name, block.inputs, kernels, folded,
-                   {"algorithm": "split", "parts": [[op.name for op in p.ops] for p in parts]})
+                   {"algorithm": "split", "parts": [[op.name for op in p.ops] for p in parts]},
+                   refold)
+
+
+def _refold_parts(parts: Sequence[Program], constants: Mapping[str, np.ndarray]
+                  ) -> dict[str, np.ndarray]:
+    folded: dict[str, np.ndarray] = {}
+    for part in parts:
+        if part.refold is not None:
+            folded.update(part.refold(constants))
+    return folded
 
 
 def compile_kernel(block: FusedBlock, backend: str | Backend = backends.DEFAULT, *,
@@ -158,7 +174,7 @@ def _padded(block: FusedBlock, be: Backend, tuning: TuningPolicy,
     kernels.append(compile_kernel(padded.block, be, tuning=tuning, **options))
     return Program(f"{block.name}_padded", be.name, block.inputs, kernels, padded.folded,
                    {"algorithm": "padded-operands", "padded": list(padded.padded),
-                    "pad_elements": padding.PAD_ELEMENTS})
+                    "pad_elements": padding.PAD_ELEMENTS}, partial(padding.refolded, padded))
 
 
 def _convolution(block: FusedBlock, algorithm: str, be: Backend, tuning: TuningPolicy,
@@ -182,6 +198,7 @@ def _convolution(block: FusedBlock, algorithm: str, be: Backend, tuning: TuningP
         return compile_kernel(block, be, tuning=tuning,
                               **{**options, **({"pack": False} if conv else {})})
     assert conv is not None
+    folds = _Folds()
     if algorithm == "im2col":
         kernel = compile_kernel(block, be, tuning=tuning, **{**options, "pack": True})
         packed = kernel.metadata.get("packed_operand_reads")
@@ -189,33 +206,62 @@ def _convolution(block: FusedBlock, algorithm: str, be: Backend, tuning: TuningP
             return kernel  # the pack gathers the patches: im2col fused into the pack
         stages: list[FusedBlock | Constant] = list(im2col_stages(conv))
     else:
-        stages = winograd_stages(conv, WINOGRAD_TILES[algorithm],
-                                 fold=_fold)
-    return _program(block, algorithm, stages, be, tuning, options)
+        stages = winograd_stages(conv, WINOGRAD_TILES[algorithm], fold=folds)
+    return _program(block, algorithm, stages, folds, be, tuning, options)
 
 
-def _fold(stage: FusedBlock) -> np.ndarray:
-    """A stage whose inputs are all constants (Winograd's filter transform), computed now on the
-    host by the IR interpreter: no device is needed to generate code, so code for a declared
-    device (``for_device``) is generated without running anything on this one."""
-    return np.asarray(interpret(lower(stage), *(v.value for v in stage.inputs
-                                                if isinstance(v, Constant)))[0])
+class _Folds:
+    """Stages whose inputs are all constants (Winograd's filter transform), each computed when
+    it is asked for, on the host by the IR interpreter (no device is needed to generate code,
+    so code for a declared device, ``for_device``, is generated without running anything on
+    this one), and kept by the name of its result to compute it again from other constants
+    (``refold``)."""
+
+    def __init__(self) -> None:
+        self.loops: dict[str, tuple[LoopKernel, tuple[Constant, ...]]] = {}
+
+    def __call__(self, stage: FusedBlock) -> np.ndarray:
+        loop, inputs = lower(stage), tuple(v for v in stage.inputs if isinstance(v, Constant))
+        self.loops[stage.outputs[0].name] = (loop, inputs)
+        return _interpret_fold(loop, inputs, {})
+
+    def refold(self, fixed: dict[str, np.ndarray], block_inputs: frozenset[str],
+               constants: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``fixed`` and every fold again, the block's constant inputs taking the values
+        ``constants``; the stages' own constants (transform matrices) as they were."""
+        given = {name: constants[name] for name in block_inputs if name in constants}
+        return {**fixed, **{name: _interpret_fold(loop, inputs, given)
+                            for name, (loop, inputs) in self.loops.items()}}
+
+
+def _interpret_fold(loop: LoopKernel, inputs: Sequence[Constant],
+                    given: Mapping[str, np.ndarray]) -> np.ndarray:
+    return np.asarray(interpret(loop, *(given.get(v.name, v.value) for v in inputs))[0])
 
 
 def _program(block: FusedBlock, algorithm: str, stages: Sequence[FusedBlock | Constant],
-             be: Backend, tuning: TuningPolicy, options: dict[str, Any]) -> Program:
+             folds: _Folds, be: Backend, tuning: TuningPolicy,
+             options: dict[str, Any]) -> Program:
     folded: dict[str, np.ndarray] = {}
+    fixed: dict[str, np.ndarray] = {}  # the transforms' matrices: no block input changes them
     kernels = []
     external = {id(v) for v in block.inputs}
+    made = {stage.name for stage in stages if isinstance(stage, Constant)}
     for stage in stages:
         if isinstance(stage, Constant):  # computed when the program was built
             folded[stage.name] = stage.value
             continue
         kernels.append(compile_kernel(stage, be, tuning=tuning, **options))
-        folded.update((v.name, v.value) for v in stage.inputs  # the transforms' matrices
-                      if isinstance(v, Constant) and id(v) not in external)
+        matrices = {v.name: v.value for v in stage.inputs
+                    if isinstance(v, Constant) and id(v) not in external and v.name not in made}
+        folded.update(matrices)
+        fixed.update(matrices)
+    refold = None
+    if made <= set(folds.loops):  # each folded stage can run again on other constants
+        names = frozenset(v.name for v in block.inputs if isinstance(v, Constant))
+        refold = partial(folds.refold, fixed, names)
     return Program(f"{block.name}_{algorithm}", be.name, block.inputs, kernels, folded,
-                   {"algorithm": algorithm})
+                   {"algorithm": algorithm}, refold)
 
 
 __all__ = ["NO_TUNING", "STORED", "NoTuning", "Stored", "TuningPolicy", "compile",

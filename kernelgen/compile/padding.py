@@ -17,6 +17,7 @@ backends whose capabilities say ``pads_aliased_rows`` ask.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,6 +58,16 @@ def aliased_operands(fused: FusedBlock) -> list[Value]:
             and (v.shape[-1] * 4) % ALIAS_BYTES == 0 and v.numel * 4 >= PAD_MIN_BYTES]
 
 
+def _padded_rows(value: np.ndarray) -> np.ndarray:
+    return np.pad(value, [(0, 0)] * (value.ndim - 1) + [(0, PAD_ELEMENTS)])
+
+
+def refolded(padded: Padded, constants: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``padded.folded`` for a block of the same structure whose constants have the values
+    ``constants`` (by name)."""
+    return {name: _padded_rows(constants[name.removesuffix("_padded")]) for name in padded.folded}
+
+
 def padded_stages(fused: FusedBlock) -> Padded | None:
     """``fused`` reading padded copies of its aliased operands, or None when none alias (or
     the block has several outputs, which one kernel returns together)."""
@@ -71,8 +82,7 @@ def padded_stages(fused: FusedBlock) -> Padded | None:
         last = v.rank - 1
         source: Value
         if isinstance(v, Constant):  # padded once, here
-            padded = constant(f"{v.name}_padded",
-                              np.pad(v.value, [(0, 0)] * last + [(0, PAD_ELEMENTS)]))
+            padded = constant(f"{v.name}_padded", _padded_rows(v.value))
             folded[padded.name] = padded.value
             source = padded
         else:

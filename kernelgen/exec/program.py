@@ -5,13 +5,15 @@ transforms around a batched GEMM) return one.
 Stages whose inputs are all constants (Winograd's filter transform of constant weights) ran
 once when the program was built; their results are ``folded`` constants, and the original
 constant they came from must be passed unchanged (checked, since a different value would
-otherwise be silently ignored).
+otherwise be silently ignored). A program that knows how it folded them (``refold``) can be
+bound to another block of the same structure with other constants (``rebound``): the same
+kernels, the other block's folded constants, nothing generated or built again.
 """
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,18 +29,26 @@ from .bounds import check_indices
 from .kernel import Kernel
 
 
+# the folded constants of a program from the values of its block's constant inputs, by name
+Refold = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
+
+
 class Program:
     """Kernels run in order on named buffers, called like a ``Kernel``: ``program(*arrays)``
     takes the arrays of ``inputs`` (those of the fused block it implements; by name too, and
-    ``out=``) and returns the last stage's output; ``launch`` runs on device buffers."""
+    ``out=``) and returns the last stage's output; ``launch`` runs on device buffers.
+    ``refold`` computes ``folded`` from the constant inputs' values (None: unknown)."""
 
     def __init__(self, name: str, backend: str, inputs: Sequence[Value], kernels: Sequence[Kernel],
-                 folded: dict[str, np.ndarray], info: dict[str, Any]) -> None:
+                 folded: dict[str, np.ndarray], info: dict[str, Any],
+                 refold: Refold | None = None) -> None:
         self._name = name
         self.backend = backend
         self.inputs = tuple(inputs)
         self.kernels = tuple(kernels)
         self.folded = dict(folded)
+        self.refold = refold
+        self._info = info
         produced = {b.name for k in self.kernels for b in k.loop.outputs}
         needed = {b.name for k in self.kernels for b in k.loop.inputs} - produced
         self.used = tuple(v for v in self.inputs if v.name in needed)
@@ -60,6 +70,21 @@ class Program:
     def __repr__(self) -> str:
         return (f"<Program {self.name} on {self.backend}: {self.metadata['algorithm']}, "
                 f"{len(self.kernels)} kernels>")
+
+    def rebound(self, inputs: Sequence[Value]) -> Program:
+        """This program for another block of the same structure: ``inputs`` are that block's,
+        named and shaped as this one's (constants may hold other values); the stages are these
+        very kernels, the folded constants are computed from ``inputs``' values."""
+        if self.refold is None and self.folded:
+            raise ValueError(f"program '{self.name}' cannot fold other constants (no refold)")
+        mine = [(v.name, v.shape, v.dtype, isinstance(v, Constant)) for v in self.inputs]
+        theirs = [(v.name, v.shape, v.dtype, isinstance(v, Constant)) for v in inputs]
+        if mine != theirs:
+            raise ValueError(f"program '{self.name}' takes {mine}, not {theirs}")
+        constants = {v.name: v.value for v in inputs if isinstance(v, Constant)}
+        folded = self.refold(constants) if self.refold is not None else {}
+        return Program(self.name, self.backend, inputs, self.kernels, folded, self._info,
+                       self.refold)
 
     @property
     def runtime(self) -> Runtime:

@@ -7,8 +7,9 @@
 - ``blocks``: ``Block`` and the planner contract (``check_plan``, the unfused ``plan_none``);
 - ``planners``: the planners by name (``PLANNERS``): ``none``, ``tvm`` (``tvm_fusion``),
   ``dnnfusion`` (``dnnfusion``);
-- ``executor``: ``compile_plan``, a planned graph compiled once and run many times, its plan
-  plain data (``plan``) and its intermediates sharing memory by liveness (``memory``);
+- ``executor``: ``compile_plan``, a planned graph compiled once and run many times, its blocks
+  compiled by structure (``block_kernels``), its plan plain data (``plan``) and its
+  intermediates sharing memory by liveness (``memory``);
 - ``profile``: where a compiled model's time goes, each launch timed on its own;
 - ``session``: ``compile_model`` and the onnxruntime-like ``Session``;
 - ``saved``: ``Session.save`` and ``load_model``, a compiled model saved and loaded back

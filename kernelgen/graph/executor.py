@@ -4,11 +4,9 @@
     outputs = model.run({"x": x})        # output name -> array
 
 Compiling: each block is fused and compiled by the driver (``kernelgen.compile.compile``, the
-backend's tunables from the Fast-Run database by default); blocks of the same structure (the
-same loop-IR fingerprint and the same inputs being constants) share one executable, unless it
-folded a block's constant weights into itself (Winograd's transformed filters); kernels of a
-backend that builds in batches are built together; constants are uploaded to the device once;
-then one warm-up run builds whatever the backend builds lazily. The result's ``plan`` is plain
+backend's tunables from the Fast-Run database by default), blocks of one structure sharing
+what they can (``block_kernels.py``); kernels of a backend that builds in batches are built
+together; constants are uploaded to the device once; then one warm-up run builds whatever the backend builds lazily. The result's ``plan`` is plain
 data (``plan.py``). Given a ``schedule`` (``ios.py``; its groups hold block indices), launches
 run stage by stage, a stage's groups on concurrent queues where the runtime has them
 (``concurrently``) and every kernel in them may run so, and intermediates share memory only
@@ -27,25 +25,24 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from .. import backends
 from ..backends import Backend, Runtime
-from ..compile import STORED, TuningPolicy, compile
+from ..compile import STORED, TuningPolicy
 from ..dtypes import DType
 from ..exec import Executable, Kernel, Program
 from ..exec.arguments import bind_inputs
-from ..fusion import FusedBlock, fuse
 from ..ir.fingerprint import fingerprint
 from ..ir.loop import Buffer
 from ..ir.node import Constant, Op, Placeholder, Value
-from ..lower import lower
 from . import memory
 from .model import Graph
 from .plan import BufferSpec, KernelSpec, Launch, Plan
+from .block_kernels import Compiled, compile_blocks, fuse_block
 from .blocks import Block, block_graph, check_plan, concat_in_place_shape
 from .ios import Schedule, check_schedule
 
@@ -57,15 +54,6 @@ class _Arena:
 
     handles: list[Any]
     calls: list[Callable[[], None]]
-
-
-@dataclass
-class _Compiled:
-    """The executables of a model and, per block, which one runs it on which names."""
-
-    executables: list[Executable] = field(default_factory=list)
-    uses: list[int] = field(default_factory=list)
-    launches: list[tuple[int, list[str]]] = field(default_factory=list)  # (kernel, arg names)
 
 
 def compile_plan(graph: Graph, blocks: Sequence[Block], backend: str | Backend = backends.DEFAULT,
@@ -83,11 +71,11 @@ def compile_plan(graph: Graph, blocks: Sequence[Block], backend: str | Backend =
     start = time.perf_counter()
     views = _views(graph, blocks, be)
     run = [b for b in range(len(blocks)) if b not in views]
-    fused, names = zip(*(_fuse(graph, blocks[b]) for b in run)) if run else ((), ())
+    fused, names = zip(*(fuse_block(graph, blocks[b]) for b in run)) if run else ((), ())
     # kernels built elsewhere while the next blocks compile (OpenCL on PoCL: worker processes)
     pool = be.prewarm_pool() if warmup else None
     try:
-        compiled = _compile_blocks(fused, names, be, tuning, algorithm, options,
+        compiled = compile_blocks(fused, names, be, tuning, algorithm, options,
                                    lambda exe: pool.add_kernels(_kernels(exe)) if pool else None)
     except BaseException:
         if pool:
@@ -176,82 +164,8 @@ def _view_offset(graph: Graph, block: Block, be: Backend) -> int | None:
     return offset
 
 
-def _fuse(graph: Graph, block: Block) -> tuple[FusedBlock, dict[str, str]]:
-    """The block as one fused kernel whose outputs are what other blocks and the graph read,
-    built on copies named by position (inputs ``in0``.., outputs ``out0``.., the rest ``t0``..)
-    so that blocks of one structure print the same source and share one build; and the map
-    from those names to the graph's."""
-    members = {id(op) for op in block.ops}
-    swap: dict[int, Value] = {}
-    real: dict[str, str] = {}
-    for op in block.ops:
-        for v in op.inputs:
-            if id(v) not in members and id(v) not in swap:
-                name = f"in{len(swap)}"
-                swap[id(v)] = (Constant(name, v.shape, v.dtype, v.value)
-                               if isinstance(v, Constant) else Placeholder(name, v.shape, v.dtype))
-                real[name] = v.name
-    outputs: list[Op] = []
-    copies: list[Op] = []
-    for k, op in enumerate(block.ops):
-        is_out = graph.is_output(op) or any(id(c) not in members for c in graph.consumers(op))
-        name = f"out{len(outputs)}" if is_out else f"t{k}"
-        copy = replace(op, name=name, inputs=tuple(swap.get(id(v), v) for v in op.inputs))
-        swap[id(op)] = copy
-        real[name] = op.name
-        copies.append(copy)
-        if is_out:
-            outputs.append(copy)
-    # the planner chose the block (TVM's rules ignore the table's colours), so no veto here
-    return fuse(*copies, outputs=outputs, force=True), real
-
-
-def _shareable(exe: Executable) -> bool:
-    # a program that folded constants holds one block's weights; kernels take every input
-    return isinstance(exe, Kernel) or (isinstance(exe, Program) and not exe.folded)
-
-
-def _compile_blocks(fused: Sequence[FusedBlock], names: Sequence[dict[str, str]], be: Backend,
-                    tuning: TuningPolicy, algorithm: str | None, options: dict[str, Any],
-                    compiled: Callable[[Executable], None] = lambda exe: None) -> _Compiled:
-    """Each distinct block compiled once (``compiled`` is told of each as it is made)."""
-    out = _Compiled()
-    shared: dict[tuple[str, tuple[bool, ...]], int] = {}
-    for block, real in zip(fused, names):
-        key = (fingerprint(lower(block)), tuple(isinstance(v, Constant) for v in block.inputs))
-        k = shared.get(key)
-        if k is None:
-            conv = algorithm if any(op.kind == "Conv" for op in block.ops) else None
-            exe = compile(block, be, algorithm=conv, tuning=tuning, **options)
-            compiled(exe)
-            k = len(out.executables)
-            out.executables.append(exe)
-            out.uses.append(0)
-            if _shareable(exe):
-                shared[key] = k
-            _check_args(exe, _arg_names(block, exe))
-        out.uses[k] += 1
-        out.launches.append((k, [real[n] for n in _arg_names(block, out.executables[k])]))
-    return out
-
-
-def _arg_names(block: FusedBlock, exe: Executable) -> list[str]:
-    """The names ``exe.launch`` takes for ``block``: a kernel its loop's buffers, a program the
-    block's inputs and its output (positions agree between blocks of one fingerprint)."""
-    if isinstance(exe, Program):
-        return [v.name for v in block.inputs] + [block.outputs[0].name]
-    loop = lower(block)
-    return [b.name for b in (*loop.inputs, *loop.outputs)]
-
-
-def _check_args(exe: Executable, names: list[str]) -> None:
-    declared = [a["name"] for a in exe.metadata["args"]]
-    if declared != names:
-        raise AssertionError(f"kernel '{exe.name}' takes {declared}, the executor passes {names}")
-
-
 def _plan(graph: Graph, blocks: Sequence[Block], run: Sequence[int],
-          views: dict[int, list[ViewOf]], compiled: _Compiled, be: Backend,
+          views: dict[int, list[ViewOf]], compiled: Compiled, be: Backend,
           schedule: Schedule | None = None) -> Plan:
     """``run``: the blocks that launch (``compiled.launches`` in this order); ``views``: the
     view blocks, by block index, with the values they make parts of others."""
@@ -333,7 +247,7 @@ def _values(graph: Graph, blocks: Sequence[Block]) -> list[Value]:
     return list(found.values())
 
 
-def _resident(graph: Graph, compiled: _Compiled, ids: dict[str, int]) -> set[int]:
+def _resident(graph: Graph, compiled: Compiled, ids: dict[str, int]) -> set[int]:
     """Constants some launch reads from the device (a program's folded ones it does not)."""
     constants = {c.name for c in graph.constants}
     out: set[int] = set()

@@ -48,7 +48,8 @@ from ..ops.elementwise import UNARY, unary
 from ..ops.shape import slice_op
 from ..version import __version__
 from .blocks import Block, block_graph, in_place_concats
-from .executor import CompiledModel, _arg_names, _fuse, concurrent_safe
+from .block_kernels import arg_names, fuse_block
+from .executor import CompiledModel, concurrent_safe
 from .ios import Schedule, Stage, check_schedule, greedy, ios, sequential
 from .model import Graph, fresh_name
 from .plan import format_schedule
@@ -221,12 +222,12 @@ class MeasuredCost:
             stand_in = Placeholder("x", x.shape, x.dtype)
             ops, _ = widened(pats, stand_in)
             alone = Graph.build([stand_in], [ops[-1]], "merge")
-            fused, _ = _fuse(alone, Block(tuple(ops)))
+            fused, _ = fuse_block(alone, Block(tuple(ops)))
             exe = compile(fused, self.be, tuning=self.tuning)
             assert self.runtime is not None
             values = {v.name: v for v in fused.inputs}
             handles = []
-            for n in _arg_names(fused, exe):
+            for n in arg_names(fused, exe):
                 v = values.get(n)
                 if isinstance(v, Constant):
                     handles.append(self.runtime.device_array(np.asarray(v.value)))
@@ -237,9 +238,9 @@ class MeasuredCost:
                     handles.append(self.runtime.device_empty(Buffer(n, out.shape, out.dtype)))
             return exe, handles
         ops = _joined(self.graph, [self.blocks[b] for b in blocks])
-        fused_block, real = _fuse(self.graph, Block(tuple(ops)))
+        fused_block, real = fuse_block(self.graph, Block(tuple(ops)))
         exe = compile(fused_block, self.be, tuning=self.tuning)
-        return exe, [self.handles[self.ids[real[n]]] for n in _arg_names(fused_block, exe)]
+        return exe, [self.handles[self.ids[real[n]]] for n in arg_names(fused_block, exe)]
 
     @staticmethod
     def _call(exe: Executable, handles: list[Any]) -> Callable[[], None]:

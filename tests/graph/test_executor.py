@@ -142,6 +142,51 @@ def test_programs_share_their_stages_buffers(device: str,
     assert sum(sizes.values()) < sum(b.numel for p in programs for b in p.intermediates)
 
 
+def _winograd_repeats(weights: int) -> Any:
+    """Three 3x3 convolutions of 6 channels over 9x11, each followed by a Relu: blocks of one
+    structure, ``weights`` of them with weights of their own (the rest repeat the first's)."""
+    nodes, inits, prev = [], [], "x"
+    for k in range(3):
+        w = f"w{min(k, weights - 1)}"
+        nodes += [helper.make_node("Conv", [prev, w], [f"c{k}"], pads=[1, 1, 1, 1],
+                                   kernel_shape=[3, 3]),
+                  helper.make_node("Relu", [f"c{k}"], [f"r{k}"])]
+        prev = f"r{k}"
+    inits = [numpy_helper.from_array(randn(6, 6, 3, 3, scale=0.3), f"w{k}")
+             for k in range(weights)]
+    return model(nodes, [io("x", (1, 6, 9, 11))], [io(prev, (1, 6, 9, 11))], inits)
+
+
+def test_programs_of_one_structure_share_their_kernels(device: str) -> None:
+    """Winograd programs fold their block's weights into themselves (the filter transform), so
+    blocks of one structure cannot share one program; they share its kernels, each program
+    holding its own block's transformed weights: three programs, one set of stages, and the
+    model matches onnxruntime (it would not with the first block's weights everywhere)."""
+    m = _winograd_repeats(3)
+    session = kg.compile_model(m, backend=device, fusion="dnnfusion", algorithm="winograd")
+    programs = [e for e in session.model.executables if isinstance(e, kg.Program)]
+    assert len(programs) == 3
+    assert all(p.kernels == programs[0].kernels for p in programs)  # the very same kernels
+    filters = [next(iter(p.folded.values())) for p in programs]
+    assert not np.array_equal(filters[0], filters[1])
+    assert not np.array_equal(filters[1], filters[2])
+    for _ in range(2):
+        feeds = {"x": randn(1, 6, 9, 11)}
+        np.testing.assert_allclose(session.run(None, feeds)[0],
+                                   onnxruntime_run(m, feeds)["r2"], rtol=1e-4, atol=1e-4)
+
+
+def test_a_program_rebound_to_another_structure_is_refused(device: str) -> None:
+    """``Program.rebound`` takes a block of the same inputs (names, shapes, constants) only."""
+    m = _winograd_repeats(1)
+    session = kg.compile_model(m, backend=device, fusion="dnnfusion", algorithm="winograd")
+    program = next(e for e in session.model.executables if isinstance(e, kg.Program))
+    other = [kg.tensor(v.name, (1, 7, 9, 11)) if not isinstance(v, kg.Constant) else v
+             for v in program.inputs]
+    with pytest.raises(ValueError, match="takes"):
+        program.rebound(other)
+
+
 class _Counting:
     """A runtime that counts host-to-device copies: new device arrays and copies into
     buffers."""
