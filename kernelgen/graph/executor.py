@@ -6,11 +6,11 @@
 Compiling: each block is fused and compiled by the driver (``kernelgen.compile.compile``, the
 backend's tunables from the Fast-Run database by default), blocks of one structure sharing
 what they can (``block_kernels.py``); kernels of a backend that builds in batches are built
-together; constants are uploaded to the device once; then one warm-up run builds whatever the backend builds lazily. The result's ``plan`` is plain
-data (``plan.py``). Given a ``schedule`` (``ios.py``; its groups hold block indices), launches
-run stage by stage, a stage's groups on concurrent queues where the runtime has them
-(``concurrently``) and every kernel in them may run so, and intermediates share memory only
-between stages whose lives do not overlap.
+together; constants are uploaded to the device once; then one warm-up run builds whatever the
+backend builds lazily. The result's ``plan`` is plain data (``plan.py``). Given a ``schedule``
+(``ios.py``; its groups hold block indices), launches run stage by stage, a stage's groups on
+concurrent queues where the runtime has them (``concurrently``) and every kernel in them may
+run so, and intermediates share memory only between stages whose lives do not overlap.
 
 Running: a run takes a set of device buffers (the intermediates in liveness-shared slots,
 ``memory.py``, and the inputs and outputs) with every launch bound to them once
@@ -354,17 +354,18 @@ class CompiledModel:
         # where the runtime's worker threads run during a run (``warm_up``)
         self.placement: str | None = None
 
-    def warm_up(self) -> None:
+    def warm_up(self, placement: str | None = None) -> None:
         """One run on zeros (every kernel built and its buffers made), then the placement of
         the runtime's worker threads timed on such runs and the fastest kept, applied before
-        each run (OpenCL on PoCL: ``backends/opencl/placement.py``; none elsewhere)."""
+        each run (OpenCL on PoCL: ``backends/opencl/placement.py``; none elsewhere); or
+        ``placement`` untimed (a saved model's, chosen when it was compiled)."""
         zeros = {v.name: np.zeros(v.shape, v.dtype.numpy) for v in self.graph.inputs}
         self.run(zeros)
         rt = self.runtime
         if rt is not None and hasattr(rt, "choose_placement") and self.plan.launches:
             # a run applies the kept placement: unset, each timed run keeps the one on trial
             self.placement = None
-            self.placement = rt.choose_placement(lambda: self.run(zeros))
+            self.placement = rt.choose_placement(lambda: self.run(zeros), given=placement)
 
     def _device(self, array: np.ndarray) -> Any:
         assert self.runtime is not None

@@ -76,6 +76,7 @@ def save(session: Compiled, path: str | Path) -> Path:
         for entry, exe in zip(manifest["kernels"], session.model.executables):
             entry["sources"] = [_source_fields(be, k) for k in _stages(exe)]
         manifest["binaries"] = _binaries(be, session.model.executables, staging)
+        manifest["placement"] = session.model.placement  # timed at compile: not at each load
         manifest["checksums"] = {str(f.relative_to(staging)): _digest(f)
                                  for f in sorted(staging.rglob("*"))
                                  if f.is_file() and f.name != MANIFEST}
@@ -127,7 +128,8 @@ def load(path: str | Path, *, warmup: bool = True) -> tuple[CompiledModel, str]:
     model = CompiledModel(_signature(manifest, plan, constants), plan, executables, {},
                           constants=constants)
     if warmup:
-        model.warm_up()
+        saved_placement = manifest.get("placement")
+        model.warm_up(saved_placement if isinstance(saved_placement, str) else None)
     model.timings = {"load_s": time.perf_counter() - start}
     return model, manifest["fusion"]
 

@@ -123,8 +123,9 @@ def choose(run: Callable[[], object], info: DeviceInfo,
            apply: Callable[[str], None] = place, given: str | None = None) -> str | None:
     """The placement under which ``run`` (a compiled model's run) is fastest, timed in
     rounds that alternate them (each applied by ``apply``: the runtime's, which also sets
-    the polling), or ``given`` without timing any (the workers found all the same, so that
-    it can be applied); None where the workers cannot be placed."""
+    the polling), or ``PLACEMENT_ENV``'s, or else ``given`` (a saved model's choice), without
+    timing any (the workers found all the same, so that it can be applied); None where the
+    workers cannot be placed."""
     global _workers
     if not applicable(info):
         return None
@@ -136,11 +137,11 @@ def choose(run: Callable[[], object], info: DeviceInfo,
             _workers = _workers or found
             if _workers is None:
                 return None
-    if given is not None:
-        return given
     setting = os.environ.get(PLACEMENT_ENV, "").strip().lower()
     if setting in PLACEMENTS:
         return setting
+    if given is not None:
+        return given
     start = time.perf_counter()
     run()
     # each round runs each placement 1 + repeat times; a slow model gets fewer rounds
