@@ -229,7 +229,7 @@ class _Folds:
                constants: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """``fixed`` and every fold again, the block's constant inputs taking the values
         ``constants``; the stages' own constants (transform matrices) as they were."""
-        given = {name: constants[name] for name in block_inputs if name in constants}
+        given = {name: constants[name] for name in block_inputs}  # each one: never the old
         return {**fixed, **{name: _interpret_fold(loop, inputs, given)
                             for name, (loop, inputs) in self.loops.items()}}
 
