@@ -13,6 +13,7 @@
 This module is the public face: it re-exports and defines nothing. The layers below it, from
 the ground up, are listed in ``docs/architecture.md``.
 """
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from .api import FusedOp, fuse, tuning_policy
@@ -89,9 +90,9 @@ _MODEL_LAYER = frozenset({"ECG", "Graph", "Session", "compile_model", "import_on
 
 
 def __getattr__(name: str) -> Any:
-    if name in _MODEL_LAYER:
-        from . import graph
-        return getattr(graph, name)
+    if name in _MODEL_LAYER or name == "graph":
+        graph = importlib.import_module(".graph", __name__)  # ``from . import`` would recurse
+        return graph if name == "graph" else getattr(graph, name)
     raise AttributeError(f"module 'kernelgen' has no attribute '{name}'")
 
 __all__ = [

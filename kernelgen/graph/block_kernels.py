@@ -76,8 +76,8 @@ def _holds_weights(exe: Executable) -> bool:
 
 
 def compile_blocks(fused: Sequence[FusedBlock], names: Sequence[dict[str, str]], be: Backend,
-                    tuning: TuningPolicy, algorithm: str | None, options: dict[str, Any],
-                    compiled: Callable[[Executable], None] = lambda exe: None) -> Compiled:
+                   tuning: TuningPolicy, algorithm: str | None, options: dict[str, Any],
+                   compiled: Callable[[Executable], None] = lambda exe: None) -> Compiled:
     """Each distinct block compiled once (``compiled`` is told of each as it is made)."""
     out = Compiled()
     shared: dict[tuple[str, tuple[bool, ...]], int] = {}

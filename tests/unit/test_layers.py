@@ -3,7 +3,8 @@
 - the import graph of ``kernelgen`` has no cycle, counting imports inside functions and under
   ``TYPE_CHECKING``;
 - every import goes to the importer's own layer or one below it (``LAYERS``);
-- the only imports inside functions are the optional third-party ones (``LAZY``);
+- the only imports inside functions are the optional third-party ones (``LAZY``) and the
+  package face's model layer (``LAZY_FIRST_PARTY``), which loads when first asked for;
 - shared code never names a backend: no string ``"opencl"``, ``"neon"`` or ``"triton"``
   outside ``kernelgen/backends/`` (which defines them) and ``kernelgen/cli/``;
 - files stay under ``MAX_LINES`` lines and functions under ``MAX_FUNCTION_LINES``.
@@ -11,6 +12,8 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -212,3 +215,16 @@ def test_the_checker_sees_a_violation(tmp_path: Path) -> None:
     assert isinstance(node, ast.ImportFrom)
     assert _targets(module, node) == ["kernelgen.compile"]
     assert _layer("kernelgen.compile") > _layer(module)
+
+
+def test_the_model_layer_loads_when_asked_for() -> None:
+    """``import kernelgen`` leaves the model layer and onnx out (the build workers start
+    without them); its names and ``kernelgen.graph`` load at first use."""
+    code = ("import sys, kernelgen as kg\n"
+            "print('onnx' in sys.modules, 'kernelgen.graph' in sys.modules)\n"
+            "print(kg.compile_model.__module__, kg.graph.plan_dnnfusion.__name__)\n"
+            "print('onnx' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.stdout.split("\n")[:3] == [
+        "False False", "kernelgen.graph.session plan_dnnfusion", "True"], done.stderr
