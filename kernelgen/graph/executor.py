@@ -76,7 +76,7 @@ def compile_plan(graph: Graph, blocks: Sequence[Block], backend: str | Backend =
     pool = be.prewarm_pool() if warmup else None
     try:
         compiled = compile_blocks(fused, names, be, tuning, algorithm, options,
-                                   lambda exe: pool.add_kernels(_kernels(exe)) if pool else None)
+                                  lambda exe: pool.add_kernels(_kernels(exe)) if pool else None)
     except BaseException:
         if pool:
             pool.cancel()
