@@ -243,21 +243,20 @@ def _program(block: FusedBlock, algorithm: str, stages: Sequence[FusedBlock | Co
              folds: _Folds, be: Backend, tuning: TuningPolicy,
              options: dict[str, Any]) -> Program:
     folded: dict[str, np.ndarray] = {}
-    fixed: dict[str, np.ndarray] = {}  # the transforms' matrices: no block input changes them
     kernels = []
     external = {id(v) for v in block.inputs}
-    made = {stage.name for stage in stages if isinstance(stage, Constant)}
     for stage in stages:
         if isinstance(stage, Constant):  # computed when the program was built
             folded[stage.name] = stage.value
             continue
         kernels.append(compile_kernel(stage, be, tuning=tuning, **options))
-        matrices = {v.name: v.value for v in stage.inputs
-                    if isinstance(v, Constant) and id(v) not in external and v.name not in made}
-        folded.update(matrices)
-        fixed.update(matrices)
+        folded.update((v.name, v.value) for v in stage.inputs  # the transforms' matrices
+                      if isinstance(v, Constant) and id(v) not in external)
+    made = {stage.name for stage in stages if isinstance(stage, Constant)}
     refold = None
     if made <= set(folds.loops):  # each folded stage can run again on other constants
+        # the rest are the transforms' matrices, which no block input changes
+        fixed = {name: value for name, value in folded.items() if name not in made}
         names = frozenset(v.name for v in block.inputs if isinstance(v, Constant))
         refold = partial(folds.refold, fixed, names)
     return Program(f"{block.name}_{algorithm}", be.name, block.inputs, kernels, folded,

@@ -257,8 +257,14 @@ def _probe_child(platform_index: int, device_index: int, *flags: str) -> tuple[s
         return out, f"timed out after {PROBE_TIMEOUT_S} s", -1
 
 
-def _reported(out: str) -> bool:
-    return any(line.partition(" ")[0].isdigit() for line in out.splitlines())
+def _reported(out: str) -> dict[int, str | None]:
+    """The widths a probe child printed: None (builds and runs) or why not."""
+    report: dict[int, str | None] = {}
+    for line in out.splitlines():
+        head, _, rest = line.partition(" ")
+        if head.isdigit() and int(head) in probe.WIDTHS:
+            report[int(head)] = None if rest.strip() == "ok" else rest.removeprefix("failed: ")
+    return report
 
 
 def _run_probe(platform_index: int, device_index: int) -> dict[int, str | None]:
@@ -268,16 +274,13 @@ def _run_probe(platform_index: int, device_index: int) -> dict[int, str | None]:
     wider one."""
     try:
         out, err, code = _probe_child(platform_index, device_index)
-        if not _reported(out):
+        report = _reported(out)
+        if not report:
             out, err, code = _probe_child(platform_index, device_index, "--each")
+            report = _reported(out)
     except OSError as exc:  # no interpreter to start: assume the narrowest width only
         return {w: None if w == min(probe.WIDTHS) else f"not probed ({exc})"
                 for w in probe.WIDTHS}
-    report: dict[int, str | None] = {}
-    for line in out.splitlines():
-        head, _, rest = line.partition(" ")
-        if head.isdigit() and int(head) in probe.WIDTHS:
-            report[int(head)] = None if rest.strip() == "ok" else rest.removeprefix("failed: ")
     last = (err.strip().splitlines() or [f"exit code {code}"])[-1]
     for width in probe.WIDTHS:
         report.setdefault(width, f"the compiler crashed building it ({last[:200]})")
