@@ -2,7 +2,9 @@
 another language to run it without Python: ``export(session, directory)``.
 
     DIR/manifest.json                   what follows, as one JSON object
-    DIR/kernels/k3_fused_conv_relu.cl   each kernel's source (a program: one file per stage)
+    DIR/kernels/k3_fused_conv_relu.cl   each kernel's source (a program: one file per stage;
+                                        kernels of one source, such as the stages of programs
+                                        that blocks of one structure share, name one file)
     DIR/constants/b7_conv1.weight.npy   each constant buffer a launch reads from the device
     DIR/constants/k3_w_winograd.npy     constants a program folded into its own form
 
@@ -63,7 +65,8 @@ def export(session: Compiled, directory: str | Path) -> Path:
         if b.view_of is not None:  # the elements of buffer view_of from offset on
             entry["view_of"], entry["offset"] = b.view_of, b.offset
         buffers.append(entry)
-    kernels = [_kernel(root, k, exe, suffix, plan.kernels[k].uses)
+    written: dict[str, str] = {}  # source -> its file, each source written once
+    kernels = [_kernel(root, k, exe, suffix, plan.kernels[k].uses, written)
                for k, exe in enumerate(session.model.executables)]
     manifest = {
         "kernelgen_version": __version__, "model": session.graph.name, "backend": plan.backend,
@@ -85,18 +88,20 @@ def export(session: Compiled, directory: str | Path) -> Path:
     return path
 
 
-def _kernel(root: Path, k: int, exe: Executable, suffix: str, uses: int) -> dict[str, Any]:
-    """One executable's files and manifest entry."""
+def _kernel(root: Path, k: int, exe: Executable, suffix: str, uses: int,
+            written: dict[str, str]) -> dict[str, Any]:
+    """One executable's files and manifest entry; ``written`` the sources written so far."""
     entry: dict[str, Any] = {"id": k, "name": exe.name, "uses": uses}
     if isinstance(exe, Program):
         entry["kind"] = "program"
-        entry["files"] = [_write(root, f"k{k}_s{i}_{stage.name}{suffix}", stage.source)
+        entry["files"] = [_write(root, f"k{k}_s{i}_{stage.name}{suffix}", stage.source,
+                                  written)
                           for i, stage in enumerate(exe.kernels)]
         entry["folded"] = {name: _save(root, f"k{k}_{name}", value)
                            for name, value in sorted(exe.folded.items())}
     else:
         entry["kind"] = "kernel"
-        entry["files"] = [_write(root, f"k{k}_{exe.name}{suffix}", exe.source)]
+        entry["files"] = [_write(root, f"k{k}_{exe.name}{suffix}", exe.source, written)]
     entry["metadata"] = exe.metadata
     return entry
 
@@ -106,10 +111,12 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
 
-def _write(root: Path, name: str, text: str) -> str:
-    relative = f"kernels/{_safe(name)}"
-    (root / relative).write_text(text)
-    return relative
+def _write(root: Path, name: str, text: str, written: dict[str, str]) -> str:
+    """The file holding ``text``: written under ``name`` unless an earlier kernel's is."""
+    if text not in written:
+        written[text] = f"kernels/{_safe(name)}"
+        (root / written[text]).write_text(text)
+    return written[text]
 
 
 def _save(root: Path, stem: str, value: Any) -> str:

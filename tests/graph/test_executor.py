@@ -3,6 +3,8 @@ agree with onnxruntime; constants are uploaded at compile time, not per run; int
 device memory by liveness; the planner contract and the liveness assignment on their own."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -13,6 +15,7 @@ from onnx_graphs import CASES, io, model, onnxruntime_run, randn
 
 import kernelgen as kg
 from kernelgen.graph import Block, check_plan, memory, plan_none
+from kernelgen.graph.export import export
 
 DEVICES = ("opencl", "neon")
 
@@ -174,6 +177,27 @@ def test_programs_of_one_structure_share_their_kernels(device: str) -> None:
         feeds = {"x": randn(1, 6, 9, 11)}
         np.testing.assert_allclose(session.run(None, feeds)[0],
                                    onnxruntime_run(m, feeds)["r2"], rtol=1e-4, atol=1e-4)
+
+
+def test_shared_kernels_are_exported_once(device: str, tmp_path: Path) -> None:
+    """The three programs' stages are one set of sources: ``export`` writes each source once
+    and every program's entry names those files, each with its own folded filter; saved so
+    and loaded back, the model still matches onnxruntime."""
+    m = _winograd_repeats(3)
+    session = kg.compile_model(m, backend=device, fusion="dnnfusion", algorithm="winograd")
+    manifest = json.loads(export(session, tmp_path / "emitted").read_text())
+    programs = [k for k in manifest["kernels"] if k["kind"] == "program"]
+    assert len(programs) == 3 and all(p["files"] == programs[0]["files"] for p in programs)
+    sources = {e.source for e in session.model.executables if not isinstance(e, kg.Program)}
+    sources |= {k.source for k in session.model.executables[programs[0]["id"]].kernels}
+    assert len(list((tmp_path / "emitted" / "kernels").iterdir())) == len(sources)
+    folded = [next(iter(p["folded"].values())) for p in programs]
+    assert len(set(folded)) == 3
+    session.save(tmp_path / "saved")
+    loaded = kg.load_model(tmp_path / "saved")
+    feeds = {"x": randn(1, 6, 9, 11)}
+    np.testing.assert_allclose(loaded.run(None, feeds)[0], onnxruntime_run(m, feeds)["r2"],
+                               rtol=1e-4, atol=1e-4)
 
 
 def test_a_program_rebound_to_another_structure_is_refused(device: str) -> None:
