@@ -22,12 +22,19 @@
 - ``reference``: ``interpret_graph``, a graph on the IR interpreter (the reference semantics);
 - ``rewrite`` (Conv-BN folding, kernel enlarging) and ``chain`` (the CLI's chain splitter).
 
-The kernel layer below never imports this package.
+The kernel layer below never imports this package. Nor does this package import onnx until
+an ONNX name (``import_onnx``, ``fusion_report``, ``FusionReport``) or ``compile_model`` on an
+ONNX model asks for it: a saved model loads and runs without it (``load_model``), and a
+``Graph`` from another frontend compiles without it.
 """
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .ecg import ECG, ECGNode
 from .executor import CompiledModel, compile_plan
 from .model import Graph
-from .onnx_import import import_onnx
 from .plan import BufferSpec, KernelSpec, Launch, Plan
 from .blocks import Block, Planner, Stop, check_plan, order_blocks, plan_none
 from .dnnfusion import plan_dnnfusion
@@ -35,9 +42,22 @@ from .planners import PLANNERS, planner
 from .profile import LaunchTime, Profile, profile
 from .tvm_fusion import plan_tvm
 from .reference import interpret_graph
-from .report import FusionReport, fusion_report
 from .simplify import Simplified, simplify
 from .session import Session, TensorInfo, compile_model, load_model
+
+if TYPE_CHECKING:
+    from .onnx_import import import_onnx
+    from .report import FusionReport, fusion_report
+
+_ONNX_NAMES = {"import_onnx": ".onnx_import", "fusion_report": ".report",
+               "FusionReport": ".report"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _ONNX_NAMES:
+        return getattr(importlib.import_module(_ONNX_NAMES[name], __name__), name)
+    raise AttributeError(f"module 'kernelgen.graph' has no attribute '{name}'")
+
 
 __all__ = ["ECG", "PLANNERS", "Block", "BufferSpec", "CompiledModel", "ECGNode", "FusionReport",
            "Graph", "KernelSpec", "Launch", "LaunchTime", "Plan", "Planner", "Profile", "Session",

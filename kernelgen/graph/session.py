@@ -24,10 +24,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from onnx import ModelProto
 
 from .. import backends
 from ..api import Tuning, tuning_policy
@@ -37,16 +36,20 @@ from ..ir.node import Value
 from .ecg import ECG
 from .executor import CompiledModel, compile_plan
 from .model import Graph
-from .onnx_import import InputShapes, ModelLike, import_onnx
-from .onnx_import import load_model as load_onnx
 from .plan import Plan
 from .blocks import Block, Planner
 from .planners import PLANNERS, planner
 from .profile import Profile, profile
-from .report import FusionReport, fusion_report
 from .saved import load, save
 from .scheduling import SCHEDULERS, ScheduleReport, fastest_by_whole_runs, schedule_model
 from .simplify import Applied, simplify
+
+if TYPE_CHECKING:  # the ONNX frontend and the report, loaded where used (``compile_model``,
+    # ``fusion_report``): a saved model loads and runs without onnx (``load_model``)
+    from onnx import ModelProto
+
+    from .onnx_import import InputShapes, ModelLike
+    from .report import FusionReport
 
 _ONNX_TYPES = {"float32": "float", "float64": "double", "float16": "float16", "int32": "int32",
                "int64": "int64", "bool": "bool"}
@@ -133,6 +136,8 @@ class Session:
         if self.plan.launches and not self.graph.ops:
             raise ArgumentError(f"model '{self.graph.name}' was loaded from a save, which holds "
                                 f"its kernels, not its operators: no fusion report")
+        from .report import fusion_report
+
         key = tuple(planners)
         if key not in self._reports:
             self._reports[key] = fusion_report(self.graph, key, self.source,
@@ -226,6 +231,9 @@ def compile_model(model: ModelLike | Graph, backend: str | Backend = backends.DE
     if isinstance(model, Graph):
         graph = model
     else:
+        from .onnx_import import import_onnx
+        from .onnx_import import load_model as load_onnx
+
         source = load_onnx(model)
         graph = import_onnx(source, input_shapes)
     imported = time.perf_counter() - start

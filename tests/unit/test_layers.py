@@ -36,9 +36,15 @@ LAYERS = (
     ("cli", "__main__", ""),  # "": the package face, kernelgen/__init__.py
 )
 LAZY = {"pyopencl", "triton", "torch", "onnxruntime"}  # optional: imported where used
-# the package face loads the model layer (and with it onnx) when one of its names is asked for
-# (``kernelgen.__getattr__``), so that kernel-level processes start without onnx
-LAZY_FIRST_PARTY = {("kernelgen", "kernelgen.graph")}
+# the package face loads the model layer when one of its names is asked for
+# (``kernelgen.__getattr__``), so that kernel-level processes start without it; the model layer
+# loads its ONNX frontend and report (and with them onnx) where they are used, so that a saved
+# model loads without onnx
+LAZY_FIRST_PARTY = {("kernelgen", "kernelgen.graph"),
+                    ("kernelgen.graph", "kernelgen.graph.onnx_import"),
+                    ("kernelgen.graph", "kernelgen.graph.report"),
+                    ("kernelgen.graph.session", "kernelgen.graph.onnx_import"),
+                    ("kernelgen.graph.session", "kernelgen.graph.report")}
 BACKEND_NAMES = {"opencl", "neon", "triton"}
 NAMING_BACKENDS = ("backends", "cli")
 MAX_LINES = 600
@@ -219,12 +225,16 @@ def test_the_checker_sees_a_violation(tmp_path: Path) -> None:
 
 def test_the_model_layer_loads_when_asked_for() -> None:
     """``import kernelgen`` leaves the model layer and onnx out (the build workers start
-    without them); its names and ``kernelgen.graph`` load at first use."""
+    without them); its names and ``kernelgen.graph`` load at first use, and onnx with the
+    first ONNX name (a saved model loads without it: tests/graph/test_saved.py)."""
     code = ("import sys, kernelgen as kg\n"
             "print('onnx' in sys.modules, 'kernelgen.graph' in sys.modules)\n"
             "print(kg.compile_model.__module__, kg.graph.plan_dnnfusion.__name__)\n"
+            "print('onnx' in sys.modules)\n"
+            "print(kg.import_onnx.__module__, kg.graph.FusionReport.__name__)\n"
             "print('onnx' in sys.modules)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)
-    assert done.stdout.split("\n")[:3] == [
-        "False False", "kernelgen.graph.session plan_dnnfusion", "True"], done.stderr
+    assert done.stdout.split("\n")[:5] == [
+        "False False", "kernelgen.graph.session plan_dnnfusion", "False",
+        "kernelgen.graph.onnx_import FusionReport", "True"], done.stderr
