@@ -7,7 +7,9 @@ cache (a fresh ``XDG_CACHE_HOME``, which holds PoCL's and kernelgen's caches), s
 compile is cold and the second one, in the same process, is warm. The models are the ones the
 model tests check against onnxruntime (``tests/models/model_zoo.py``), at larger sizes: the
 BERT-style encoder layer (hidden 256, 4 heads, sequence 128), the MobileNetV2 stack (112x112),
-and onnx's light SqueezeNet, ShuffleNet and Inception v1 (224x224) with random weights.
+and onnx's light SqueezeNet, ShuffleNet and Inception v1 (224x224) with random weights; the
+other light models (ResNet-50, Inception v2, DenseNet-121, VGG-19, AlexNet, ZFNet-512) when
+named in ``--models``.
 ResNet-50 (``--resnet``) is timed for compiling only: cold, then saved and loaded again (in
 a new process with the compile's kernel cache, and with an empty one).
 
@@ -45,6 +47,9 @@ MODELS = {
     "shufflenet": (lambda: light("shufflenet"), []),
     "inception_v1": (lambda: light("inception_v1"), []),
 }
+DEFAULT = tuple(MODELS)  # about 25 minutes; the other light models are bigger, asked for by name
+for _name in ("resnet50", "inception_v2", "densenet121", "vgg19", "bvlc_alexnet", "zfnet512"):
+    MODELS[_name] = (lambda name=_name: light(name), [])
 
 
 def _one(path: Path, shapes: list[str], backend: str, fusion: str, rewrite: str,
@@ -133,7 +138,8 @@ def plot(results: list[dict], path: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--models", default=",".join(DEFAULT),
+                    help=f"of {', '.join(MODELS)}")
     ap.add_argument("--backends", default="opencl,neon")
     ap.add_argument("--fusion", default=",".join(PLANNERS))
     ap.add_argument("--rewrite", choices=["no", "yes", "both"], default="both")
@@ -155,6 +161,9 @@ def main() -> None:
         if args.plot:
             plot(merged, Path(args.plot))
         return
+    unknown = [n for n in filter(None, args.models.split(",")) if n not in MODELS]
+    if unknown:
+        ap.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(MODELS)}")
     results = []
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="kg-bench-models-") as tmp:
