@@ -257,7 +257,7 @@ def emit_model(path: str, directory: str, backend: str, fusion: str,
     session = compile_model(path, backend=backend, fusion=fusion, input_shapes=shapes,
                             rewrite=rewrite, warmup=False)
     manifest = export(session, directory)
-    files = sum(len(k["files"]) for k in json.loads(manifest.read_text())["kernels"])
+    files = len({f for k in json.loads(manifest.read_text())["kernels"] for f in k["files"]})
     print(f"wrote {len(session.plan.kernels)} kernels ({files} source files), "
           f"{len(session.plan.launches)} launches, "
           f"{len(session.plan.role('constant'))} constants: {manifest}")
