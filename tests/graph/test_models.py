@@ -3,7 +3,9 @@ BERT-style encoder layer and the MobileNetV2 stack of ``tests/models/model_zoo.p
 planner (and on NEON C under DNNFusion's), and two of onnx's light models (random weights) under
 DNNFusion's on both. Each model is
 compiled once per module (building kernels is what costs: about a minute per light model on
-PoCL), and the planners' small graphs are checked here too.
+PoCL), and the planners' small graphs are checked here too. Behind the ``models_full`` marker,
+all nine light models on both backends, each through the Python API, ONNX's backend interface
+and ``kernelgen run``.
 
 Tolerances: outputs are compared relative to their largest magnitude (float32 kernels summing
 in a different order from onnxruntime's): 1e-4 for the layers, 1e-4 for the light models.
@@ -11,15 +13,19 @@ in a different order from onnxruntime's): 1e-4 for the layers, 1e-4 for the ligh
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 import pytest
 from conftest import require
 from models.model_zoo import LIGHT_MODELS, bert_layer, light, mobilenet_v2
 from onnx_graphs import CASES, onnxruntime_run
 
 import kernelgen as kg
+from kernelgen.cli.main import main as cli_main
+from kernelgen.graph import onnx_backend
 from kernelgen.mapping_types import MappingType
 
 PLANNERS = ("none", "tvm", "dnnfusion")
@@ -122,13 +128,26 @@ def test_light_model_agrees_with_onnxruntime(light_session: tuple[kg.Session, An
                     reason="every light model (about 15 minutes): set KERNELGEN_MODELS_FULL=1")
 @pytest.mark.parametrize("device", ["opencl", "neon"])
 @pytest.mark.parametrize("name", LIGHT_MODELS)
-def test_every_light_model(name: str, device: str) -> None:
+def test_every_light_model(name: str, device: str, tmp_path: Path,
+                           capsys: pytest.CaptureFixture) -> None:
     """All nine of onnx's light models (random weights) under DNNFusion's plan, against
-    onnxruntime: ``KERNELGEN_MODELS_FULL=1 .venv/bin/pytest -m models_full
-    tests/graph/test_models.py``."""
+    onnxruntime, through the Python API, ONNX's backend interface and ``kernelgen run``:
+    ``KERNELGEN_MODELS_FULL=1 .venv/bin/pytest -m models_full tests/graph/test_models.py``."""
     require(device)
     m, feeds, _ = _light(name)
     _check(kg.compile_model(m, backend=device, fusion="dnnfusion"), m, feeds, rtol=1e-4)
+    want = onnxruntime_run(m, feeds)
+    scale = max(float(np.abs(ref).max()) for ref in want.values())
+    rep = onnx_backend.prepare(m, "CPU", backend=device, fusion="dnnfusion")
+    for got, ref in zip(rep.run(list(feeds.values())), want.values()):
+        assert float(np.abs(got.astype(np.float64) - ref).max()) <= 1e-4 * scale
+    path, npz = tmp_path / f"{name}.onnx", tmp_path / "inputs.npz"
+    onnx.save(m, str(path))
+    np.savez(npz, **feeds)
+    capsys.readouterr()
+    assert cli_main(["run", str(path), "--backend", device, "--inputs", str(npz), "--repeat",
+                     "1", "--schedule", "sequential", "--atol", str(1e-4 * scale)]) == 0
+    assert capsys.readouterr().out.count("(ok)") == len(want)
 
 
 @pytest.mark.parametrize("fusion", ["tvm", "dnnfusion"])
