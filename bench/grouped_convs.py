@@ -3,9 +3,12 @@ channel within it (``lower/passes.py: split_groups``), against the same blocks l
 before (every output channel one axis both operands depend on: one-row tiles), emitted and
 timed round-robin on OpenCL in one process (``bench_interleaved``, medians), each checked
 against the other. The shapes are ShuffleNet v1's grouped 1x1 convolutions (4 groups, from
-onnx's light model) and a 3-group one.
+onnx's light model) and a 3-group one; with ``--windows``, grouped convolutions that sum over
+a window too: AlexNet's (2 groups of 128 to 192 channels, 5x5 and 3x3) and narrower groups
+(8 to 20 channels), which stay unsplit (``passes.SPLIT_WINDOW_MIN_CHANNELS``), timed split
+and unsplit all the same.
 
-    python bench/grouped_convs.py [--repeat 200] [--json FILE]
+    python bench/grouped_convs.py [--repeat 200] [--windows] [--json FILE]
 
 With ``--models shufflenet``, instead: the model's DNNFusion plan compiled with the split and
 without it, whole runs of both round-robin (``pooling.plans_with_and_without``).
@@ -27,33 +30,39 @@ from kernelgen.measure import bench_interleaved
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pooling import plans_with_and_without, write_rows  # noqa: E402
 
-# (input channels, output channels, map side, groups)
+# (input channels, output channels, map side, groups[, window side])
 SHAPES = ((272, 272, 14, 4), (136, 136, 28, 4), (112, 136, 28, 4), (544, 544, 7, 4),
           (68, 272, 14, 4), (240, 240, 28, 3))
+WINDOWS = ((96, 256, 27, 2, 5), (384, 384, 13, 2, 3), (384, 256, 13, 2, 3),
+           (256, 256, 28, 32, 3), (128, 128, 56, 16, 3), (64, 64, 17, 8, 3), (48, 40, 11, 2, 5))
 
 
 # lowering without ``split_groups``, as before it
 _unsplit = partial(mock.patch.object, passes, "SPLIT_GROUPS", False)
 
 
-def row(c: int, m: int, side: int, groups: int, repeat: int, rng: np.random.Generator
-        ) -> dict[str, object]:
+def row(c: int, m: int, side: int, groups: int, k: int = 1, *, repeat: int,
+        rng: np.random.Generator) -> dict[str, object]:
     shape = (1, c, side, side)
     x = rng.standard_normal(shape).astype(np.float32)
-    w = (rng.standard_normal((m, c // groups, 1, 1)) / np.sqrt(c // groups)).astype(np.float32)
+    w = (rng.standard_normal((m, c // groups, k, k))
+         / np.sqrt(c // groups * k * k)).astype(np.float32)
 
-    def emit() -> kg.Kernel:
-        conv = kg.conv(kg.tensor("x", shape), kg.constant("w", w), group=groups)
-        return kg.fuse(conv, kg.relu(conv)).emit("opencl", tuning="none")
-    split = emit()
+    def emit(split: bool) -> kg.Kernel:
+        conv = kg.conv(kg.tensor("x", shape), kg.constant("w", w), group=groups,
+                       pads=[k // 2] * 4)
+        # a narrow windowed group is split only when asked to, to time it both ways
+        with mock.patch.object(passes, "SPLIT_WINDOW_MIN_CHANNELS", 8 if split else 10**9):
+            return kg.fuse(conv, kg.relu(conv)).emit("opencl", tuning="none")
+    split = emit(True)
     with _unsplit():
-        before = emit()
+        before = emit(False)
     np.testing.assert_allclose(split(x), before(x), rtol=1e-4, atol=1e-4)
     ms = {name: t.median_ms for name, t in bench_interleaved(
         {"split": (split, [x]), "before": (before, [x])}, 3, repeat).items()}
-    tiles = {name: [k.metadata["schedule"], k.metadata["tunables"].get("tile")]
-             for name, k in (("split", split), ("before", before))}
-    return {"conv": f"1x1 {c}->{m} @{side}, {groups} groups", "ms": ms, "kernels": tiles,
+    tiles = {name: [kern.metadata["schedule"], kern.metadata.get("tunables", {}).get("tile")]
+             for name, kern in (("split", split), ("before", before))}
+    return {"conv": f"{k}x{k} {c}->{m} @{side}, {groups} groups", "ms": ms, "kernels": tiles,
             "gain": ms["before"] / ms["split"]}
 
 
@@ -62,13 +71,15 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=200)
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--models", default=None, help="comma-separated light models: whole runs")
+    ap.add_argument("--windows", action="store_true",
+                    help="grouped convolutions over a window (AlexNet's and narrower ones)")
     args = ap.parse_args()
     if args.models:
         plans_with_and_without(args.models.split(","), ("groups split", "unsplit"), _unsplit)
         return 0
     rng = np.random.default_rng(0)
     rows = []
-    for shape in SHAPES:
+    for shape in WINDOWS if args.windows else SHAPES:
         r = row(*shape, repeat=args.repeat, rng=rng)
         rows.append(r)
         ms, kernels = r["ms"], r["kernels"]

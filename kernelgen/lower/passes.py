@@ -205,9 +205,16 @@ def _merge_pair(kernel: LoopKernel, k: int) -> LoopKernel:
 
 SPLIT_GROUPS = True  # bench/grouped_convs.py switches it off to time the kernels before
 # The fewest channels a group must have to be split: rows enough for a register tile. Fewer
-# (a depthwise conv's channel multiplier), or sums over a window as well as the channels (a
-# grouped 3x3 conv), stay one axis, which OpenCL's 'window' schedule takes.
+# (a depthwise conv's channel multiplier) stay one axis, which OpenCL's 'window' schedule takes.
 SPLIT_MIN_CHANNELS = 8
+# The same for a sum over a window as well as the channels (a grouped 3x3 or 5x5 conv). Few
+# channels a group, the 'window' schedule runs it unsplit faster than tiles of a group's rows
+# (32 groups of 8 channels, 3x3 at 28x28: 1.17 against 1.63 ms split; 2 groups of 20, 5x5 at
+# 11x11: 0.34 against 0.49); AlexNet's 2 groups of 128 to 192 channels (3x3 and 5x5, whose
+# taps overflow the window's straight-line code: one-row tiles unsplit) ran 2.9-3.0x faster
+# split, 25.1 against 74.1 ms for its 5x5 (bench/grouped_convs.py --windows, PoCL on the
+# Zen 1 VM, 2026-12-06).
+SPLIT_WINDOW_MIN_CHANNELS = 32
 
 
 def split_groups(kernel: LoopKernel) -> LoopKernel:
@@ -219,21 +226,21 @@ def split_groups(kernel: LoopKernel) -> LoopKernel:
     was an axis of both operands: tiles of one row, each input load used by one FMA
     (ShuffleNet's grouped 1x1 convs, bench/grouped_convs.py). The output's offsets stay the
     same: the two axes are row-major in place of the one."""
-    if not SPLIT_GROUPS or not kernel.hoisted or \
-            any(sum(n > 1 for _, n in r.axes) > 1 for r in kernel.hoisted):
-        return kernel  # no sum, or one over a window as well as the channels
+    if not SPLIT_GROUPS or not kernel.hoisted:
+        return kernel
+    windowed = any(sum(n > 1 for _, n in r.axes) > 1 for r in kernel.hoisted)
+    least = SPLIT_WINDOW_MIN_CHANNELS if windowed else SPLIT_MIN_CHANNELS
     k = 0
     while k < len(kernel.domain):
-        q = _group_size(kernel, k)
+        q = _group_size(kernel, k, least)
         kernel = _split_axis(kernel, k, q) if q is not None else kernel
         k += 1 if q is None else 2
     return kernel
 
 
-def _group_size(kernel: LoopKernel, k: int) -> int | None:
+def _group_size(kernel: LoopKernel, k: int, least: int) -> int | None:
     """The one ``q`` with which the hoisted reductions divide domain axis ``k`` (and use it
-    undivided too), if it splits the axis into groups of ``SPLIT_MIN_CHANNELS`` or more; else
-    None."""
+    undivided too), if it splits the axis into groups of ``least`` or more; else None."""
     s, n = kernel.domain[k]
     divisors: set[int] = set()
     plain = False
@@ -244,7 +251,7 @@ def _group_size(kernel: LoopKernel, k: int) -> int | None:
     if len(divisors) != 1 or not plain:
         return None
     q = divisors.pop()
-    return q if SPLIT_MIN_CHANNELS <= q < n and n % q == 0 else None
+    return q if least <= q < n and n % q == 0 else None
 
 
 def _split_axis(kernel: LoopKernel, k: int, q: int) -> LoopKernel:

@@ -41,6 +41,10 @@ CASES: list[Case] = [
     # 11 output channels a group: the lowering splits them from the group (split_groups)
     Case("Conv-groups-1x1", lambda x, w, b: kg.conv(x, w, b, group=2),
          [(2, 18, 5, 7), (22, 9, 1, 1), (22,)], scale=10),
+    # 33 output channels a group over a window (AlexNet's grouped convs): split too
+    Case("Conv-groups-wide-window", lambda x, w, b: kg.conv(x, w, b, group=2, pads=[2, 1, 2, 1],
+                                                           strides=[1, 2]),
+         [(1, 10, 9, 11), (66, 5, 5, 3), (66,)], scale=10),
     Case("Conv-depthwise", lambda x, w: kg.conv(x, w, group=5, pads=[1, 1, 1, 1], strides=[2, 2]),
          [(1, 5, 9, 9), (5, 1, 3, 3)], scale=10),
     Case("Conv-1x1", kg.conv, [(2, 7, 5, 3), (3, 7, 1, 1)], scale=10),

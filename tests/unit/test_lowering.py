@@ -58,9 +58,18 @@ def test_a_grouped_pointwise_conv_splits_its_output_channels() -> None:
     assert {c.rows, c.cols} == {(0, 3), (2,)}
 
 
+def test_a_wide_grouped_window_conv_splits_its_output_channels() -> None:
+    """AlexNet's grouped 3x3 and 5x5 convs: 32 channels a group or more, split as the
+    pointwise ones are, the window's taps summed with the group's channels."""
+    loop = kg.fuse(_grouped(64, 3, 2, pads=[1, 1, 1, 1])).lower()
+    assert [n for _, n in loop.domain] == [2, 2, 32, 5, 7]
+    c = contraction(loop)
+    assert c is not None and c.batch == (1,)
+
+
 @pytest.mark.parametrize("out_channels,kernel,groups,attrs", [
     (6, 1, 3, {}),  # 2 channels a group: fewer than SPLIT_MIN_CHANNELS
-    (24, 3, 3, {"pads": [1, 1, 1, 1]}),  # a window as well as the channels
+    (24, 3, 3, {"pads": [1, 1, 1, 1]}),  # a window too, 8 channels a group: 'window' takes it
     (12, 1, 12, {}),  # depthwise: no group to split
 ])
 def test_other_convolutions_keep_their_channel_axis(out_channels: int, kernel: int,
