@@ -180,12 +180,13 @@ def _neighbours(graph: Graph, members: list[Op]) -> list[Op]:
 # feed-forward MatMul made the layer 4x slower than TVM's plan; DenseNet-121's pre-activation
 # BatchNormalization and ReLU (3) fused into its 1x1 convs (128 output channels: 16 tiles)
 # made them take 70.1 against 41.2 ms, and the model 117 against TVM's 89 ms on the Zen 1 VM,
-# where its 61 such chains as kernels of their own took 3.7 ms. The limit is about what a
-# kernel of its own spends an element (a read and a write): ShuffleNet's ReLUs before its
-# 1x1 convs (1 operation, 9 and 17 tiles) ran 7.22 ms split against 7.09 fused (30 rounds,
-# the same VM). Index maps (Reshape, Transpose) cost nothing and always fuse.
+# where its 61 such chains as kernels of their own took 3.7 ms; its ReLU alone (16 tiles:
+# 16) fused so still took 54.0 against 41.2 ms. ShuffleNet's ReLUs before two 1x1 convs
+# (1 operation, 9 and 17 tiles) now run apart: its plan took 7.22 ms against 7.09 with them
+# fused (30 rounds, the same VM: within the noise). Index maps (Reshape, Transpose) cost
+# nothing and always fuse.
 TRANSCENDENTAL = 16
-PROLOGUE_LIMIT = 16
+PROLOGUE_LIMIT = 8
 PROLOGUE_TILE = 8
 _CHEAP = {"add", "sub", "mul", "div", "neg", "abs", "max", "min", "sign", "lt", "le", "gt",
           "ge", "eq", "ne", "and", "or", "xor", "not", "floor", "ceil", "rint", "isnan", "isinf"}
