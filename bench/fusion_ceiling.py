@@ -36,8 +36,10 @@ CONTRACTIONS = ("Conv(", "ConvTranspose(", "MatMul(", "Gemm(")
 
 def _split(prof: Profile) -> tuple[float, float, int]:
     """(ms in launches that run a contraction, ms in the others, count of the others)."""
-    heavy = [t.ms for t in prof.launches if any(o.startswith(CONTRACTIONS) for o in t.ops)]
-    light = [t.ms for t in prof.launches if not any(o.startswith(CONTRACTIONS) for o in t.ops)]
+    heavy: list[float] = []
+    light: list[float] = []
+    for t in prof.launches:
+        (heavy if any(o.startswith(CONTRACTIONS) for o in t.ops) else light).append(t.ms)
     return sum(heavy), sum(light), len(light)
 
 

@@ -208,8 +208,7 @@ def _recomputed(head: Op, prologue: list[Op]) -> int:
         own = [shape[1] // int(head.attrs.get("group", 1)), prod(shape[2:])]
     else:
         own = [shape[-1], shape[-2] if len(shape) > 1 else 1]
-    extent = max((own[min(k, 1)] for k, v in enumerate(head.inputs[:2]) if id(v) in fed),
-                 default=1)
+    extent = max((own[k] for k, v in enumerate(head.inputs[:2]) if id(v) in fed), default=1)
     return -(-extent // PROLOGUE_TILE)
 
 
